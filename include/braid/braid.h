@@ -1,0 +1,224 @@
+/*
+ * braid: collective communication for distributed training.
+ *
+ * The public C API. Names and argument order follow NCCL (ncclAllReduce -> braidAllReduce,
+ * ncclResult_t -> braidResult_t), so NCCL code ports by renaming.
+ *
+ * Conventions that hold for every function below:
+ * - Every function returns a braidResult_t. On failure, output parameters are left untouched,
+ *   nothing is written to the caller's buffers, and braidGetLastError() describes the failure.
+ * - Buffers are host memory when `stream` is NULL. (Device buffers ordered on a CUDA stream come
+ *   with the GPU transport; passing a non-NULL stream today is braidInvalidUsage.)
+ * - A communicator may be used by several threads, but collectives on one communicator must be
+ *   issued in the same order on every rank (as in NCCL and MPI). Issuing calls on one communicator
+ *   from two threads at once is allowed; their relative order is then whatever the lock decides,
+ *   so the caller must make it match across ranks.
+ * - Every blocking call and every wait has a deadline (BRAID_TIMEOUT seconds, default 300). A peer
+ *   that dies or stops answering becomes braidRemoteError or braidTimeout naming the rank, never
+ *   a hang.
+ * - No function throws or calls exit(); out-of-memory is braidSystemError.
+ */
+#ifndef BRAID_BRAID_H_
+#define BRAID_BRAID_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BRAID_MAJOR 0
+#define BRAID_MINOR 1
+#define BRAID_PATCH 0
+/* BRAID_VERSION(0, 1, 0) == 100; comparable with braidGetVersion(). */
+#define BRAID_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define BRAID_VERSION_CODE BRAID_VERSION(BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH)
+
+typedef enum {
+  braidSuccess = 0,
+  braidInternalError = 1,    /* a bug in braid; please report it with the log */
+  braidSystemError = 2,      /* a system call or allocation failed (the message carries errno) */
+  braidInvalidArgument = 3,  /* a NULL pointer, bad datatype/op, root out of range, overflow... */
+  braidInvalidUsage = 4,     /* a valid call at the wrong time (e.g. unmatched GroupEnd) */
+  braidRemoteError = 5,      /* a peer died, aborted or broke the protocol; the message names it */
+  braidInProgress = 6,       /* not an error: the operation is still running */
+  braidTimeout = 7,          /* a deadline (BRAID_TIMEOUT) passed; the message names the peer */
+  braidNumResults = 8
+} braidResult_t;
+
+typedef enum {
+  braidInt8 = 0,
+  braidUint8 = 1,
+  braidInt32 = 2,
+  braidUint32 = 3,
+  braidInt64 = 4,
+  braidUint64 = 5,
+  braidFloat16 = 6,  /* IEEE binary16; reduced in fp32, rounded to nearest even */
+  braidBfloat16 = 7, /* bfloat16; reduced in fp32, rounded to nearest even */
+  braidFloat32 = 8,
+  braidFloat64 = 9,
+  braidNumTypes = 10
+} braidDataType_t;
+
+typedef enum {
+  braidSum = 0,
+  braidProd = 1,
+  braidMin = 2,
+  braidMax = 3,
+  braidAvg = 4, /* sum divided by the rank count; integers truncate toward zero */
+  braidNumOps = 5
+} braidRedOp_t;
+
+typedef struct braidComm* braidComm_t;
+typedef struct braidRequest* braidRequest_t;
+typedef void* braidStream_t; /* a cudaStream_t once device buffers are supported; NULL = host */
+
+#define BRAID_UNIQUE_ID_BYTES 128
+/* Opaque: the root's address and port and a random secret. Copy it to every rank by any means
+ * (MPI_Bcast, a file, a TCP store). Treat it as a credential: whoever holds it can join. */
+typedef struct {
+  char internal[BRAID_UNIQUE_ID_BYTES];
+} braidUniqueId;
+
+/* ---- Version and errors ------------------------------------------------------------------ */
+
+/* Writes BRAID_VERSION_CODE of the loaded library. Thread-safe, never blocks. */
+braidResult_t braidGetVersion(int* version);
+
+/* A static string for a result code (never NULL). Thread-safe. */
+const char* braidGetErrorString(braidResult_t result);
+
+/* This thread's last failure in words: what failed, on which rank and peer, and why. Valid until
+ * the next braid call on this thread; "" when nothing failed yet. Thread-safe (thread-local). */
+const char* braidGetLastError(void);
+
+/* ---- Communicators -------------------------------------------------------------------------- */
+
+/* Creates a unique id and starts listening for the rendezvous on this process: the process that
+ * calls this must be the one that initializes rank 0 with the id. The address is the one of
+ * BRAID_SOCKET_IFNAME when set, else the first non-loopback IPv4 interface, else 127.0.0.1.
+ * Never blocks. Thread-safe. */
+braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
+
+/* Creates a communicator of `nranks` ranks; this process is `rank` (0..nranks-1). Collective: blocks
+ * until all nranks ranks called it with the same id, or until BRAID_TIMEOUT. A connection that does
+ * not prove the id's secret is refused and does not disturb the others. On success *comm is set;
+ * release it with braidCommDestroy. Thread-safe. */
+braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank);
+
+/* As braidCommInitRank, with rank, size and rendezvous address from the launcher's environment,
+ * in this order of preference:
+ *   BRAID_RANK, BRAID_WORLD_SIZE, BRAID_ROOT=host:port (braidrun sets these; BRAID_SECRET too)
+ *   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun; braid listens on MASTER_PORT+1 since
+ *       torchrun's store owns MASTER_PORT)
+ *   OMPI_COMM_WORLD_RANK/_SIZE (mpirun), SLURM_PROCID/SLURM_NTASKS (srun), PMI_RANK/PMI_SIZE,
+ *       with the address from BRAID_ROOT or MASTER_ADDR/MASTER_PORT.
+ * Rank 0 listens on the address; the others connect to it, retrying until BRAID_TIMEOUT.
+ * The secret is BRAID_SECRET (hex) when set, else derived from the job's identity, which keeps
+ * jobs apart but is not a credential: set BRAID_SECRET where strangers can reach the port. */
+braidResult_t braidCommInitFromEnv(braidComm_t* comm);
+
+/* Waits for this rank's pending operations (up to BRAID_TIMEOUT), leaves the communicator and frees
+ * it. Not collective, but rank 0 serves failure notices for the others and lingers until they left.
+ * Do not use `comm` or its requests afterwards. NULL is braidInvalidArgument. */
+braidResult_t braidCommDestroy(braidComm_t comm);
+
+/* Fails every pending operation of `comm` with braidRemoteError on every rank, without waiting, and
+ * frees the communicator. May be called from any thread, also while others block in braidWait on
+ * its requests: they return promptly. */
+braidResult_t braidCommAbort(braidComm_t comm);
+
+/* Number of ranks and this rank's index. Thread-safe, never block. */
+braidResult_t braidCommCount(braidComm_t comm, int* count);
+braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
+
+/* The error that failed the communicator (braidSuccess while healthy), without blocking. The
+ * message is in braidGetLastError(). */
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
+
+/* ---- Collectives -------------------------------------------------------------------------------
+ * Blocking forms return when the result is in recvbuff. Nonblocking forms (braidI...) return at
+ * once with *request set; the buffers belong to braid until braidTest reports done or braidWait
+ * returns. Several operations may be in flight on one communicator; they complete in issue order.
+ * In-place: pass sendbuff == recvbuff (for AllGather: sendbuff == recvbuff + rank*sendcount elems;
+ * ReduceScatter: recvbuff == sendbuff + rank*recvcount elems), exactly as NCCL.
+ * Between braidGroupStart and braidGroupEnd, calls are recorded and issued together at GroupEnd. */
+
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                             braidRedOp_t op, braidComm_t comm, braidStream_t stream);
+braidResult_t braidIAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                              braidRedOp_t op, braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+
+/* recvbuff gets root's sendbuff (sendbuff is read on root only). */
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                             braidComm_t comm, braidStream_t stream);
+braidResult_t braidIBroadcast(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                              braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+
+/* recvbuff on root gets the reduction; recvbuff is not touched (and may be NULL) elsewhere. */
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream);
+braidResult_t braidIReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream,
+                           braidRequest_t* request);
+
+/* recvbuff (nranks*sendcount elements) gets every rank's sendbuff in rank order. */
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
+                             braidComm_t comm, braidStream_t stream);
+braidResult_t braidIAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
+                              braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+
+/* sendbuff has nranks*recvcount elements; rank r gets the reduction of block r. */
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, braidDataType_t datatype,
+                                 braidRedOp_t op, braidComm_t comm, braidStream_t stream);
+braidResult_t braidIReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, braidDataType_t datatype,
+                                  braidRedOp_t op, braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+
+/* Block j of sendbuff (count elements) goes to rank j; block i of recvbuff comes from rank i.
+ * In-place (sendbuff == recvbuff) is supported. */
+braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                            braidComm_t comm, braidStream_t stream);
+braidResult_t braidIAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                             braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+
+/* Point to point. Messages between two ranks match in issue order. A Send and a Recv to the same
+ * peer on both sides must be posted together (group or nonblocking) to be safe for large sizes. */
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                        braidStream_t stream);
+braidResult_t braidISend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                         braidStream_t stream, braidRequest_t* request);
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                        braidStream_t stream);
+braidResult_t braidIRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                         braidStream_t stream, braidRequest_t* request);
+
+/* Returns when every rank has entered the barrier. */
+braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream);
+braidResult_t braidIBarrier(braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+
+/* Groups: calls between Start and End (per thread, nestable) are recorded with their arguments
+ * checked, then issued as one operation at the outermost End, which blocks until all of them
+ * completed. Inside a group the nonblocking forms are refused (braidInvalidUsage). */
+braidResult_t braidGroupStart(void);
+braidResult_t braidGroupEnd(void);
+
+/* ---- Requests ----------------------------------------------------------------------------------
+ * A request is released when braidTest reports *done = 1 or when braidWait returns (success or
+ * not): do not use it afterwards. A request may be tested or waited from another thread than the
+ * one that posted it, but only by one thread at a time. */
+
+/* *done = 1 when finished (the result code is the operation's), 0 while running (braidSuccess).
+ * Never blocks beyond one step of progress. */
+braidResult_t braidTest(braidRequest_t request, int* done);
+/* Blocks until the operation finished or failed; returns its result. */
+braidResult_t braidWait(braidRequest_t request);
+/* Waits for all n requests (NULL entries are skipped); returns the first failure, if any. Every
+ * request is released. */
+braidResult_t braidWaitAll(int n, braidRequest_t* requests);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BRAID_BRAID_H_ */

@@ -1,0 +1,41 @@
+// Datatypes and reduction kernels (CPU). Float kernels are vectorized (AVX-512 or AVX2, chosen once
+// at run time from cpuid; scalar fallback). fp16/bf16 are widened to fp32, reduced, and rounded back
+// to nearest even, one pairwise operation at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "braid/braid.h"
+
+namespace braid {
+
+// Bytes per element; 0 for an invalid datatype.
+size_t dtypeSize(braidDataType_t dt);
+const char* dtypeName(braidDataType_t dt);  // "float32", "bfloat16", ...; "invalid" otherwise
+const char* redopName(braidRedOp_t op);     // "sum", ...; "invalid" otherwise
+bool validDtype(int dt);
+bool validRedop(int op);
+
+// out[i] = a[i] op b[i], i < count. `out` may alias `a` or `b` exactly (not partially).
+// braidAvg reduces as braidSum here; divide once at the end with scaleDivide.
+using ReduceKernel = void (*)(void* out, const void* a, const void* b, size_t count);
+// The kernel for (dt, op), picked from the best instruction set this CPU has. nullptr if invalid.
+ReduceKernel reduceKernel(braidDataType_t dt, braidRedOp_t op);
+void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const void* b, size_t count);
+
+// buf[i] /= divisor (floats: true division in the type's precision, fp16/bf16 via fp32 with
+// round-to-nearest-even; integers: truncation toward zero). Used for braidAvg.
+void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor);
+
+// fp16 / bf16 <-> fp32, round to nearest even, NaN preserved (quiet), overflow to infinity.
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+float bf16ToFloat(uint16_t b);
+uint16_t floatToBf16(float f);
+
+// The instruction set the kernels use: "avx512", "avx2" or "scalar". BRAID_SIMD=scalar|avx2|avx512
+// caps it (for tests and comparisons).
+const char* simdLevelName();
+
+}  // namespace braid

@@ -1,0 +1,75 @@
+// TCP socket helpers shared by the bootstrap (src/bootstrap.cc) and the tcp transport. Every call
+// that waits takes a Deadline; every failure names the address and carries errno's text.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <string>
+
+#include "src/clock.h"
+#include "src/status.h"
+
+namespace braid {
+
+// An owned file descriptor (closed on destruction). Movable, not copyable.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// An IPv4 or IPv6 socket address; plain data, safe to copy into wire messages (fixed 28 bytes max).
+struct SockAddr {
+  sockaddr_storage storage{};
+  socklen_t len = 0;
+
+  const sockaddr* sa() const { return reinterpret_cast<const sockaddr*>(&storage); }
+  int family() const { return storage.ss_family; }
+  int port() const;
+  void setPort(int port);
+  std::string toString() const;  // "10.0.0.1:4242", "[::1]:4242"
+};
+
+// "host:port", "[v6]:port" or "host" (port 0). Resolves names with getaddrinfo (IPv4 first).
+Status parseHostPort(const std::string& text, SockAddr* out);
+// The first address of interface `ifname` (IPv4 preferred). A name that does not exist, or has no
+// address, is braidInvalidArgument listing the interfaces that do exist.
+Status interfaceAddress(const std::string& ifname, SockAddr* out);
+// BRAID_SOCKET_IFNAME's address when set; else the first up, non-loopback IPv4 interface; else
+// 127.0.0.1. Port 0.
+Status defaultLocalAddress(SockAddr* out);
+
+// Binds and listens (SO_REUSEADDR). Port 0 in `addr` picks a free port; `bound` gets the real one.
+Status listenOn(const SockAddr& addr, int backlog, Fd* fd, SockAddr* bound);
+// Connects, retrying refused/unreachable attempts until the deadline (the peer may not listen yet).
+Status connectTo(const SockAddr& addr, Deadline deadline, Fd* fd);
+// Accepts one connection, waiting until the deadline.
+Status acceptOne(int listenFd, Deadline deadline, Fd* fd, SockAddr* peer);
+
+// Blocking-style full send/receive on a socket of either mode, bounded by the deadline. recvAll
+// fails with braidRemoteError on orderly close ("peer closed the connection").
+Status sendAll(int fd, const void* data, size_t bytes, Deadline deadline);
+Status recvAll(int fd, void* data, size_t bytes, Deadline deadline);
+
+Status setNonBlocking(int fd, bool on);
+Status setNoDelay(int fd);
+
+}  // namespace braid
