@@ -1,0 +1,272 @@
+#include "src/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "src/config.h"
+
+namespace braid {
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+int SockAddr::port() const {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  return 0;
+}
+
+void SockAddr::setPort(int port) {
+  if (family() == AF_INET) reinterpret_cast<sockaddr_in*>(&storage)->sin_port = htons(port);
+  if (family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(port);
+}
+
+std::string SockAddr::toString() const {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, host, sizeof(host));
+    return std::string(host) + ":" + std::to_string(port());
+  }
+  if (family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, host, sizeof(host));
+    return "[" + std::string(host) + "]:" + std::to_string(port());
+  }
+  return "(no address)";
+}
+
+Status parseHostPort(const std::string& text, SockAddr* out) {
+  std::string host = text;
+  std::string port = "0";
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find(']');
+    if (close == std::string::npos) return errorf(braidInvalidArgument, "bad address '%s': missing ]", text.c_str());
+    host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') return errorf(braidInvalidArgument, "bad address '%s'", text.c_str());
+      port = text.substr(close + 2);
+    }
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon != std::string::npos && text.find(':') == colon) {
+      host = text.substr(0, colon);
+      port = text.substr(colon + 1);
+    }
+  }
+  char* end = nullptr;
+  long p = strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535)
+    return errorf(braidInvalidArgument, "bad port in address '%s'", text.c_str());
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0) return errorf(braidInvalidArgument, "cannot resolve '%s': %s", host.c_str(), gai_strerror(rc));
+  const addrinfo* pick = res;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  }
+  SockAddr addr;
+  memcpy(&addr.storage, pick->ai_addr, pick->ai_addrlen);
+  addr.len = pick->ai_addrlen;
+  addr.setPort(static_cast<int>(p));
+  freeaddrinfo(res);
+  *out = addr;
+  return okStatus();
+}
+
+Status interfaceAddress(const std::string& ifname, SockAddr* out) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return systemError(errno, "getifaddrs");
+  const ifaddrs* v4 = nullptr;
+  const ifaddrs* v6 = nullptr;
+  std::string names;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    int fam = i->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    if (names.find(std::string(" ") + i->ifa_name + " ") == std::string::npos) names += std::string(" ") + i->ifa_name + " ";
+    if (ifname != i->ifa_name) continue;
+    if (fam == AF_INET && v4 == nullptr) v4 = i;
+    if (fam == AF_INET6 && v6 == nullptr) v6 = i;
+  }
+  const ifaddrs* pick = v4 != nullptr ? v4 : v6;
+  if (pick == nullptr) {
+    freeifaddrs(list);
+    return errorf(braidInvalidArgument, "network interface '%s' does not exist or has no address (interfaces:%s)",
+                  ifname.c_str(), names.c_str());
+  }
+  SockAddr addr;
+  addr.len = pick->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  memcpy(&addr.storage, pick->ifa_addr, addr.len);
+  addr.setPort(0);
+  freeifaddrs(list);
+  *out = addr;
+  return okStatus();
+}
+
+Status defaultLocalAddress(SockAddr* out) {
+  std::string ifname = paramString("BRAID_SOCKET_IFNAME");
+  if (!ifname.empty()) return interfaceAddress(ifname, out);
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return systemError(errno, "getifaddrs");
+  SockAddr addr;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    addr.len = sizeof(sockaddr_in);
+    memcpy(&addr.storage, i->ifa_addr, addr.len);
+    break;
+  }
+  freeifaddrs(list);
+  if (addr.len == 0) return parseHostPort("127.0.0.1:0", out);
+  addr.setPort(0);
+  *out = addr;
+  return okStatus();
+}
+
+Status setNonBlocking(int fd, bool on) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0) return systemError(errno, "fcntl(F_GETFL)");
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (fcntl(fd, F_SETFL, flags) < 0) return systemError(errno, "fcntl(F_SETFL)");
+  return okStatus();
+}
+
+Status setNoDelay(int fd) {
+  int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) return systemError(errno, "TCP_NODELAY");
+  return okStatus();
+}
+
+Status listenOn(const SockAddr& addr, int backlog, Fd* fd, SockAddr* bound) {
+  Fd s(socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return systemError(errno, "socket");
+  int one = 1;
+  setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(s.get(), addr.sa(), addr.len) != 0) return systemError(errno, "bind %s", addr.toString().c_str());
+  if (listen(s.get(), backlog) != 0) return systemError(errno, "listen %s", addr.toString().c_str());
+  SockAddr b;
+  b.len = sizeof(b.storage);
+  if (getsockname(s.get(), reinterpret_cast<sockaddr*>(&b.storage), &b.len) != 0)
+    return systemError(errno, "getsockname");
+  *bound = b;
+  *fd = std::move(s);
+  return okStatus();
+}
+
+static Status waitFd(int fd, short events, Deadline deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = poll(&p, 1, deadline.remainingMs(1000));
+    if (rc > 0) return okStatus();
+    if (rc < 0 && errno != EINTR) return systemError(errno, "poll while %s", what);
+    if (deadline.expired()) return errorf(braidTimeout, "timed out while %s", what);
+  }
+}
+
+Status connectTo(const SockAddr& addr, Deadline deadline, Fd* fd) {
+  int delayMs = 10;
+  for (;;) {
+    Fd s(socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!s.valid()) return systemError(errno, "socket");
+    int rc = connect(s.get(), addr.sa(), addr.len);
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      std::string what = "connecting to " + addr.toString();
+      BRAID_TRY(waitFd(s.get(), POLLOUT, deadline, what.c_str()));
+      socklen_t len = sizeof(err);
+      getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err == 0) {
+      BRAID_TRY(setNonBlocking(s.get(), false));
+      *fd = std::move(s);
+      return okStatus();
+    }
+    bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
+                 err == ECONNRESET || err == EAGAIN;
+    if (!retry) return systemError(err, "connect to %s", addr.toString().c_str());
+    if (deadline.expired())
+      return errorf(braidTimeout, "could not connect to %s before the deadline: %s", addr.toString().c_str(),
+                    strerror(err));
+    usleep(static_cast<useconds_t>(delayMs) * 1000);
+    delayMs = delayMs < 200 ? delayMs * 2 : 200;
+  }
+}
+
+Status acceptOne(int listenFd, Deadline deadline, Fd* fd, SockAddr* peer) {
+  for (;;) {
+    BRAID_TRY(waitFd(listenFd, POLLIN, deadline, "waiting for connections"));
+    SockAddr p;
+    p.len = sizeof(p.storage);
+    int s = accept4(listenFd, reinterpret_cast<sockaddr*>(&p.storage), &p.len, SOCK_CLOEXEC);
+    if (s >= 0) {
+      fd->reset(s);
+      if (peer != nullptr) *peer = p;
+      return okStatus();
+    }
+    if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) return systemError(errno, "accept");
+  }
+}
+
+Status sendAll(int fd, const void* data, size_t bytes, Deadline deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      BRAID_TRY(waitFd(fd, POLLOUT, deadline, "sending"));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (errno == EPIPE || errno == ECONNRESET) return errorf(braidRemoteError, "peer closed the connection");
+    return systemError(errno, "send");
+  }
+  return okStatus();
+}
+
+Status recvAll(int fd, void* data, size_t bytes, Deadline deadline) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return errorf(braidRemoteError, "peer closed the connection");
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      BRAID_TRY(waitFd(fd, POLLIN, deadline, "receiving"));
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == ECONNRESET) return errorf(braidRemoteError, "peer reset the connection");
+    return systemError(errno, "recv");
+  }
+  return okStatus();
+}
+
+}  // namespace braid
