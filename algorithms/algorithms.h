@@ -1,0 +1,39 @@
+// The algorithms: each turns one collective call into this rank's Plan (src/plan.h). One file per
+// algorithm under algorithms/<collective>/; pure rank math in algorithms/patterns/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "src/plan.h"
+
+namespace braid {
+
+// The shape of a call, everything a plan depends on. Counts are in elements, as in the API:
+// AllReduce/Broadcast/Reduce: the buffer; AllGather: per rank (sendcount); ReduceScatter: per rank
+// (recvcount); AllToAll: per peer.
+struct CollArgs {
+  Coll coll = Coll::kAllReduce;
+  int rank = 0;
+  int nranks = 1;
+  uint64_t count = 0;
+  size_t elemSize = 1;
+  int root = 0;
+  bool inPlace = false;
+  bool avg = false;           // append kScale steps (braidAvg)
+  uint64_t chunkBytes = 1 << 18;  // pipelining granularity
+};
+
+void buildRingAllReduce(const CollArgs& a, Plan* plan);
+void buildRingAllGather(const CollArgs& a, Plan* plan);
+void buildRingReduceScatter(const CollArgs& a, Plan* plan);
+void buildChainBroadcast(const CollArgs& a, Plan* plan);
+void buildChainReduce(const CollArgs& a, Plan* plan);
+void buildPairwiseAllToAll(const CollArgs& a, Plan* plan);
+void buildDisseminationBarrier(const CollArgs& a, Plan* plan);
+
+// The algorithm for a call. Today one per collective; the cost-model selector (topology/) takes
+// over this choice. Calls plan->finalize().
+void buildPlan(const CollArgs& a, Plan* plan);
+
+}  // namespace braid

@@ -1,0 +1,69 @@
+// Ring AllReduce = ring reduce-scatter, then ring all-gather, pipelined in chunks.
+//
+// Steps: 2(n-1) sends and receives per chunk. Bytes on the wire per rank: 2(n-1)/n * S.
+// Valid for any n >= 1 and any count (segments differ by at most one element; empty chunks are
+// skipped identically on both sides of a link). In-place needs no extra copy: the first
+// recv_reduce reads the local contribution from the send buffer and writes the receive buffer.
+// Rank r ends the reduce-scatter owning segment r+1, which it scales (avg) and then circulates.
+#include "algorithms/algorithms.h"
+#include "algorithms/patterns/ring.h"
+
+namespace braid {
+
+void buildRingAllReduce(const CollArgs& a, Plan* plan) {
+  const int n = a.nranks, r = a.rank;
+  const uint64_t es = a.elemSize;
+  plan->coll = Coll::kAllReduce;
+  plan->algorithm = "ring";
+  if (n == 1) {
+    if (!a.inPlace && a.count > 0) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), a.count * es, {-1, -1}});
+    return;
+  }
+  const int right = ringPeer(r, 1, n), left = ringPeer(r, -1, n);
+  const uint64_t chunks = chunksFor(partition(a.count, n, 0).count, es, a.chunkBytes);
+  // last[seg * chunks + c] = the step that last wrote that chunk of recvbuf (-1 = none yet).
+  std::vector<int32_t> last(static_cast<size_t>(n) * chunks, -1);
+  auto piece = [&](int seg, uint64_t c) {
+    Range s = partition(a.count, n, seg);
+    Range ch = partition(s.count, chunks, c);
+    return Range{(s.offset + ch.offset) * es, ch.count * es};  // in bytes
+  };
+  // Reduce-scatter: step s sends segment r-s and folds segment r-s-1 from the left.
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendSeg = ringPeer(r, -s, n), recvSeg = ringPeer(r, -s - 1, n);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      Range out = piece(sendSeg, c), in = piece(recvSeg, c);
+      if (out.count > 0) {
+        int32_t dep = last[sendSeg * chunks + c];
+        BufRef src = s == 0 ? sendBuf(out.offset) : recvBuf(out.offset);
+        plan->add(Step{StepKind::kSend, right, {}, src, out.count, {dep, -1}});
+      }
+      if (in.count > 0)
+        last[recvSeg * chunks + c] =
+            plan->add(Step{StepKind::kRecvReduce, left, recvBuf(in.offset), sendBuf(in.offset), in.count, {-1, -1}});
+    }
+  }
+  const int owned = ringPeer(r, 1, n);
+  if (a.avg) {
+    for (uint64_t c = 0; c < chunks; ++c) {
+      Range p = piece(owned, c);
+      if (p.count == 0) continue;
+      int32_t& l = last[owned * chunks + c];
+      l = plan->add(Step{StepKind::kScale, -1, recvBuf(p.offset), {}, p.count, {l, -1}});
+    }
+  }
+  // All-gather: step s sends segment r+1-s and receives segment r-s.
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendSeg = ringPeer(r, 1 - s, n), recvSeg = ringPeer(r, -s, n);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      Range out = piece(sendSeg, c), in = piece(recvSeg, c);
+      if (out.count > 0)
+        plan->add(Step{StepKind::kSend, right, {}, recvBuf(out.offset), out.count, {last[sendSeg * chunks + c], -1}});
+      if (in.count > 0)
+        last[recvSeg * chunks + c] =
+            plan->add(Step{StepKind::kRecv, left, recvBuf(in.offset), {}, in.count, {-1, -1}});
+    }
+  }
+}
+
+}  // namespace braid

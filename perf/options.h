@@ -1,0 +1,44 @@
+// Flags of the *_perf benchmarks (nccl-tests' meanings) and the names of datatypes and ops.
+#ifndef BRAID_PERF_OPTIONS_H_
+#define BRAID_PERF_OPTIONS_H_
+
+#include <braid/braid.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace braid::perf {
+
+struct Options {
+  size_t minBytes = 32 << 20;  // -b
+  size_t maxBytes = 32 << 20;  // -e
+  size_t stepFactor = 2;       // -f
+  size_t stepBytes = 0;        // -i; > 0: additive steps instead of the factor
+  int iters = 20;              // -n
+  int warmup = 5;              // -w
+  int agg = 1;                 // -m
+  bool check = true;           // -c
+  bool blocking = false;       // -z
+  int average = 1;             // -a: 0 rank 0's time, 1 mean, 2 min, 3 max
+  std::vector<braidDataType_t> types{braidFloat32};  // -d
+  std::vector<braidRedOp_t> ops{braidSum};           // -o
+  int root = 0;                                      // -r
+  bool allRoots = false;                             // -r all
+  std::string json;                                  // -J
+  std::string algo;                                  // -A
+};
+
+// Parses argv. -h prints the help and exits 0; a bad flag prints one line and exits 2.
+Options parseOptions(int argc, char** argv);
+
+// Names as printed in the table: "float", "half", "bfloat16", ...; "sum", ...; "rank0", "avg", ...
+const char* typeName(braidDataType_t type);
+size_t typeSize(braidDataType_t type);
+bool typeIsFloat(braidDataType_t type);
+const char* opName(braidRedOp_t op);
+const char* averageName(int average);
+
+}  // namespace braid::perf
+
+#endif  // BRAID_PERF_OPTIONS_H_

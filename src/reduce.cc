@@ -1,0 +1,340 @@
+// Datatype sizes and names, fp16/bf16 conversions, the scalar kernels, and the choice of kernel
+// table. The choice is made once, while the library is loaded: the best level this CPU supports
+// (AVX-512, AVX2, scalar), capped by BRAID_SIMD. reduceKernel() is then one array lookup.
+//
+// Semantics shared by every level (the SIMD files reproduce them bit for bit):
+// - Integers wrap around (two's complement), signed ones included: sums and products are done in
+//   the unsigned type of the same width.
+// - Floats: IEEE operations in the type's precision under the default rounding mode. fp16 and bf16
+//   are widened to fp32 exactly, reduced, and rounded back to nearest even. fp32 carries at least
+//   2p+2 bits for both (p = 11 and 8), so this double rounding gives the correctly rounded sum and
+//   product of the two inputs.
+// - min(a, b) is `a < b ? a : b` and max(a, b) is `a > b ? a : b` (the semantics of vminps and
+//   vmaxps), except that a NaN in `a` is returned as is; so a NaN in either input gives a NaN.
+//   min(-0, +0) is +0 and min(+0, -0) is -0, as with the scalar expression.
+#include "src/reduce.h"
+
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "src/reduce_internal.h"
+
+namespace braid {
+namespace {
+
+constexpr const char* kDtypeNames[braidNumTypes] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
+                                                     "uint64", "float16", "bfloat16", "float32", "float64"};
+constexpr size_t kDtypeSizes[braidNumTypes] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+constexpr const char* kRedopNames[braidNumOps] = {"sum", "prod", "min", "max", "avg"};
+constexpr const char* kSimdLevelNames[kNumSimdLevels] = {"scalar", "avx2", "avx512"};
+
+// ---- Scalar kernels ------------------------------------------------------------------------------
+
+template <braidRedOp_t kOp, class T>
+inline T applyOp(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    // Wrap around: compute in an unsigned type at least as wide as unsigned int, so that neither
+    // signed overflow nor promotion of small types to int can happen.
+    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+    if constexpr (kOp == braidSum) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    if constexpr (kOp == braidProd) return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    if constexpr (kOp == braidMin) return a < b ? a : b;
+    if constexpr (kOp == braidMax) return a > b ? a : b;
+  } else {
+    if constexpr (kOp == braidSum) return a + b;
+    if constexpr (kOp == braidProd) return a * b;
+    // `a != a` is the NaN test; see the file comment for why `a` wins.
+    if constexpr (kOp == braidMin) return (a != a) ? a : (a < b ? a : b);
+    if constexpr (kOp == braidMax) return (a != a) ? a : (a > b ? a : b);
+  }
+}
+
+template <class T, braidRedOp_t kOp>
+void scalarKernel(void* out, const void* a, const void* b, size_t count) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  // Element i is read before it is written, so out == a or out == b is fine.
+  for (size_t i = 0; i < count; ++i) o[i] = applyOp<kOp>(x[i], y[i]);
+}
+
+struct HalfCodec {
+  static float widen(uint16_t v) { return halfToFloat(v); }
+  static uint16_t narrow(float f) { return floatToHalf(f); }
+};
+
+struct Bf16Codec {
+  static float widen(uint16_t v) { return bf16ToFloat(v); }
+  static uint16_t narrow(float f) { return floatToBf16(f); }
+};
+
+template <class Codec, braidRedOp_t kOp>
+void scalarHalfKernel(void* out, const void* a, const void* b, size_t count) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < count; ++i) o[i] = Codec::narrow(applyOp<kOp>(Codec::widen(x[i]), Codec::widen(y[i])));
+}
+
+template <template <braidRedOp_t> class Kernel>
+constexpr void setRow(KernelTable& table, braidDataType_t dt) {
+  table.kernels[dt][braidSum] = &Kernel<braidSum>::run;
+  table.kernels[dt][braidProd] = &Kernel<braidProd>::run;
+  table.kernels[dt][braidMin] = &Kernel<braidMin>::run;
+  table.kernels[dt][braidMax] = &Kernel<braidMax>::run;
+  table.kernels[dt][braidAvg] = &Kernel<braidSum>::run;
+}
+
+template <class T>
+struct Plain {
+  template <braidRedOp_t kOp>
+  struct Of {
+    static void run(void* out, const void* a, const void* b, size_t count) { scalarKernel<T, kOp>(out, a, b, count); }
+  };
+};
+
+template <class Codec>
+struct Narrow {
+  template <braidRedOp_t kOp>
+  struct Of {
+    static void run(void* out, const void* a, const void* b, size_t count) {
+      scalarHalfKernel<Codec, kOp>(out, a, b, count);
+    }
+  };
+};
+
+constexpr KernelTable makeScalarTable() {
+  KernelTable table{};
+  setRow<Plain<int8_t>::Of>(table, braidInt8);
+  setRow<Plain<uint8_t>::Of>(table, braidUint8);
+  setRow<Plain<int32_t>::Of>(table, braidInt32);
+  setRow<Plain<uint32_t>::Of>(table, braidUint32);
+  setRow<Plain<int64_t>::Of>(table, braidInt64);
+  setRow<Plain<uint64_t>::Of>(table, braidUint64);
+  setRow<Narrow<HalfCodec>::Of>(table, braidFloat16);
+  setRow<Narrow<Bf16Codec>::Of>(table, braidBfloat16);
+  setRow<Plain<float>::Of>(table, braidFloat32);
+  setRow<Plain<double>::Of>(table, braidFloat64);
+  return table;
+}
+
+// ---- Kernel tables ---------------------------------------------------------------------------------
+// Constant-initialized to the scalar kernels, so that a static initializer of another translation
+// unit that reduces before initKernels() has run gets correct (scalar) results. initKernels()
+// runs during static initialization, before any thread of the user can call in, and nothing writes
+// the tables afterwards: readers need no synchronization.
+constinit KernelTable gLevelTables[kNumSimdLevels] = {makeScalarTable(), makeScalarTable(), makeScalarTable()};
+constinit KernelTable gActive = makeScalarTable();
+constinit SimdLevel gActiveLevel = SimdLevel::kScalar;
+
+bool initKernels() {
+  // Each level starts from the one below it, so a slot a SIMD file leaves alone keeps the best
+  // kernel of a lower level.
+  fillAvx2Kernels(gLevelTables[static_cast<int>(SimdLevel::kAvx2)]);
+  gLevelTables[static_cast<int>(SimdLevel::kAvx512)] = gLevelTables[static_cast<int>(SimdLevel::kAvx2)];
+  fillAvx512Kernels(gLevelTables[static_cast<int>(SimdLevel::kAvx512)]);
+  for (KernelTable& table : gLevelTables) {
+    for (auto& row : table.kernels) row[braidAvg] = row[braidSum];
+  }
+  // Read once, here: BRAID_SIMD is meant for tests and comparisons, set before the process starts.
+  gActiveLevel = selectSimdLevel(std::getenv("BRAID_SIMD"));
+  gActive = gLevelTables[static_cast<int>(gActiveLevel)];
+  return true;
+}
+
+[[maybe_unused]] const bool gKernelsReady = initKernels();
+
+// ---- scaleDivide ---------------------------------------------------------------------------------
+
+template <class T>
+void divideInts(void* buf, size_t count, int divisor) {
+  // Divide in a type wide enough for both the element and the divisor; C++ division truncates
+  // toward zero. The quotient's magnitude is at most the element's, so the cast back is exact.
+  using Wide = std::conditional_t<std::is_signed_v<T>, std::conditional_t<(sizeof(T) <= 4), int32_t, int64_t>,
+                                  std::conditional_t<(sizeof(T) <= 4), uint32_t, uint64_t>>;
+  T* p = static_cast<T*>(buf);
+  const Wide d = static_cast<Wide>(divisor);
+  for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(static_cast<Wide>(p[i]) / d);
+}
+
+template <class T>
+void divideFloats(void* buf, size_t count, int divisor) {
+  T* p = static_cast<T*>(buf);
+  const T d = static_cast<T>(divisor);
+  for (size_t i = 0; i < count; ++i) p[i] /= d;
+}
+
+template <class Codec>
+void divideNarrow(void* buf, size_t count, int divisor) {
+  // fp32 division then rounding to fp16/bf16 is correctly rounded (fp32 has >= 2p+2 bits).
+  uint16_t* p = static_cast<uint16_t*>(buf);
+  const float d = static_cast<float>(divisor);
+  for (size_t i = 0; i < count; ++i) p[i] = Codec::narrow(Codec::widen(p[i]) / d);
+}
+
+}  // namespace
+
+// ---- Datatypes -------------------------------------------------------------------------------------
+
+bool validDtype(int dt) { return dt >= 0 && dt < braidNumTypes; }
+bool validRedop(int op) { return op >= 0 && op < braidNumOps; }
+
+size_t dtypeSize(braidDataType_t dt) { return validDtype(dt) ? kDtypeSizes[dt] : 0; }
+const char* dtypeName(braidDataType_t dt) { return validDtype(dt) ? kDtypeNames[dt] : "invalid"; }
+const char* redopName(braidRedOp_t op) { return validRedop(op) ? kRedopNames[op] : "invalid"; }
+
+// ---- Conversions -----------------------------------------------------------------------------------
+
+float halfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    // Infinity, or NaN with its payload kept and the quiet bit set.
+    bits = sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {
+    // Subnormal: mantissa * 2^-24. Shift the leading one up to the implicit bit's place.
+    uint32_t e = 127 - 14;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t floatToHalf(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {
+    // NaN: quiet, top of the payload kept (what vcvtps2ph does).
+    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  // 65520 = 0x477ff000 is halfway between 65504 (the largest half, odd mantissa) and 65536: ties
+  // go to even, i.e. to infinity. Infinity itself lands here too.
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (magnitude >= 0x38800000u) {
+    // Normal half (>= 2^-14): rebias the exponent by 127 - 15 and round the 13 dropped bits to
+    // nearest even. A carry out of the mantissa correctly bumps the exponent.
+    const uint32_t rebased = magnitude - ((127u - 15u) << 23);
+    return static_cast<uint16_t>(sign | ((rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13));
+  }
+  // Subnormal half: the result is round(f * 2^24) units of 2^-24. Up to 2^-25 (a tie between 0
+  // and the smallest subnormal, going to even) it is zero.
+  if (magnitude <= 0x33000000u) return sign;
+  const uint32_t exponent = magnitude >> 23;                      // 102..112 here
+  const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;  // value = mantissa * 2^(exponent-150)
+  const uint32_t shift = 126u - exponent;                         // 14..24
+  const uint32_t rest = mantissa & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  uint32_t units = mantissa >> shift;
+  if (rest > half || (rest == half && (units & 1u) != 0)) ++units;  // 1024 units encodes 2^-14: fine
+  return static_cast<uint16_t>(sign | units);
+}
+
+float bf16ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  if ((bits & 0x7fffffffu) > 0x7f800000u) bits |= 0x00400000u;  // NaN: quiet it
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t floatToBf16(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits | 0x00400000u) >> 16);
+  // Round the low 16 bits to nearest even. Values from halfway above the largest bf16 carry into
+  // the exponent and become infinity; subnormals round on the same grid with no special case.
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// ---- Kernels ---------------------------------------------------------------------------------------
+
+ReduceKernel reduceKernel(braidDataType_t dt, braidRedOp_t op) {
+  // Hot path: called per chunk. Two compares and a load.
+  if (static_cast<unsigned>(dt) >= braidNumTypes || static_cast<unsigned>(op) >= braidNumOps) return nullptr;
+  return gActive.kernels[dt][op];
+}
+
+void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const void* b, size_t count) {
+  // Callers validate dt and op at the API boundary; an invalid pair has no kernel and writes nothing.
+  if (ReduceKernel kernel = reduceKernel(dt, op)) kernel(out, a, b, count);
+}
+
+void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor) {
+  // The divisor is a rank count (>= 1); dividing by 1 changes nothing, and smaller divisors have no
+  // meaning for an average, so both leave the buffer as it is.
+  if (divisor <= 1) return;
+  switch (dt) {
+    case braidInt8: return divideInts<int8_t>(buf, count, divisor);
+    case braidUint8: return divideInts<uint8_t>(buf, count, divisor);
+    case braidInt32: return divideInts<int32_t>(buf, count, divisor);
+    case braidUint32: return divideInts<uint32_t>(buf, count, divisor);
+    case braidInt64: return divideInts<int64_t>(buf, count, divisor);
+    case braidUint64: return divideInts<uint64_t>(buf, count, divisor);
+    case braidFloat16: return divideNarrow<HalfCodec>(buf, count, divisor);
+    case braidBfloat16: return divideNarrow<Bf16Codec>(buf, count, divisor);
+    case braidFloat32: return divideFloats<float>(buf, count, divisor);
+    case braidFloat64: return divideFloats<double>(buf, count, divisor);
+    case braidNumTypes: break;
+  }
+}
+
+// ---- SIMD levels -----------------------------------------------------------------------------------
+
+const char* simdLevelString(SimdLevel level) {
+  const int index = static_cast<int>(level);
+  return index >= 0 && index < kNumSimdLevels ? kSimdLevelNames[index] : "invalid";
+}
+
+const char* simdLevelName() { return simdLevelString(gActiveLevel); }
+
+SimdLevel activeSimdLevel() { return gActiveLevel; }
+
+bool simdLevelSupported(SimdLevel level) {
+#if defined(__x86_64__)
+  // __builtin_cpu_supports also checks that the OS saves the AVX/AVX-512 register state (XCR0).
+  // cpu_init is required when this runs from a static initializer, before libgcc's own.
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  switch (level) {
+    case SimdLevel::kScalar: return true;
+    case SimdLevel::kAvx2: return avx2;
+    case SimdLevel::kAvx512:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+  }
+  return false;
+#else
+  return level == SimdLevel::kScalar;
+#endif
+}
+
+SimdLevel selectSimdLevel(const char* cap) {
+  int limit = kNumSimdLevels - 1;
+  if (cap != nullptr) {
+    for (int i = 0; i < kNumSimdLevels; ++i) {
+      if (std::strcmp(cap, kSimdLevelNames[i]) == 0) limit = i;
+    }
+  }
+  for (int i = limit; i > 0; --i) {
+    if (simdLevelSupported(static_cast<SimdLevel>(i))) return static_cast<SimdLevel>(i);
+  }
+  return SimdLevel::kScalar;
+}
+
+ReduceKernel reduceKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op) {
+  const int index = static_cast<int>(level);
+  if (index < 0 || index >= kNumSimdLevels || !simdLevelSupported(level)) return nullptr;
+  if (!validDtype(dt) || !validRedop(op)) return nullptr;
+  return gLevelTables[index].kernels[dt][op];
+}
+
+}  // namespace braid

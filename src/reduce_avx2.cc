@@ -1,0 +1,247 @@
+// AVX2 (+F16C) reduction kernels: every datatype x {sum, prod, min, max}.
+//
+// Built with function-level target attributes, never a file-wide `#pragma GCC target`: inline
+// functions from headers must stay baseline x86-64, or the linker could keep an AVX2 copy of one
+// for the whole program. reduce.cc installs these only when cpuid reports avx2 and f16c.
+//
+// Each kernel streams out[i] = a[i] op b[i]: four unaligned 256-bit vectors per iteration (enough
+// independent loads in flight to stay memory-bound), then one vector at a time, then the last
+// partial vector through a zero-padded stack buffer, so the tail takes the very same vector code.
+// A vector is loaded in full before its result is stored, so out == a or out == b is fine.
+// Semantics (wraparound, NaN handling of min/max, rounding) are the scalar ones of reduce.cc.
+#include "src/reduce_internal.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#define BRAID_AVX2 __attribute__((target("avx2,f16c")))
+#define BRAID_AVX2_INLINE __attribute__((target("avx2,f16c"), always_inline)) inline
+
+namespace braid {
+namespace {
+
+// ---- Lane operations -------------------------------------------------------------------------------
+
+// vminps(a, b) is `a < b ? a : b` (it returns b when either is NaN or both are zero); putting `a`
+// back where `a` is NaN makes any NaN input give a NaN, as the scalar kernels do.
+template <braidRedOp_t kOp>
+BRAID_AVX2_INLINE __m256 opPs(__m256 a, __m256 b) {
+  if constexpr (kOp == braidSum) return _mm256_add_ps(a, b);
+  if constexpr (kOp == braidProd) return _mm256_mul_ps(a, b);
+  if constexpr (kOp == braidMin) return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  if constexpr (kOp == braidMax) return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
+template <braidRedOp_t kOp>
+BRAID_AVX2_INLINE __m256d opPd(__m256d a, __m256d b) {
+  if constexpr (kOp == braidSum) return _mm256_add_pd(a, b);
+  if constexpr (kOp == braidProd) return _mm256_mul_pd(a, b);
+  if constexpr (kOp == braidMin) return _mm256_blendv_pd(_mm256_min_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+  if constexpr (kOp == braidMax) return _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+}
+
+// Low 8 bits of byte products: the low byte of a 16-bit product depends only on the low bytes of
+// the factors, so one 16-bit multiply gives the even bytes and one of the shifted words the odd.
+BRAID_AVX2_INLINE __m256i mul8(__m256i a, __m256i b) {
+  const __m256i even = _mm256_mullo_epi16(a, b);
+  const __m256i odd = _mm256_mullo_epi16(_mm256_srli_epi16(a, 8), _mm256_srli_epi16(b, 8));
+  return _mm256_or_si256(_mm256_and_si256(even, _mm256_set1_epi16(0x00ff)), _mm256_slli_epi16(odd, 8));
+}
+
+// Low 64 bits of 64-bit products from 32x32->64 multiplies: lo*lo + ((lo*hi + hi*lo) << 32).
+BRAID_AVX2_INLINE __m256i mul64(__m256i a, __m256i b) {
+  const __m256i low = _mm256_mul_epu32(a, b);
+  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)),
+                                         _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b));
+  return _mm256_add_epi64(low, _mm256_slli_epi64(cross, 32));
+}
+
+// a > b per 64-bit lane; AVX2 compares signed only, so unsigned lanes are biased by 2^63 first.
+template <bool kSigned>
+BRAID_AVX2_INLINE __m256i greater64(__m256i a, __m256i b) {
+  if constexpr (kSigned) {
+    return _mm256_cmpgt_epi64(a, b);
+  } else {
+    const __m256i bias = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ull));
+    return _mm256_cmpgt_epi64(_mm256_xor_si256(a, bias), _mm256_xor_si256(b, bias));
+  }
+}
+
+template <class T, braidRedOp_t kOp>
+BRAID_AVX2_INLINE __m256i opInt(__m256i a, __m256i b) {
+  constexpr bool kSigned = std::is_signed_v<T>;
+  constexpr size_t kBytes = sizeof(T);
+  // Sums and products are the same bits for signed and unsigned lanes (wraparound).
+  if constexpr (kOp == braidSum) {
+    if constexpr (kBytes == 1) return _mm256_add_epi8(a, b);
+    if constexpr (kBytes == 4) return _mm256_add_epi32(a, b);
+    if constexpr (kBytes == 8) return _mm256_add_epi64(a, b);
+  } else if constexpr (kOp == braidProd) {
+    if constexpr (kBytes == 1) return mul8(a, b);
+    if constexpr (kBytes == 4) return _mm256_mullo_epi32(a, b);
+    if constexpr (kBytes == 8) return mul64(a, b);
+  } else if constexpr (kOp == braidMin) {
+    if constexpr (kBytes == 1) return kSigned ? _mm256_min_epi8(a, b) : _mm256_min_epu8(a, b);
+    if constexpr (kBytes == 4) return kSigned ? _mm256_min_epi32(a, b) : _mm256_min_epu32(a, b);
+    if constexpr (kBytes == 8) return _mm256_blendv_epi8(a, b, greater64<kSigned>(a, b));
+  } else if constexpr (kOp == braidMax) {
+    if constexpr (kBytes == 1) return kSigned ? _mm256_max_epi8(a, b) : _mm256_max_epu8(a, b);
+    if constexpr (kBytes == 4) return kSigned ? _mm256_max_epi32(a, b) : _mm256_max_epu32(a, b);
+    if constexpr (kBytes == 8) return _mm256_blendv_epi8(b, a, greater64<kSigned>(a, b));
+  }
+}
+
+// fp32 lanes -> bf16 in the upper 16 bits of each lane, rounded to nearest even; NaN stays NaN
+// (quiet bit set, payload kept), as floatToBf16 does.
+BRAID_AVX2_INLINE __m256i roundToBf16(__m256 r) {
+  const __m256i bits = _mm256_castps_si256(r);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
+  return _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(r, r, _CMP_UNORD_Q)));
+}
+
+// ---- One vector's worth of each datatype -----------------------------------------------------------
+
+template <braidRedOp_t kOp>
+struct F32 {
+  using T = float;
+  static constexpr size_t kWidth = 8;
+  BRAID_AVX2_INLINE static void run(T* out, const T* a, const T* b) {
+    _mm256_storeu_ps(out, opPs<kOp>(_mm256_loadu_ps(a), _mm256_loadu_ps(b)));
+  }
+};
+
+template <braidRedOp_t kOp>
+struct F64 {
+  using T = double;
+  static constexpr size_t kWidth = 4;
+  BRAID_AVX2_INLINE static void run(T* out, const T* a, const T* b) {
+    _mm256_storeu_pd(out, opPd<kOp>(_mm256_loadu_pd(a), _mm256_loadu_pd(b)));
+  }
+};
+
+// fp16: F16C widens exactly; vcvtps2ph rounds with the immediate's mode (nearest even here,
+// whatever MXCSR says), overflows to infinity and quiets NaNs.
+template <braidRedOp_t kOp>
+struct F16 {
+  using T = uint16_t;
+  static constexpr size_t kWidth = 8;
+  BRAID_AVX2_INLINE static void run(T* out, const T* a, const T* b) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(opPs<kOp>(x, y), _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+
+// bf16 is the top half of an fp32: within each 32-bit lane, shifting the even element up or
+// masking off the odd element's partner widens it exactly, with no shuffles. Results are put back
+// in the same places. (AVX512_BF16's vcvtne2ps2bf16 is not used: it flushes subnormals to zero.)
+template <braidRedOp_t kOp>
+struct Bf16 {
+  using T = uint16_t;
+  static constexpr size_t kWidth = 16;
+  BRAID_AVX2_INLINE static void run(T* out, const T* a, const T* b) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    const __m256 evenR = opPs<kOp>(_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)),
+                                   _mm256_castsi256_ps(_mm256_slli_epi32(y, 16)));
+    const __m256 oddR = opPs<kOp>(_mm256_castsi256_ps(_mm256_and_si256(x, high)),
+                                  _mm256_castsi256_ps(_mm256_and_si256(y, high)));
+    const __m256i even = _mm256_srli_epi32(roundToBf16(evenR), 16);
+    const __m256i odd = _mm256_and_si256(roundToBf16(oddR), high);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_or_si256(even, odd));
+  }
+};
+
+template <class Int, braidRedOp_t kOp>
+struct Ints {
+  using T = Int;
+  static constexpr size_t kWidth = 32 / sizeof(Int);
+  BRAID_AVX2_INLINE static void run(T* out, const T* a, const T* b) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), opInt<Int, kOp>(x, y));
+  }
+};
+
+// ---- The streaming loop ----------------------------------------------------------------------------
+
+template <class Step>
+BRAID_AVX2 void streamKernel(void* out, const void* a, const void* b, size_t count) {
+  using T = typename Step::T;
+  constexpr size_t kWidth = Step::kWidth;
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  size_t i = 0;
+  for (; i + 4 * kWidth <= count; i += 4 * kWidth) {
+    Step::run(o + i, x + i, y + i);
+    Step::run(o + i + kWidth, x + i + kWidth, y + i + kWidth);
+    Step::run(o + i + 2 * kWidth, x + i + 2 * kWidth, y + i + 2 * kWidth);
+    Step::run(o + i + 3 * kWidth, x + i + 3 * kWidth, y + i + 3 * kWidth);
+  }
+  for (; i + kWidth <= count; i += kWidth) Step::run(o + i, x + i, y + i);
+  if (i < count) {
+    // Zero padding keeps the unused lanes' inputs defined; their results are dropped.
+    const size_t bytes = (count - i) * sizeof(T);
+    T tx[kWidth] = {};
+    T ty[kWidth] = {};
+    T to[kWidth];
+    std::memcpy(tx, x + i, bytes);
+    std::memcpy(ty, y + i, bytes);
+    Step::run(to, tx, ty);
+    std::memcpy(o + i, to, bytes);
+  }
+}
+
+template <template <braidRedOp_t> class Step>
+void fillRow(KernelTable& table, braidDataType_t dt) {
+  table.kernels[dt][braidSum] = &streamKernel<Step<braidSum>>;
+  table.kernels[dt][braidProd] = &streamKernel<Step<braidProd>>;
+  table.kernels[dt][braidMin] = &streamKernel<Step<braidMin>>;
+  table.kernels[dt][braidMax] = &streamKernel<Step<braidMax>>;
+}
+
+template <braidRedOp_t kOp>
+using I8 = Ints<int8_t, kOp>;
+template <braidRedOp_t kOp>
+using U8 = Ints<uint8_t, kOp>;
+template <braidRedOp_t kOp>
+using I32 = Ints<int32_t, kOp>;
+template <braidRedOp_t kOp>
+using U32 = Ints<uint32_t, kOp>;
+template <braidRedOp_t kOp>
+using I64 = Ints<int64_t, kOp>;
+template <braidRedOp_t kOp>
+using U64 = Ints<uint64_t, kOp>;
+
+}  // namespace
+
+void fillAvx2Kernels(KernelTable& table) {
+  fillRow<I8>(table, braidInt8);
+  fillRow<U8>(table, braidUint8);
+  fillRow<I32>(table, braidInt32);
+  fillRow<U32>(table, braidUint32);
+  fillRow<I64>(table, braidInt64);
+  fillRow<U64>(table, braidUint64);
+  fillRow<F16>(table, braidFloat16);
+  fillRow<Bf16>(table, braidBfloat16);
+  fillRow<F32>(table, braidFloat32);
+  fillRow<F64>(table, braidFloat64);
+}
+
+}  // namespace braid
+
+#else  // !defined(__x86_64__)
+
+namespace braid {
+void fillAvx2Kernels(KernelTable&) {}
+}  // namespace braid
+
+#endif

@@ -1,0 +1,43 @@
+// Internals of the reduction kernels: the per-instruction-set kernel tables, how reduce.cc picks
+// one, and the hooks tests and benchmarks use to run every level this CPU supports.
+#pragma once
+
+#include "src/reduce.h"
+
+namespace braid {
+
+// Ordered: a higher level may use everything a lower one does.
+enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+inline constexpr int kNumSimdLevels = 3;
+
+// One kernel per (datatype, op). The braidAvg slot holds the sum kernel (avg divides afterwards,
+// see scaleDivide). An aggregate so that the scalar table can be built at compile time.
+struct KernelTable {
+  ReduceKernel kernels[braidNumTypes][braidNumOps];
+};
+
+// "scalar", "avx2", "avx512".
+const char* simdLevelString(SimdLevel level);
+
+// True when this CPU and OS can run the level's kernels: AVX2 needs avx2+f16c; AVX-512 needs
+// avx512f+avx512bw+avx512vl on top. kScalar is always supported. Thread-safe.
+bool simdLevelSupported(SimdLevel level);
+
+// The best supported level, capped by `cap` ("scalar", "avx2" or "avx512", the values of
+// BRAID_SIMD). A null, empty or unknown cap means no cap. Thread-safe.
+SimdLevel selectSimdLevel(const char* cap);
+
+// The level reduceKernel() uses (chosen once, when the library is loaded).
+SimdLevel activeSimdLevel();
+
+// The kernel of one level, for tests and benchmarks. nullptr when the level is not supported on
+// this CPU (its kernels would fault) or (dt, op) is invalid. Thread-safe.
+ReduceKernel reduceKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op);
+
+// Defined in reduce_avx2.cc and reduce_avx512.cc: overwrite the slots of `table` that the file
+// vectorizes (sum, prod, min and max of each datatype; never the avg slot). Installing a kernel
+// does not run it, so these are safe to call on any CPU; off x86-64 they do nothing.
+void fillAvx2Kernels(KernelTable& table);
+void fillAvx512Kernels(KernelTable& table);
+
+}  // namespace braid

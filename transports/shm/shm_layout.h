@@ -1,0 +1,109 @@
+// The layout of a shm transport segment: plain structs placed in POSIX shared memory and read by
+// two processes. Nothing here may contain pointers (each process maps the segment at its own
+// address); cross-process synchronization uses lock-free, address-free std::atomic<uint64_t>.
+//
+// One segment per rank, created by that rank, holding one FIFO per shm peer in which the creator is
+// the SENDER. A FIFO is a ring of `nslots` slots; slot k carries the k-th 64-byte-aligned piece of
+// the byte stream from sender to receiver:
+//
+//   FIFO:  [ FifoControl: 128 B, written by the receiver only            ]
+//          [ slot 0: SlotHeader (64 B, sender) | payload (slotSize B)    ]
+//          [ slot 1: ...                                                 ]
+//
+// Messages: a message of N bytes takes ceil(N / slotSize) slots (one slot when N <= kInlineBytes or
+// N == 0: the payload then rides in the header line itself, so a small message costs the receiver a
+// single cache-line transfer). Every slot header repeats N, so the receiver can check the posted
+// size at the first slot and sanity-check the others; piece sizes follow from N and slotSize. A
+// message sent by single copy (CMA) takes one slot: N | kCmaFlag and the sender's address.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace braid {
+namespace shm {
+
+constexpr uint64_t kSegmentMagic = 0x6d68736469617262ull;  // "braidshm" in memory order
+// Bump on any change of the structs below: peers with another version refuse to attach.
+constexpr uint32_t kSegmentVersion = 1;
+constexpr size_t kCacheLine = 64;
+// Payload bytes that fit in a slot's header line after seq and msgBytes.
+constexpr size_t kInlineBytes = 48;
+// Set in SlotHeader::msgBytes when the slot carries a CMA descriptor instead of data.
+constexpr uint64_t kCmaFlag = 1ull << 63;
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters must be lock-free");
+
+// The first line of every slot; written by the sender only.
+struct alignas(kCacheLine) SlotHeader {
+  // Absolute slot number + 1 once the slot is full (0 in a fresh segment = empty). Stored last, with
+  // release, after msgBytes and the payload; the receiver's acquire load of the value it expects
+  // makes them visible. Sequence numbers never repeat, so a stale slot is never mistaken for a new one.
+  std::atomic<uint64_t> seq;
+  uint64_t msgBytes;  // total bytes of the message (| kCmaFlag for a descriptor)
+  unsigned char inlineData[kInlineBytes];
+};
+static_assert(sizeof(SlotHeader) == kCacheLine);
+
+// The CMA descriptor, stored in SlotHeader::inlineData.
+struct CmaDescriptor {
+  uint64_t address;  // in the sender's address space
+};
+static_assert(sizeof(CmaDescriptor) <= kInlineBytes);
+
+// Receiver-written control words of one FIFO. The second line is padding so that the adjacent-line
+// prefetcher on the sender's side does not pull slot 0's header into this line's coherence traffic.
+struct alignas(kCacheLine) FifoControl {
+  // Slots consumed. Stored (release) after the receiver finished reading a slot; the sender's
+  // acquire load before it overwrites slot k - nslots pairs with it.
+  std::atomic<uint64_t> head;
+  // CMA messages completely read. Stored (release) after the last process_vm_readv of a message;
+  // the sender's acquire load pairs with it before it completes the send (the user may then reuse
+  // the buffer).
+  std::atomic<uint64_t> cmaAcks;
+  // 1 when the receiver will accept CMA descriptors (probe passed and BRAID_SHM_CMA allows it).
+  // Written at connect before the barrier allGather, read by the sender after it.
+  std::atomic<uint64_t> cmaAccept;
+  unsigned char pad[2 * kCacheLine - 3 * sizeof(uint64_t)];
+};
+static_assert(sizeof(FifoControl) == 2 * kCacheLine);
+
+// Where the creator's FIFO for one receiver starts.
+struct FifoEntry {
+  int32_t receiverRank;
+  uint32_t reserved;
+  uint64_t offset;  // from the segment start; page aligned
+};
+
+// The segment's first bytes, written by the creator before the first allGather and read-only after.
+struct SegmentHeader {
+  uint64_t magic;
+  uint32_t version;
+  int32_t creatorRank;
+  uint64_t commId;
+  uint8_t secret[16];
+  uint64_t segmentBytes;
+  uint64_t fifoBytes;  // bytes per FIFO, page aligned
+  uint32_t slotSize;   // payload bytes per slot, a multiple of kCacheLine
+  uint32_t nslots;
+  uint32_t nfifos;  // FifoEntry records follow the header
+  uint32_t reserved;
+};
+
+inline size_t slotStride(size_t slotSize) { return sizeof(SlotHeader) + slotSize; }
+
+inline size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Bytes of one FIFO, rounded to `page`.
+inline size_t fifoBytes(size_t slotSize, size_t nslots, size_t page) {
+  return roundUp(sizeof(FifoControl) + nslots * slotStride(slotSize), page);
+}
+
+// Bytes of the header plus directory, rounded to `page`.
+inline size_t headerBytes(size_t nfifos, size_t page) {
+  return roundUp(sizeof(SegmentHeader) + nfifos * sizeof(FifoEntry), page);
+}
+
+}  // namespace shm
+}  // namespace braid

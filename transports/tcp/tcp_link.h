@@ -1,0 +1,89 @@
+// The tcp transport's data path: one nonblocking stream socket per pair of ranks carries both
+// directions. Each message on the wire is an 8-byte little-endian length followed by the payload, so
+// the receiver can check that the sender and the posted receive agree on the size.
+//
+// Threading: a TcpLink is driven by one thread at a time (the executor's lock); nothing here locks.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "src/socket.h"
+#include "src/status.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+// Bytes of the length header in front of every message.
+inline constexpr size_t kTcpHeaderBytes = 8;
+
+class TcpLink final : public Link {
+ public:
+  // `fd` is connected, nonblocking, with TCP_NODELAY and the socket buffers already set.
+  // `chunkBytes` (BRAID_TCP_CHUNK) caps the bytes of one socket call and sizes the reduce staging
+  // buffer; it must be at least kTcpMinChunk.
+  TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes);
+
+  Status postSend(Xfer* x) override;
+  Status postRecv(Xfer* x) override;
+  Status progress() override;
+  bool busy() const override { return sendHead_ != nullptr || recvHead_ != nullptr; }
+  int waitFd() const override { return fd_.get(); }
+
+  // The smallest BRAID_TCP_CHUNK accepted: larger than any element size, and small enough that
+  // tests can force many pieces per message.
+  static constexpr size_t kTcpMinChunk = 4096;
+
+ private:
+  // Most iovec entries one sendmsg/recvmsg carries: a header and a payload for each of up to 16
+  // queued messages, so a burst of small messages costs one system call instead of one each.
+  static constexpr int kMaxIov = 32;
+  // Chunks each direction may move per progress() call before returning, so that one busy link
+  // cannot keep the executor from the others (a fast peer could otherwise refill the socket as
+  // fast as we drain it, forever). Four 512 KiB chunks are ~0.5 ms on loopback.
+  static constexpr size_t kChunksPerProgress = 4;
+
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+
+  Status progressSend();
+  Status progressRecv();
+  Status checkHeader(uint64_t announced, const Xfer* x);
+  // Records a fatal error; every later call returns it.
+  Status fail(Status s);
+  Status closedError();
+  Status socketError(int err, const char* op);
+
+  Fd fd_;
+  int peer_;
+  std::string peerHost_;  // for error messages, built once at connect
+  size_t chunk_;
+  size_t budget_;  // kChunksPerProgress * chunk_
+  Status error_;   // sticky: set once the link is broken
+
+  // Send queue (intrusive through Xfer::next). sendHdrDone_ is how much of the head's header the
+  // socket has taken; the header bytes themselves are the head's Xfer::bytes (little-endian
+  // size_t, see the static_assert in tcp_link.cc), so a send needs no header buffer.
+  Xfer* sendHead_ = nullptr;
+  Xfer* sendTail_ = nullptr;
+  size_t sendHdrDone_ = 0;
+
+  // Receive queue. recvHdr_ holds the head's (possibly partial) header; the headers of messages
+  // read in the same batch land in batchHdr_ first. Xfer::progressed counts payload bytes placed
+  // (plain) or reduced (reduce); carry_ counts bytes waiting in staging_ for the rest of an element.
+  Xfer* recvHead_ = nullptr;
+  Xfer* recvTail_ = nullptr;
+  uint64_t recvHdr_ = 0;
+  size_t recvHdrDone_ = 0;
+  size_t carry_ = 0;
+  std::unique_ptr<uint8_t[], FreeDeleter> staging_;  // chunk_ bytes, 64-byte aligned
+  uint64_t batchHdr_[kMaxIov / 2] = {};
+};
+
+}  // namespace braid
