@@ -1,336 +1,439 @@
-// The *_perf harness: see common.h. Flags and output follow nccl-tests, so that numbers and scripts
-// carry over; the datatype helpers here are independent of the library's own (they check it).
+// The *_perf harness: see common.h. Flags, table and footer follow nccl-tests' layout, so that
+// numbers and scripts carry over.
 #include "common.h"
 
-#include <getopt.h>
-#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
-#include <type_traits>
+
+#include "check.h"
+#include "options.h"
 
 namespace braid::perf {
 namespace {
 
-constexpr unsigned char kPoison = 0xA5;  // fills recvbuff before a check; no input byte looks like it
-constexpr size_t kGuardBytes = 64;       // poisoned bytes after each buffer, checked for stray writes
 constexpr size_t kAlign = 4096;
-constexpr int kHostBytes = 64;
+constexpr size_t kHostBytes = 64;  // one fixed-size slot per rank in the hostname AllGather
 
-braidComm_t g_comm = nullptr;  // for failCall, which aborts it so that peers fail fast
+braidComm_t g_comm = nullptr;  // aborted by failCall, so that peers fail at once instead of timing out
 int g_rank = -1;
 
-// ---- Datatypes ---------------------------------------------------------------------------------
+struct Result {
+  double timeUs = 0;
+  double algbw = 0;
+  double busbw = 0;
+  long long wrong = -1;  // -1: not checked (-c 0)
+};
 
-struct TypeInfo {
+struct Row {
+  size_t bytes;
+  size_t count;
   braidDataType_t type;
-  const char* name;
-  size_t size;
-  bool isFloat;
-};
-constexpr TypeInfo kTypes[] = {
-    {braidInt8, "int8", 1, false},      {braidUint8, "uint8", 1, false},     {braidInt32, "int32", 4, false},
-    {braidUint32, "uint32", 4, false},  {braidInt64, "int64", 8, false},     {braidUint64, "uint64", 8, false},
-    {braidFloat16, "half", 2, true},    {braidBfloat16, "bfloat16", 2, true}, {braidFloat32, "float", 4, true},
-    {braidFloat64, "double", 8, true},
-};
-const TypeInfo& typeInfo(braidDataType_t t) { return kTypes[static_cast<int>(t)]; }
-constexpr const char* kOpNames[] = {"sum", "prod", "min", "max", "avg"};
-
-struct Half {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
+  const char* redop;
+  int root;
+  Result res[2];  // out-of-place, in-place
 };
 
-uint32_t floatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+struct Device {
+  int64_t pid;
+  std::string host;
+};
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
+
+Buffer allocBuffer(size_t bytes) {
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  auto* p = static_cast<unsigned char*>(std::aligned_alloc(kAlign, bytes));
+  if (p == nullptr) {
+    std::fprintf(stderr, "rank %d: cannot allocate %zu bytes\n", g_rank, bytes);
+    if (g_comm != nullptr) braidCommAbort(g_comm);
+    std::exit(1);
+  }
+  std::memset(p, kPoison, bytes);  // touch every page now, not while timing
+  return Buffer(p);
 }
 
-// IEEE binary16 from float, round to nearest even; NaN stays NaN, overflow goes to infinity.
-uint16_t toHalfBits(float f) {
-  uint32_t x = floatBits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
-  if (abs < 0x38800000u) {  // below 2^-14: subnormal in half, counted in units of 2^-24
-    auto units = static_cast<uint32_t>(std::nearbyint(bitsFloat(abs) * 16777216.0f));
-    return static_cast<uint16_t>(sign | units);  // 0x400 carries into the smallest normal, as it should
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof(esc), "\\u%04x", c);
+      out += esc;
+    } else {
+      out += c;
+    }
   }
-  int32_t exp = static_cast<int32_t>(abs >> 23) - 127 + 15;
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  uint32_t h = (static_cast<uint32_t>(exp) << 10) | ((abs >> 13) & 0x3ffu);
-  uint32_t rest = abs & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry may reach infinity: correct
-  return static_cast<uint16_t>(sign | h);
-}
-float fromHalfBits(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return bitsFloat(sign | 0x7f800000u | (mant << 13));
-  return bitsFloat(sign | ((exp + 127 - 15) << 23) | (mant << 13));
-}
-uint16_t toBf16Bits(float f) {
-  uint32_t x = floatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-float fromBf16Bits(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
-
-// Converts a reference value to element type T. Integers wrap (two's complement) like the library's
-// integer arithmetic; the value is integral for them (avg is truncated by reduceExpected).
-template <typename T>
-T toElem(double v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return Half{toHalfBits(static_cast<float>(v))};
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return BFloat16{toBf16Bits(static_cast<float>(v))};
-  } else if constexpr (std::is_integral_v<T>) {
-    return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(v)));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-template <typename T>
-double toDouble(T x) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return fromHalfBits(x.bits);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return fromBf16Bits(x.bits);
-  } else {
-    return static_cast<double>(x);
-  }
-}
-template <typename T>
-bool sameBits(const T& a, const T& b) {
-  return std::memcmp(&a, &b, sizeof(T)) == 0;
+  return out + "\"";
 }
 
-// Calls f(T{}) with T the C++ type of `t`.
-template <typename F>
-void withType(braidDataType_t t, F&& f) {
-  switch (t) {
-    case braidInt8: return f(int8_t{});
-    case braidUint8: return f(uint8_t{});
-    case braidInt32: return f(int32_t{});
-    case braidUint32: return f(uint32_t{});
-    case braidInt64: return f(int64_t{});
-    case braidUint64: return f(uint64_t{});
-    case braidFloat16: return f(Half{});
-    case braidBfloat16: return f(BFloat16{});
-    case braidFloat32: return f(float{});
-    default: return f(double{});
+// Times keep 7 columns: fewer decimals as they grow, as nccl-tests prints them.
+void formatTime(double us, char* buf, size_t len) {
+  std::snprintf(buf, len, us < 1e4 ? "%7.2f" : us < 1e5 ? "%7.1f" : "%7.0f", us);
+}
+
+class Bench {
+ public:
+  Bench(const Options& opts, const CollDesc& desc) : opts_(opts), desc_(desc) {}
+  int run();
+
+ private:
+  void init();
+  void gatherDevices();
+  void allocate();
+  void printHeader() const;
+  void sweep(braidDataType_t type, braidRedOp_t op, int root);
+  void runRow(Ctx& ctx, const Sizes& sizes);
+  Result measure(const Ctx& ctx, const Sizes& sizes, bool inPlace, size_t* oob);
+  void prepare(const Ctx& ctx, const Sizes& sizes, bool inPlace, void* send);
+  void iterate(const Ctx& ctx, const void* send, void* recv, int nops);
+  void printRow(const Row& row) const;
+  void writeJson(FILE* f, double avgBusbw) const;
+
+  const Options& opts_;
+  const CollDesc& desc_;
+  braidComm_t comm_ = nullptr;
+  int rank_ = 0;
+  int nranks_ = 1;
+  int version_ = 0;
+  std::vector<Device> devices_;
+  Buffer send_;
+  Buffer recv_;  // also the single buffer of in-place runs
+  Requests reqs_;
+  std::vector<Row> rows_;
+  unsigned long long wrongTotal_ = 0;
+  unsigned long long oobTotal_ = 0;
+};
+
+int Bench::run() {
+  init();
+  FILE* json = nullptr;
+  if (rank_ == 0 && !opts_.json.empty()) {
+    json = std::fopen(opts_.json.c_str(), "w");
+    if (json == nullptr) {
+      std::fprintf(stderr, "rank 0: cannot open -J file '%s': %s\n", opts_.json.c_str(), std::strerror(errno));
+      braidCommAbort(comm_);
+      return 2;
+    }
   }
-}
+  if (desc_.rooted && !opts_.allRoots && opts_.root >= nranks_) {
+    if (rank_ == 0) std::fprintf(stderr, "%s_perf: -r %d is not a rank of %d\n", desc_.name, opts_.root, nranks_);
+    braidCommDestroy(comm_);
+    return 2;
+  }
+  gatherDevices();
+  allocate();
+  printHeader();
 
-void fillInputs(const Ctx& ctx, const CollDesc& desc, void* buf, size_t n) {
-  withType(ctx.type, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = static_cast<T*>(buf);
-    for (size_t j = 0; j < n; ++j) p[j] = toElem<T>(desc.input(ctx, ctx.rank, j));
-  });
-}
-
-size_t countWrong(const Ctx& ctx, const CollDesc& desc, const void* buf, size_t n, bool inPlace) {
-  const TypeInfo& ti = typeInfo(ctx.type);
-  const bool tolerant = desc.reduces && ctx.op == braidAvg && ti.isFloat;  // avg divides: not exact
-  const double tol = ti.size == 2 ? 1e-2 : ti.size == 4 ? 1e-5 : 1e-12;
-  size_t wrong = 0;
-  withType(ctx.type, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = static_cast<const T*>(buf);
-    T poison;
-    std::memset(&poison, kPoison, sizeof(T));
-    for (size_t j = 0; j < n; ++j) {
-      Expect e = desc.expect(ctx, inPlace, j);
-      if (e.kind == Expect::kUntouched) {
-        wrong += !sameBits(p[j], poison);
-      } else if (e.kind == Expect::kValue && tolerant) {
-        double diff = std::fabs(toDouble(p[j]) - e.value);
-        wrong += !(diff <= tol * std::max(1.0, std::fabs(e.value)));  // NaN counts as wrong
-      } else if (e.kind == Expect::kValue) {
-        wrong += !sameBits(p[j], toElem<T>(e.value));
+  for (braidDataType_t type : opts_.types) {
+    std::vector<braidRedOp_t> ops = desc_.reduces ? opts_.ops : std::vector<braidRedOp_t>{braidSum};
+    for (braidRedOp_t op : ops) {
+      if (!desc_.rooted) {
+        sweep(type, op, -1);
+      } else if (!opts_.allRoots) {
+        sweep(type, op, opts_.root);
+      } else {
+        for (int root = 0; root < nranks_; ++root) sweep(type, op, root);
       }
     }
-  });
-  return wrong;
-}
-
-size_t countGuardDamage(const void* base, size_t offset) {
-  const auto* p = static_cast<const unsigned char*>(base) + offset;
-  return static_cast<size_t>(std::count_if(p, p + kGuardBytes, [](unsigned char c) { return c != kPoison; }));
-}
-
-// ---- Options -----------------------------------------------------------------------------------
-
-struct Options {
-  size_t minBytes = 32 << 20;
-  size_t maxBytes = 32 << 20;
-  size_t stepFactor = 2;
-  size_t stepBytes = 0;  // > 0: additive steps instead of the factor
-  int iters = 20;
-  int warmup = 5;
-  int agg = 1;
-  bool check = true;
-  bool blocking = false;
-  int average = 1;  // 0 rank 0's time, 1 mean, 2 min, 3 max
-  std::vector<braidDataType_t> types{braidFloat32};
-  std::vector<braidRedOp_t> ops{braidSum};
-  int root = 0;
-  bool allRoots = false;
-  std::string json;
-  std::string algo;
-};
-constexpr const char* kAverageNames[] = {"rank0", "avg", "min", "max"};
-
-[[noreturn]] void badFlag(const char* prog, int flag, const char* value) {
-  std::fprintf(stderr, "%s: invalid value '%s' for -%c (see -h)\n", prog, value ? value : "", flag);
-  std::exit(2);
-}
-
-bool parseSize(const char* s, size_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s || errno != 0 || *s == '-') return false;
-  int shift = 0;
-  switch (*end) {
-    case 'K': case 'k': shift = 10; ++end; break;
-    case 'M': case 'm': shift = 20; ++end; break;
-    case 'G': case 'g': shift = 30; ++end; break;
-    default: break;
   }
-  if (*end != '\0' || (shift && v > (~0ull >> shift))) return false;
-  *out = static_cast<size_t>(v << shift);
-  return true;
+
+  double busbwSum = 0;
+  for (const Row& r : rows_) busbwSum += r.res[0].busbw + r.res[1].busbw;
+  double avgBusbw = rows_.empty() ? 0 : busbwSum / (2.0 * static_cast<double>(rows_.size()));
+  if (rank_ == 0) {
+    std::printf("# Out of bounds values : %llu %s\n", oobTotal_, oobTotal_ == 0 ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %g \n#\n", avgBusbw);
+    std::fflush(stdout);
+    if (wrongTotal_ != 0) std::fprintf(stderr, "%s_perf: %llu wrong values\n", desc_.name, wrongTotal_);
+  }
+  if (json != nullptr) {
+    writeJson(json, avgBusbw);
+    if (std::fclose(json) != 0) std::fprintf(stderr, "rank 0: writing '%s' failed\n", opts_.json.c_str());
+  }
+  PERF_CHECK(braidCommDestroy(comm_));
+  g_comm = nullptr;
+  return wrongTotal_ != 0 || oobTotal_ != 0 ? 1 : 0;
 }
 
-bool parseInt(const char* s, long lo, long hi, int* out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
-  *out = static_cast<int>(v);
-  return true;
+void Bench::init() {
+  if (!opts_.algo.empty()) setenv("BRAID_ALGO", opts_.algo.c_str(), 1);
+  PERF_CHECK(braidGetVersion(&version_));
+  PERF_CHECK(braidCommInitFromEnv(&comm_));
+  g_comm = comm_;
+  PERF_CHECK(braidCommUserRank(comm_, &rank_));
+  g_rank = rank_;
+  PERF_CHECK(braidCommCount(comm_, &nranks_));
+  reqs_.reserve(static_cast<size_t>(opts_.agg) * static_cast<size_t>(desc_.maxRequestsPerOp));
 }
 
-bool parseTypes(const char* s, std::vector<braidDataType_t>* out) {
-  out->clear();
-  if (std::strcmp(s, "all") == 0) {
-    for (const TypeInfo& t : kTypes) out->push_back(t.type);
-    return true;
+void Bench::gatherDevices() {
+  std::vector<char> hosts(kHostBytes * static_cast<size_t>(nranks_));
+  char host[kHostBytes] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
+  host[kHostBytes - 1] = '\0';
+  PERF_CHECK(braidAllGather(host, hosts.data(), kHostBytes, braidUint8, comm_, nullptr));
+  std::vector<int64_t> pids(static_cast<size_t>(nranks_));
+  int64_t pid = getpid();
+  PERF_CHECK(braidAllGather(&pid, pids.data(), 1, braidInt64, comm_, nullptr));
+  for (int r = 0; r < nranks_; ++r) {
+    const char* h = hosts.data() + kHostBytes * static_cast<size_t>(r);
+    devices_.push_back({pids[r], std::string(h, strnlen(h, kHostBytes))});
   }
-  static const struct {
-    const char* name;
-    braidDataType_t type;
-  } kAliases[] = {{"float16", braidFloat16}, {"float32", braidFloat32}, {"float64", braidFloat64}};
-  for (const TypeInfo& t : kTypes) {
-    if (std::strcmp(s, t.name) == 0) out->push_back(t.type);
-  }
-  for (const auto& a : kAliases) {
-    if (std::strcmp(s, a.name) == 0) out->push_back(a.type);
-  }
-  return !out->empty();
 }
 
-bool parseOps(const char* s, std::vector<braidRedOp_t>* out) {
-  out->clear();
-  for (int i = 0; i < braidNumOps; ++i) {
-    if (std::strcmp(s, "all") == 0 || std::strcmp(s, kOpNames[i]) == 0) out->push_back(static_cast<braidRedOp_t>(i));
+// One send and one receive buffer for the largest row of any datatype, reused by every row.
+void Bench::allocate() {
+  size_t sendBytes = 0;
+  size_t recvBytes = 0;
+  for (braidDataType_t type : opts_.types) {
+    Ctx ctx{comm_, rank_, nranks_, type, typeSize(type)};
+    Sizes s = desc_.sizes(ctx, opts_.maxBytes);
+    sendBytes = std::max(sendBytes, s.sendElems * ctx.eltSize);
+    recvBytes = std::max(recvBytes, std::max(s.sendElems, s.recvElems) * ctx.eltSize);
   }
-  return !out->empty();
+  send_ = allocBuffer(sendBytes + kGuardBytes);
+  recv_ = allocBuffer(recvBytes + kGuardBytes);
 }
 
-void printHelp(const char* prog) {
+void Bench::printHeader() const {
+  if (rank_ != 0) return;
+  std::printf("# %s_perf: braid %d.%d.%d, %d ranks\n", desc_.name, version_ / 10000, version_ / 100 % 100,
+              version_ % 100, nranks_);
+  std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
+              "validation: %d\n",
+              opts_.minBytes, opts_.maxBytes, opts_.stepBytes ? opts_.stepBytes : opts_.stepFactor,
+              opts_.stepBytes ? "bytes" : "factor", opts_.warmup, opts_.iters, opts_.agg, opts_.check ? 1 : 0);
+  std::printf("# blocking: %d time aggregation: %s algo: %s\n#\n# Using devices\n", opts_.blocking ? 1 : 0,
+              averageName(opts_.average), opts_.algo.empty() ? "default" : opts_.algo.c_str());
+  for (int r = 0; r < nranks_; ++r) {
+    std::printf("#  Rank %2d Pid %6lld on %10s\n", r, static_cast<long long>(devices_[r].pid), devices_[r].host.c_str());
+  }
   std::printf(
-      "usage: %s [flags]   (one process per rank, started by braidrun, mpirun, srun or torchrun)\n"
-      "  -b, --minbytes N        smallest size, K/M/G suffixes (default 32M)\n"
-      "  -e, --maxbytes N        largest size (default 32M)\n"
-      "  -f, --stepfactor N      multiply the size by N between rows (default 2)\n"
-      "  -i, --stepbytes N       add N bytes between rows instead\n"
-      "  -n, --iters N           timed iterations (default 20)\n"
-      "  -w, --warmup_iters N    untimed iterations before (default 5)\n"
-      "  -m, --agg_iters N       operations posted per iteration before waiting (default 1)\n"
-      "  -c, --check 0|1         check results (default 1)\n"
-      "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 half|float16 bfloat16\n"
-      "                          float|float32 double|float64 or all (default float)\n"
-      "  -o, --op OP             sum prod min max avg or all (default sum)\n"
-      "  -r, --root R            root rank, or all (default 0)\n"
-      "  -z, --blocking 0|1      1: blocking calls; 0: nonblocking + wait (default 0)\n"
-      "  -a, --average 0..3      time across ranks: 0 rank 0's, 1 mean, 2 min, 3 max (default 1)\n"
-      "  -J, --json FILE         also write the results as JSON\n"
-      "  -A, --algo NAME         set BRAID_ALGO before initialization\n"
-      "  -h, --help              this text\n",
-      prog);
+      "#\n"
+      "#                                                              out-of-place                       in-place\n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+      "#wrong\n"
+      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"
+      "\n");
+  std::fflush(stdout);
 }
 
-Options parseOptions(int argc, char** argv) {
-  static const option kLong[] = {
-      {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
-      {"iters", required_argument, nullptr, 'n'},    {"warmup_iters", required_argument, nullptr, 'w'},
-      {"agg_iters", required_argument, nullptr, 'm'}, {"check", required_argument, nullptr, 'c'},
-      {"datatype", required_argument, nullptr, 'd'}, {"op", required_argument, nullptr, 'o'},
-      {"root", required_argument, nullptr, 'r'},     {"blocking", required_argument, nullptr, 'z'},
-      {"average", required_argument, nullptr, 'a'},  {"json", required_argument, nullptr, 'J'},
-      {"algo", required_argument, nullptr, 'A'},     {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
-  const char* prog = argc > 0 ? argv[0] : "perf";
-  if (const char* slash = std::strrchr(prog, '/')) prog = slash + 1;
-  Options o;
-  int flag = 0;
-  int v = 0;
-  opterr = 0;  // one line of our own instead of getopt's
-  while ((flag = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:d:o:r:z:a:J:A:h", kLong, nullptr)) != -1) {
-    const char* arg = optarg;
-    bool ok = true;
-    switch (flag) {
-      case 'b': ok = parseSize(arg, &o.minBytes); break;
-      case 'e': ok = parseSize(arg, &o.maxBytes); break;
-      case 'f': ok = parseInt(arg, 2, 1 << 20, &v), o.stepFactor = v, o.stepBytes = 0; break;
-      case 'i': ok = parseSize(arg, &o.stepBytes) && o.stepBytes > 0; break;
-      case 'n': ok = parseInt(arg, 1, 1 << 30, &o.iters); break;
-      case 'w': ok = parseInt(arg, 0, 1 << 30, &o.warmup); break;
-      case 'm': ok = parseInt(arg, 1, 1 << 20, &o.agg); break;
-      case 'c': ok = parseInt(arg, 0, 1, &v), o.check = v; break;
-      case 'z': ok = parseInt(arg, 0, 1, &v), o.blocking = v; break;
-      case 'a': ok = parseInt(arg, 0, 3, &o.average); break;
-      case 'd': ok = parseTypes(arg, &o.types); break;
-      case 'o': ok = parseOps(arg, &o.ops); break;
-      case 'r': o.allRoots = std::strcmp(arg, "all") == 0, ok = o.allRoots || parseInt(arg, 0, 1 << 30, &o.root); break;
-      case 'J': o.json = arg; break;
-      case 'A': ok = *arg != '\0', o.algo = arg; break;
-      case 'h': printHelp(prog), std::exit(0);
-      case ':': std::fprintf(stderr, "%s: -%c needs a value (see -h)\n", prog, optopt), std::exit(2);
-      default: std::fprintf(stderr, "%s: unknown flag '%s' (see -h)\n", prog, argv[optind - 1]), std::exit(2);
+// Rows from -b to -e for one (type, op, root). Sizes that round to the previous row's are skipped.
+void Bench::sweep(braidDataType_t type, braidRedOp_t op, int root) {
+  Ctx ctx{comm_, rank_, nranks_, type, typeSize(type), op, root};
+  size_t prevBytes = 0;
+  bool first = true;
+  for (size_t bytes = opts_.minBytes; bytes <= opts_.maxBytes;) {
+    Sizes sizes = desc_.sizes(ctx, bytes);
+    if (first || sizes.bytes != prevBytes) runRow(ctx, sizes);
+    first = false;
+    prevBytes = sizes.bytes;
+    size_t next = opts_.stepBytes ? bytes + opts_.stepBytes : bytes == 0 ? 1 : bytes * opts_.stepFactor;
+    if (next <= bytes || (opts_.stepBytes == 0 && bytes != 0 && next / opts_.stepFactor != bytes)) break;  // overflow
+    bytes = next;
+  }
+}
+
+void Bench::runRow(Ctx& ctx, const Sizes& sizes) {
+  ctx.count = sizes.count;
+  Row row{sizes.bytes, sizes.bytes / ctx.eltSize, ctx.type, desc_.reduces ? opName(ctx.op) : "none", ctx.root, {}};
+  size_t oob[2] = {0, 0};
+  row.res[0] = measure(ctx, sizes, false, &oob[0]);
+  row.res[1] = measure(ctx, sizes, true, &oob[1]);
+
+  // Every rank takes part in the same reductions, so the sequence of collectives matches.
+  double times[2] = {row.res[0].timeUs, row.res[1].timeUs};
+  if (opts_.average != 0) {
+    braidRedOp_t op = opts_.average == 2 ? braidMin : opts_.average == 3 ? braidMax : braidSum;
+    PERF_CHECK(braidAllReduce(times, times, 2, braidFloat64, op, comm_, nullptr));
+    if (opts_.average == 1) times[0] /= nranks_, times[1] /= nranks_;
+  }
+  if (opts_.check) {
+    uint64_t counts[3] = {static_cast<uint64_t>(row.res[0].wrong), static_cast<uint64_t>(row.res[1].wrong),
+                          oob[0] + oob[1]};
+    PERF_CHECK(braidAllReduce(counts, counts, 3, braidUint64, braidSum, comm_, nullptr));
+    row.res[0].wrong = static_cast<long long>(counts[0]);
+    row.res[1].wrong = static_cast<long long>(counts[1]);
+    wrongTotal_ += counts[0] + counts[1];
+    oobTotal_ += counts[2];
+  }
+  for (int p = 0; p < 2; ++p) {
+    Result& r = row.res[p];
+    r.timeUs = times[p];
+    r.algbw = r.timeUs > 0 ? static_cast<double>(row.bytes) / (r.timeUs * 1e3) : 0;  // bytes/us/1e3 = GB/s
+    r.busbw = r.algbw * desc_.busFactor(nranks_);
+  }
+  rows_.push_back(row);
+  printRow(row);
+}
+
+// Times one placement; then, with -c 1, runs once more on fresh inputs and checks this rank's part.
+Result Bench::measure(const Ctx& ctx, const Sizes& sizes, bool inPlace, size_t* oob) {
+  unsigned char* send = inPlace ? recv_.get() + sizes.inPlaceSendOffset * ctx.eltSize : send_.get();
+  unsigned char* recv = inPlace ? recv_.get() + sizes.inPlaceRecvOffset * ctx.eltSize : recv_.get();
+  Result res;
+  prepare(ctx, sizes, inPlace, send);
+  for (int i = 0; i < opts_.warmup; ++i) iterate(ctx, send, recv, opts_.agg);
+  PERF_CHECK(braidBarrier(comm_, nullptr));
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < opts_.iters; ++i) iterate(ctx, send, recv, opts_.agg);
+  std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+  res.timeUs = elapsed.count() / (static_cast<double>(opts_.iters) * opts_.agg);
+  if (opts_.check) {
+    prepare(ctx, sizes, inPlace, send);
+    iterate(ctx, send, recv, 1);
+    res.wrong = static_cast<long long>(countWrong(ctx, desc_, recv, sizes.recvElems, inPlace));
+    size_t used = inPlace ? std::max(sizes.sendElems, sizes.recvElems) : sizes.recvElems;
+    *oob = countGuardDamage(recv_.get(), used * ctx.eltSize);
+  }
+  return res;
+}
+
+// Poisons the receive side (the whole buffer in place) and its guard, then writes this rank's input.
+void Bench::prepare(const Ctx& ctx, const Sizes& sizes, bool inPlace, void* send) {
+  size_t used = inPlace ? std::max(sizes.sendElems, sizes.recvElems) : sizes.recvElems;
+  std::memset(recv_.get(), kPoison, used * ctx.eltSize + kGuardBytes);
+  fillInputs(ctx, desc_, send, sizes.sendElems);
+}
+
+// Posts nops operations, then waits for all of them. Blocking calls are grouped when nops > 1, so
+// that they too are issued together.
+void Bench::iterate(const Ctx& ctx, const void* send, void* recv, int nops) {
+  if (opts_.blocking) {
+    if (nops > 1) PERF_CHECK(braidGroupStart());
+    for (int k = 0; k < nops; ++k) desc_.post(ctx, send, recv, nullptr);
+    if (nops > 1) PERF_CHECK(braidGroupEnd());
+    return;
+  }
+  reqs_.clear();
+  for (int k = 0; k < nops; ++k) desc_.post(ctx, send, recv, &reqs_);
+  PERF_CHECK(braidWaitAll(reqs_.size(), reqs_.data()));
+}
+
+void Bench::printRow(const Row& row) const {
+  if (rank_ != 0) return;
+  std::printf("%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count, typeName(row.type), row.redop, row.root);
+  for (const Result& r : row.res) {
+    char time[32];
+    char wrong[32];
+    formatTime(r.timeUs, time, sizeof(time));
+    if (r.wrong < 0) {
+      std::snprintf(wrong, sizeof(wrong), "N/A");
+    } else {
+      std::snprintf(wrong, sizeof(wrong), "%lld", r.wrong);
     }
-    if (!ok) badFlag(prog, flag, arg);
+    std::printf("  %7s  %6.2f  %6.2f %6s", time, r.algbw, r.busbw, wrong);
   }
-  if (optind < argc) std::fprintf(stderr, "%s: unexpected argument '%s' (see -h)\n", prog, argv[optind]), std::exit(2);
-  if (o.minBytes > o.maxBytes) {
-    std::fprintf(stderr, "%s: -b (%zu) is larger than -e (%zu)\n", prog, o.minBytes, o.maxBytes);
-    std::exit(2);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void Bench::writeJson(FILE* f, double avgBusbw) const {
+  std::fprintf(f, "{\n  \"benchmark\": %s,\n", jsonString(std::string(desc_.name) + "_perf").c_str());
+  std::fprintf(f, "  \"braid_version\": %d,\n  \"nranks\": %d,\n  \"nThread\": 1,\n  \"nGpus\": 1,\n", version_,
+               nranks_);
+  std::fprintf(f, "  \"minBytes\": %zu,\n  \"maxBytes\": %zu,\n", opts_.minBytes, opts_.maxBytes);
+  std::fprintf(f, "  \"step\": %zu,\n  \"step_kind\": \"%s\",\n", opts_.stepBytes ? opts_.stepBytes : opts_.stepFactor,
+               opts_.stepBytes ? "bytes" : "factor");
+  std::fprintf(f, "  \"warmup_iters\": %d,\n  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"validation\": %d,\n",
+               opts_.warmup, opts_.iters, opts_.agg, opts_.check ? 1 : 0);
+  std::fprintf(f, "  \"blocking\": %d,\n  \"time_aggregation\": \"%s\",\n  \"algo\": %s,\n", opts_.blocking ? 1 : 0,
+               averageName(opts_.average), jsonString(opts_.algo.empty() ? "default" : opts_.algo).c_str());
+  std::fprintf(f, "  \"devices\": [");
+  for (int r = 0; r < nranks_; ++r) {
+    std::fprintf(f, "%s\n    {\"rank\": %d, \"pid\": %lld, \"host\": %s}", r ? "," : "", r,
+                 static_cast<long long>(devices_[r].pid), jsonString(devices_[r].host).c_str());
   }
-  return o;
+  std::fprintf(f, "\n  ],\n  \"results\": [");
+  const char* prefix[2] = {"oop", "ip"};
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Row& row = rows_[i];
+    std::fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d",
+                 i ? "," : "", row.bytes, row.count, typeName(row.type), row.redop, row.root);
+    for (int p = 0; p < 2; ++p) {
+      const Result& r = row.res[p];
+      std::string wrong = r.wrong < 0 ? "null" : std::to_string(r.wrong);
+      std::fprintf(f, ", \"%s_time_us\": %.3f, \"%s_algbw_GBps\": %.4f, \"%s_busbw_GBps\": %.4f, \"%s_wrong\": %s",
+                   prefix[p], r.timeUs, prefix[p], r.algbw, prefix[p], r.busbw, prefix[p], wrong.c_str());
+    }
+    std::fprintf(f, "}");
+  }
+  std::fprintf(f, "\n  ],\n  \"out_of_bounds\": %llu,\n  \"wrong_total\": %llu,\n  \"avg_busbw_GBps\": %.4f\n}\n",
+               oobTotal_, wrongTotal_, avgBusbw);
 }
 
 }  // namespace
+
+braidRequest_t* Requests::add() {
+  reqs_.push_back(nullptr);
+  return &reqs_.back();
+}
+
+double copyValue(uint64_t stream, size_t index) {
+  return static_cast<double>((stream % 101 * 37 + index % 101 * 11 + 5) % 101);
+}
+
+double reduceInput(const Ctx& ctx, int rank, size_t index) {
+  const auto r = static_cast<size_t>(rank);
+  switch (ctx.op) {
+    case braidProd: return (r + index) % static_cast<size_t>(ctx.nranks) < index % 4 ? 2 : 1;
+    case braidMin:
+    case braidMax: return static_cast<double>(1 + (r % 100 * 13 + index % 100 * 7) % 100);
+    default: return static_cast<double>(1 + (r + index) % 3);
+  }
+}
+
+double reduceExpected(const Ctx& ctx, size_t index) {
+  const auto n = static_cast<size_t>(ctx.nranks);
+  if (ctx.op == braidProd) return static_cast<double>(size_t{1} << std::min(index % 4, n));  // one 2 per rank
+  if (ctx.op == braidMin || ctx.op == braidMax) {
+    double best = reduceInput(ctx, 0, index);
+    for (int r = 1; r < ctx.nranks && r < 100; ++r) {  // 13 is prime to 100: 100 ranks see every value
+      double v = reduceInput(ctx, r, index);
+      best = ctx.op == braidMin ? std::min(best, v) : std::max(best, v);
+    }
+    return best;
+  }
+  // Sum of 1 + (r + index) % 3 over r < n: whole cycles of 1+2+3, then the first n % 3 of the next.
+  double sum = static_cast<double>(6 * (n / 3));
+  for (size_t k = 0; k < n % 3; ++k) sum += static_cast<double>(1 + (index + k) % 3);
+  if (ctx.op != braidAvg) return sum;
+  double avg = sum / static_cast<double>(n);
+  return typeIsFloat(ctx.type) ? avg : static_cast<double>(static_cast<int64_t>(avg));  // ints truncate
+}
+
+void failCall(braidResult_t result, const char* expr) {
+  const char* paren = std::strchr(expr, '(');
+  int nameLen = paren ? static_cast<int>(paren - expr) : static_cast<int>(std::strlen(expr));
+  std::string last = braidGetLastError();  // read before the abort below can replace it
+  if (g_rank >= 0) {
+    std::fprintf(stderr, "rank %d: %.*s failed: %s: %s\n", g_rank, nameLen, expr, braidGetErrorString(result),
+                 last.c_str());
+  } else {
+    std::fprintf(stderr, "rank ?: %.*s failed: %s: %s\n", nameLen, expr, braidGetErrorString(result), last.c_str());
+  }
+  if (g_comm != nullptr) braidCommAbort(g_comm);
+  std::exit(1);
+}
+
+int benchMain(int argc, char** argv, const CollDesc& desc) {
+  Options opts = parseOptions(argc, argv);
+  Bench bench(opts, desc);
+  return bench.run();
+}
+
+}  // namespace braid::perf

@@ -25,7 +25,7 @@ namespace braid {
 namespace {
 
 constexpr const char* kDtypeNames[braidNumTypes] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                                     "uint64", "float16", "bfloat16", "float32", "float64"};
+                                                    "uint64", "float16", "bfloat16", "float32", "float64"};
 constexpr size_t kDtypeSizes[braidNumTypes] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
 constexpr const char* kRedopNames[braidNumOps] = {"sum", "prod", "min", "max", "avg"};
 constexpr const char* kSimdLevelNames[kNumSimdLevels] = {"scalar", "avx2", "avx512"};
@@ -273,17 +273,28 @@ void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor) {
   // meaning for an average, so both leave the buffer as it is.
   if (divisor <= 1) return;
   switch (dt) {
-    case braidInt8: return divideInts<int8_t>(buf, count, divisor);
-    case braidUint8: return divideInts<uint8_t>(buf, count, divisor);
-    case braidInt32: return divideInts<int32_t>(buf, count, divisor);
-    case braidUint32: return divideInts<uint32_t>(buf, count, divisor);
-    case braidInt64: return divideInts<int64_t>(buf, count, divisor);
-    case braidUint64: return divideInts<uint64_t>(buf, count, divisor);
-    case braidFloat16: return divideNarrow<HalfCodec>(buf, count, divisor);
-    case braidBfloat16: return divideNarrow<Bf16Codec>(buf, count, divisor);
-    case braidFloat32: return divideFloats<float>(buf, count, divisor);
-    case braidFloat64: return divideFloats<double>(buf, count, divisor);
-    case braidNumTypes: break;
+    case braidInt8:
+      return divideInts<int8_t>(buf, count, divisor);
+    case braidUint8:
+      return divideInts<uint8_t>(buf, count, divisor);
+    case braidInt32:
+      return divideInts<int32_t>(buf, count, divisor);
+    case braidUint32:
+      return divideInts<uint32_t>(buf, count, divisor);
+    case braidInt64:
+      return divideInts<int64_t>(buf, count, divisor);
+    case braidUint64:
+      return divideInts<uint64_t>(buf, count, divisor);
+    case braidFloat16:
+      return divideNarrow<HalfCodec>(buf, count, divisor);
+    case braidBfloat16:
+      return divideNarrow<Bf16Codec>(buf, count, divisor);
+    case braidFloat32:
+      return divideFloats<float>(buf, count, divisor);
+    case braidFloat64:
+      return divideFloats<double>(buf, count, divisor);
+    case braidNumTypes:
+      break;
   }
 }
 
@@ -305,8 +316,10 @@ bool simdLevelSupported(SimdLevel level) {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   switch (level) {
-    case SimdLevel::kScalar: return true;
-    case SimdLevel::kAvx2: return avx2;
+    case SimdLevel::kScalar:
+      return true;
+    case SimdLevel::kAvx2:
+      return avx2;
     case SimdLevel::kAvx512:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");

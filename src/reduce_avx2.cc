@@ -55,8 +55,8 @@ BRAID_AVX2_INLINE __m256i mul8(__m256i a, __m256i b) {
 // Low 64 bits of 64-bit products from 32x32->64 multiplies: lo*lo + ((lo*hi + hi*lo) << 32).
 BRAID_AVX2_INLINE __m256i mul64(__m256i a, __m256i b) {
   const __m256i low = _mm256_mul_epu32(a, b);
-  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)),
-                                         _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b));
+  const __m256i cross =
+      _mm256_add_epi64(_mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)), _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b));
   return _mm256_add_epi64(low, _mm256_slli_epi64(cross, 32));
 }
 
@@ -149,10 +149,10 @@ struct Bf16 {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
     const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
     const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-    const __m256 evenR = opPs<kOp>(_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)),
-                                   _mm256_castsi256_ps(_mm256_slli_epi32(y, 16)));
-    const __m256 oddR = opPs<kOp>(_mm256_castsi256_ps(_mm256_and_si256(x, high)),
-                                  _mm256_castsi256_ps(_mm256_and_si256(y, high)));
+    const __m256 evenR =
+        opPs<kOp>(_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(y, 16)));
+    const __m256 oddR =
+        opPs<kOp>(_mm256_castsi256_ps(_mm256_and_si256(x, high)), _mm256_castsi256_ps(_mm256_and_si256(y, high)));
     const __m256i even = _mm256_srli_epi32(roundToBf16(evenR), 16);
     const __m256i odd = _mm256_and_si256(roundToBf16(oddR), high);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_or_si256(even, odd));

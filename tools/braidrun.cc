@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -48,35 +49,30 @@ constexpr int kExitNotExecutable = 126;  // the shell's codes for exec failures
 constexpr int kExitNotFound = 127;
 constexpr long kDefaultGraceMs = 2000;
 constexpr auto kTermToKill = std::chrono::seconds(3);
-constexpr long kMaxRanks = 16384;  // per braidrun; with --tag-output each rank costs two pipes
-constexpr long kMaxNodes = 65536;  // kMaxRanks * kMaxNodes still fits an int
+constexpr long kMaxRanks = 16384;       // per braidrun; with --tag-output each rank costs two pipes
+constexpr long kMaxNodes = 65536;       // kMaxRanks * kMaxNodes still fits an int
 constexpr size_t kMaxLine = 64 * 1024;  // --tag-output emits a longer line without '\n' in pieces
 
 const char kUsage[] =
     "usage: braidrun [options] [--] PROGRAM [ARGS...]\n"
-    "\n"
-    "Starts the ranks of a braid job as child processes, each with BRAID_RANK, BRAID_WORLD_SIZE,\n"
-    "BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE, BRAID_ROOT and BRAID_SECRET set.\n"
-    "\n"
-    "options:\n"
+    "Starts the ranks of a braid job, each with BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK,\n"
+    "BRAID_LOCAL_SIZE, BRAID_ROOT and BRAID_SECRET set.\n"
     "  -n N                ranks to start on this machine (default 1)\n"
-    "  --hosts H           emulate H hosts on this machine (N divisible by H); sets BRAID_HOSTID\n"
+    "  --hosts H           emulate H hosts here (N divisible by H); sets BRAID_HOSTID\n"
     "  --nnodes M          machines in the job, one braidrun on each (default 1)\n"
-    "  --node-rank K       this machine's index 0..M-1 (default 0); it runs ranks K*N .. K*N+N-1\n"
+    "  --node-rank K       this machine's index 0..M-1 (default 0): ranks K*N .. K*N+N-1\n"
     "  --master ADDR:PORT  where rank 0 listens (BRAID_ROOT); needed when M > 1\n"
-    "  -x VAR=VALUE        extra environment for every rank, wins over the above (repeatable);\n"
-    "                      -x VAR passes braidrun's own VAR\n"
+    "  -x VAR=VALUE        extra environment for every rank, wins over the rest (repeatable;\n"
+    "                      -x VAR passes braidrun's own VAR)\n"
     "  --timeout SEC       stop the job after SEC seconds and exit 124\n"
     "  --tag-output        prefix each line the ranks print with \"[rank] \"\n"
     "  -h, --help          show this help\n"
-    "\n"
-    "BRAID_ROOT and BRAID_SECRET, when set, are passed on unchanged; a multi-machine job needs the\n"
-    "same BRAID_SECRET in every braidrun's environment. BRAIDRUN_GRACE_MS (default 2000) is how long\n"
-    "the other ranks get to exit after one fails, before SIGTERM (and SIGKILL 3 s later).\n"
-    "\n"
-    "exit status: 0 when all ranks exit 0, else the first failed rank's status (128+signal when it was\n"
-    "killed, 128+signal when braidrun was), 124 after --timeout, 127 when PROGRAM is not found, 126 when\n"
-    "it cannot be executed, 2 for bad options, 1 when braidrun itself fails.\n";
+    "BRAID_ROOT and BRAID_SECRET, when set, are kept; all braidruns of a multi-machine job need the same\n"
+    "BRAID_SECRET. After a rank fails the others get BRAIDRUN_GRACE_MS (default 2000) to exit, then\n"
+    "SIGTERM, then SIGKILL 3 s later.\n"
+    "Exit status: 0 when all ranks exit 0; else the first failure's: a rank's status (128+N for signal N),\n"
+    "128+N when braidrun got signal N, 124 on --timeout, 127 PROGRAM not found, 126 not executable,\n"
+    "2 bad options, 1 braidrun's own error.\n";
 
 struct Options {
   long ranks = 1;  // on this machine
@@ -101,22 +97,17 @@ struct Options {
   exit(kExitUsage);
 }
 
-long parseInt(const std::string& what, const std::string& text, long lo, long hi) {
-  long v = 0;
+// A whole number in [lo, hi], or seconds (a positive decimal) when T is double.
+template <typename T>
+T parseNumber(const std::string& what, const std::string& text, T lo, T hi) {
+  T v{};
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    usageError("%s: '%s' is not a whole number", what.c_str(), text.c_str());
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(double(v))) {
+    usageError("%s: '%s' is not a %s", what.c_str(), text.c_str(),
+               std::is_same_v<T, double> ? "number" : "whole number");
   }
-  if (v < lo || v > hi) usageError("%s must be between %ld and %ld, got %ld", what.c_str(), lo, hi, v);
-  return v;
-}
-
-double parseSeconds(const std::string& what, const std::string& text) {
-  double v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v) || v <= 0 || v > 1e9) {
-    usageError("%s: '%s' is not a positive number of seconds", what.c_str(), text.c_str());
-  }
+  if (v < lo || v > hi)
+    usageError("%s must be between %.10g and %.10g, got %s", what.c_str(), double(lo), double(hi), text.c_str());
   return v;
 }
 
@@ -124,12 +115,11 @@ double parseSeconds(const std::string& what, const std::string& text) {
 void checkAddress(const std::string& addr) {
   size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0) usageError("--master: '%s' is not ADDR:PORT", addr.c_str());
-  parseInt("--master port", addr.substr(colon + 1), 1, 65535);
+  parseNumber<long>("--master port", addr.substr(colon + 1), 1, 65535);
 }
 
 Options parseArgs(int argc, char** argv) {
   Options o;
-  bool sawNodeRank = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -157,15 +147,14 @@ Options parseArgs(int argc, char** argv) {
     if ((name == "-h" || name == "--help") && !attached) {
       fputs(kUsage, stdout);
       exit(0);
-    } else if (name == "-n" || name == "--nproc-per-node") {
-      o.ranks = parseInt("-n", value(), 1, kMaxRanks);
+    } else if (name == "-n") {
+      o.ranks = parseNumber<long>("-n", value(), 1, kMaxRanks);
     } else if (name == "--hosts") {
-      o.hosts = parseInt(name, value(), 1, kMaxRanks);
+      o.hosts = parseNumber<long>(name, value(), 1, kMaxRanks);
     } else if (name == "--nnodes") {
-      o.nnodes = parseInt(name, value(), 1, kMaxNodes);
+      o.nnodes = parseNumber<long>(name, value(), 1, kMaxNodes);
     } else if (name == "--node-rank") {
-      o.nodeRank = parseInt(name, value(), 0, kMaxNodes - 1);
-      sawNodeRank = true;
+      o.nodeRank = parseNumber<long>(name, value(), 0, kMaxNodes - 1);
     } else if (name == "--master") {
       o.master = value();
       checkAddress(o.master);
@@ -180,7 +169,7 @@ Options parseArgs(int argc, char** argv) {
       }
       o.extraEnv.push_back(std::move(v));
     } else if (name == "--timeout") {
-      o.timeoutSec = parseSeconds(name, value());
+      o.timeoutSec = parseNumber<double>(name, value(), 1e-3, 1e9);
     } else if (name == "--tag-output" && !attached) {
       o.tagOutput = true;
     } else {
@@ -192,7 +181,6 @@ Options parseArgs(int argc, char** argv) {
   o.command.push_back(nullptr);
 
   if (o.nodeRank >= o.nnodes) usageError("--node-rank %ld is out of range for --nnodes %ld", o.nodeRank, o.nnodes);
-  if (sawNodeRank && o.nnodes == 1 && o.nodeRank != 0) usageError("--node-rank needs --nnodes");
   if (o.nnodes > 1 && o.master.empty() && !getenv("BRAID_ROOT")) {
     usageError("--nnodes %ld needs --master ADDR:PORT (or BRAID_ROOT in the environment)", o.nnodes);
   }
@@ -201,7 +189,7 @@ Options parseArgs(int argc, char** argv) {
     if (o.ranks % o.hosts != 0) usageError("-n %ld is not divisible by --hosts %ld", o.ranks, o.hosts);
   }
   if (const char* grace = getenv("BRAIDRUN_GRACE_MS"); grace && *grace) {
-    o.graceMs = parseInt("BRAIDRUN_GRACE_MS", grace, 0, 24L * 3600 * 1000);
+    o.graceMs = parseNumber<long>("BRAIDRUN_GRACE_MS", grace, 0, 24L * 3600 * 1000);
   }
   return o;
 }
@@ -276,13 +264,9 @@ std::string randomSecret() {
     if (n < 0) fatal("getrandom");
     got += n;
   }
-  static const char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (unsigned char b : bytes) {
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
+  char hex[2 * sizeof bytes + 1];
+  for (size_t i = 0; i < sizeof bytes; ++i) snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+  return hex;
 }
 
 // Writes all of `data`; drops it when the reader is gone (EPIPE), as there is nowhere else to put it.
@@ -300,11 +284,13 @@ void writeAll(int fd, std::string_view data) {
   }
 }
 
-// One rank's stdout or stderr under --tag-output: copies what the rank writes to ours, each line prefixed. Whole
-// lines go out in one write(2), so lines of different ranks do not interleave mid-line.
+// One rank's stdout or stderr under --tag-output: copies what the rank writes to ours, each line prefixed. braidrun
+// is the only writer and emits whole lines, so lines of different ranks never mix.
 class TaggedStream {
  public:
-  TaggedStream(int fd, int dest, long rank) : fd_(fd), dest_(dest), prefix_("[" + std::to_string(rank) + "] ") {}
+  TaggedStream(int fd, int dest, long rank) : fd_(fd), dest_(dest), prefix_(std::to_string(rank)) {
+    prefix_.insert(0, 1, '[').append("] ");  // not "[" + ... + "] ": gcc 12 -O3 warns falsely (-Wrestrict)
+  }
   int fd() const { return fd_; }
   bool open() const { return fd_ >= 0; }
 
@@ -366,30 +352,22 @@ struct InheritedSignals {
   struct sigaction pipe, child;
 };
 
+// The signals braidrun handles or sends.
 const char* signalName(int sig) {
-  switch (sig) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "a signal";
-  }
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGKILL";
 }
 
 class Job {
  public:
   Job(const Options& opts, const InheritedSignals& inherited, int signalFd)
-      : opts_(opts), inherited_(inherited), signalFd_(signalFd), ranks_(opts.ranks) {
+      : opts_(opts), inherited_(inherited), signalFd_(signalFd), pids_(opts.ranks) {
     if (opts_.tagOutput) streams_.reserve(2 * opts_.ranks);  // never reallocates: streams hold no resources to move
   }
 
   int run(Environment& base) {
     if (opts_.timeoutSec > 0) {
-      timeoutAt_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(opts_.timeoutSec));
+      timeoutAt_ =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeoutSec));
     }
     startRanks(base);
     while (live_ > 0) {
@@ -407,11 +385,6 @@ class Job {
 
  private:
   enum class Phase { kRunning, kGrace, kTerminating, kKilled };
-
-  struct Rank {
-    pid_t pid = -1;
-    bool running = false;
-  };
 
   long globalRank(long local) const { return opts_.nodeRank * opts_.ranks + local; }
 
@@ -449,7 +422,7 @@ class Job {
       return launchError(index, "fork");
     }
     setpgid(pid, pid);  // the child does the same; doing it on both sides means no kill(-pid) can miss the group
-    ranks_[index] = {pid, true};
+    pids_[index] = pid;
     pidToIndex_[pid] = index;
     ++live_;
     if (opts_.tagOutput) {
@@ -469,7 +442,7 @@ class Job {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    ranks_[index].running = false;
+    pids_[index] = 0;
     pidToIndex_.erase(pid);
     --live_;
     fprintf(stderr, "braidrun: cannot execute '%s': %s\n", opts_.command[0], strerror(childErrno));
@@ -520,8 +493,8 @@ class Job {
   //   exited and was reaped would fail.
   // The price: ranks are background jobs of the terminal, so one that reads the terminal stops (SIGTTIN).
   void signalAll(int sig) {
-    for (const Rank& r : ranks_) {
-      if (r.running && kill(-r.pid, sig) != 0 && errno == ESRCH) kill(r.pid, sig);
+    for (pid_t pid : pids_) {
+      if (pid > 0 && kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
     }
   }
 
@@ -529,20 +502,17 @@ class Job {
     if (!exitCode_) exitCode_ = code;
   }
 
+  // SIGTERM now and SIGKILL at killAt_ unless all exited by then.
   void terminate() {
-    if (phase_ >= Phase::kTerminating) return;
-    if (live_ > 0) fprintf(stderr, "braidrun: sending SIGTERM to %ld rank(s) still running\n", live_);
-    signalAll(SIGTERM);
-    quiet_ = true;
-    phase_ = Phase::kTerminating;
-    killAt_ = Clock::now() + kTermToKill;
+    if (phase_ < Phase::kTerminating) escalate(SIGTERM, "stopping the job");
   }
 
-  void killAll(const char* why) {
-    if (live_ > 0) fprintf(stderr, "braidrun: %s; sending SIGKILL to %ld rank(s)\n", why, live_);
-    signalAll(SIGKILL);
+  void escalate(int sig, const std::string& why) {
+    if (live_ > 0) fprintf(stderr, "braidrun: %s; sending %s to %ld rank(s)\n", why.c_str(), signalName(sig), live_);
+    signalAll(sig);
     quiet_ = true;
-    phase_ = Phase::kKilled;
+    phase_ = sig == SIGKILL ? Phase::kKilled : Phase::kTerminating;
+    killAt_ = Clock::now() + kTermToKill;
   }
 
   void reap() {
@@ -560,29 +530,20 @@ class Job {
   }
 
   void onExit(long index, int status) {
-    Rank& r = ranks_[index];
-    r.running = false;
+    pid_t pid = pids_[index];
+    pids_[index] = 0;
     --live_;
     if (opts_.tagOutput) {  // the rank's last words go out before braidrun's verdict on it
       streams_[2 * index].pump(true);
       streams_[2 * index + 1].pump(true);
     }
-    long rank = globalRank(index);
-    int code;
-    if (WIFEXITED(status)) {
-      code = WEXITSTATUS(status);
-      if (code == 0) return;
-      if (!quiet_) fprintf(stderr, "braidrun: rank %ld (pid %d) exited with status %d\n", rank, r.pid, code);
-    } else if (WIFSIGNALED(status)) {
-      int sig = WTERMSIG(status);
-      code = 128 + sig;
-      if (!quiet_) {
-        fprintf(stderr, "braidrun: rank %ld (pid %d) was killed by signal %d (%s)\n", rank, r.pid, sig, strsignal(sig));
-      }
-    } else {
-      return;
-    }
-    fail(code);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    char how[96];
+    if (sig) snprintf(how, sizeof how, "was killed by signal %d (%s)", sig, strsignal(sig));
+    if (!sig) snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    if (!quiet_) fprintf(stderr, "braidrun: rank %ld (pid %d) %s\n", globalRank(index), pid, how);
+    fail(sig ? 128 + sig : WEXITSTATUS(status));
     if (phase_ == Phase::kRunning && live_ > 0) {
       phase_ = Phase::kGrace;
       graceAt_ = Clock::now() + std::chrono::milliseconds(opts_.graceMs);
@@ -592,7 +553,7 @@ class Job {
   void onSignal(int sig) {
     if (phase_ == Phase::kKilled) return;
     if (++signalsSeen_ >= 2) {
-      killAll((std::string("got ") + signalName(sig) + " again").c_str());
+      escalate(SIGKILL, std::string("got ") + signalName(sig) + " again");
       return;
     }
     fprintf(stderr, "braidrun: got %s; forwarding it to %ld rank(s) (send it again to kill them)\n", signalName(sig),
@@ -610,7 +571,7 @@ class Job {
       terminate();
     }
     if (phase_ == Phase::kGrace && now >= graceAt_) terminate();
-    if (phase_ == Phase::kTerminating && now >= killAt_) killAll("SIGTERM did not end the job within 3 s");
+    if (phase_ == Phase::kTerminating && now >= killAt_) escalate(SIGKILL, "SIGTERM did not end the job within 3 s");
   }
 
   int pollTimeoutMs() const {
@@ -651,7 +612,7 @@ class Job {
   const Options& opts_;
   const InheritedSignals& inherited_;
   int signalFd_;
-  std::vector<Rank> ranks_;  // by local index
+  std::vector<pid_t> pids_;  // by local index; 0 when not running
   std::unordered_map<pid_t, long> pidToIndex_;
   std::vector<TaggedStream> streams_;  // stdout, stderr of each local index, with --tag-output
   long live_ = 0;                      // started and not yet reaped
@@ -695,7 +656,7 @@ void ensureStandardFds() {
 int launch(const Options& opts) {
   ensureStandardFds();
   InheritedSignals inherited;
-  struct sigaction ignore {}, deflt {};
+  struct sigaction ignore = {}, deflt = {};
   ignore.sa_handler = SIG_IGN;
   deflt.sa_handler = SIG_DFL;
   // A reader of our stdout that goes away must not kill braidrun and orphan the ranks; the write just fails.

@@ -57,9 +57,9 @@ Status TcpLink::closedError() {
 Status TcpLink::socketError(int err, const char* op) {
   if (err == EPIPE || err == ECONNRESET) return closedError();
   if (err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNABORTED)
-    return fail(errorf(braidRemoteError, "connection to peer rank %d (host %s) failed in %s: %s", peer_,
+    return fail(errorf(braidRemoteError, "connection to peer rank %d (host %s) failed (%s): %s", peer_,
                        peerHost_.c_str(), op, strerror(err)));
-  return fail(systemError(err, "%s to peer rank %d (host %s)", op, peer_, peerHost_.c_str()));
+  return fail(systemError(err, "%s peer rank %d (host %s)", op, peer_, peerHost_.c_str()));
 }
 
 Status TcpLink::postSend(Xfer* x) {
@@ -144,7 +144,7 @@ Status TcpLink::progressSend() {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
       if (errno == EINTR) continue;
-      return socketError(errno, "send");
+      return socketError(errno, "send to");
     }
     size_t sent = static_cast<size_t>(n);
     budget -= std::min(sent, budget);
@@ -179,11 +179,11 @@ Status TcpLink::progressRecv() {
     // of small messages arrives in one recvmsg. When a header turns out to disagree, the bytes read
     // behind it are garbage in a receive that fails anyway (the link is dead after that).
     iovec iov[kMaxIov];
-    RecvSlot slots[kMaxIov / 2];
+    RecvSlot slots[kMaxBatch];
     int niov = 0;
     int nslots = 0;
     size_t want = 0;
-    for (Xfer* x = recvHead_; x != nullptr && niov + 2 <= kMaxIov && want < budget; x = x->next) {
+    for (Xfer* x = recvHead_; x != nullptr && nslots < kMaxBatch && want < budget; x = x->next) {
       bool head = nslots == 0;
       RecvSlot s{x, 0, 0};
       if (!head || recvHdrDone_ < kTcpHeaderBytes) {
@@ -215,7 +215,7 @@ Status TcpLink::progressRecv() {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
       if (errno == EINTR) continue;
-      return socketError(errno, "recv");
+      return socketError(errno, "recv from");
     }
     size_t got = static_cast<size_t>(n);
     budget -= std::min(got, budget);

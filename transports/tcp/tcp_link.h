@@ -43,6 +43,7 @@ class TcpLink final : public Link {
   // Most iovec entries one sendmsg/recvmsg carries: a header and a payload for each of up to 16
   // queued messages, so a burst of small messages costs one system call instead of one each.
   static constexpr int kMaxIov = 32;
+  static constexpr int kMaxBatch = kMaxIov / 2;
   // Chunks each direction may move per progress() call before returning, so that one busy link
   // cannot keep the executor from the others (a fast peer could otherwise refill the socket as
   // fast as we drain it, forever). Four 512 KiB chunks are ~0.5 ms on loopback.
@@ -83,7 +84,7 @@ class TcpLink final : public Link {
   size_t recvHdrDone_ = 0;
   size_t carry_ = 0;
   std::unique_ptr<uint8_t[], FreeDeleter> staging_;  // chunk_ bytes, 64-byte aligned
-  uint64_t batchHdr_[kMaxIov / 2] = {};
+  uint64_t batchHdr_[kMaxBatch] = {};
 };
 
 }  // namespace braid

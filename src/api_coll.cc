@@ -1,0 +1,329 @@
+// The C API of the collectives and point-to-point calls: argument checks (nothing is touched when
+// one fails), group recording, and posting to the executor.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "braid/braid.h"
+#include "src/api.h"
+#include "src/comm.h"
+
+using namespace braid;
+
+namespace {
+
+struct CallArgs {
+  Coll coll;
+  const void* send;
+  void* recv;
+  size_t count;
+  braidDataType_t dtype;
+  braidRedOp_t op;
+  int root;  // rooted collectives; the peer for point-to-point
+  braidComm_t comm;
+  bool isSend = false;  // point-to-point: a send (buffer in `send`) or a receive (in `recv`)
+};
+
+// A call recorded between braidGroupStart and braidGroupEnd.
+struct GroupState {
+  int depth = 0;
+  std::vector<CallArgs> calls;
+};
+thread_local GroupState tGroup;
+
+Status checkCommon(const CallArgs& a, braidStream_t stream) {
+  if (a.comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
+  if (a.comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
+  if (!validDtype(a.dtype)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", a.dtype);
+  if (stream != nullptr)
+    return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
+  return okStatus();
+}
+
+bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return abytes > 0 && bbytes > 0 && x < y + bbytes && y < x + abytes;
+}
+
+// Checks a collective's arguments and derives its plan shape. Nothing is written anywhere.
+Status shapeOf(const CallArgs& a, PostArgs* out) {
+  const int n = a.comm->nranks, rank = a.comm->rank;
+  const bool reducing = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
+  if (reducing && !validRedop(a.op)) return errorf(braidInvalidArgument, "op %d is not a braidRedOp_t", a.op);
+  const bool rooted = a.coll == Coll::kBroadcast || a.coll == Coll::kReduce;
+  if (rooted && (a.root < 0 || a.root >= n))
+    return errorf(braidInvalidArgument, "root %d is out of range [0, %d)", a.root, n);
+  const size_t es = dtypeSize(a.dtype);
+  // Elements of the send and receive buffers, in units of count.
+  size_t sendMul = 1, recvMul = 1;
+  if (a.coll == Coll::kAllGather) recvMul = n;
+  if (a.coll == Coll::kReduceScatter) sendMul = n;
+  if (a.coll == Coll::kAllToAll) sendMul = recvMul = n;
+  const size_t limit = static_cast<size_t>(PTRDIFF_MAX) / es / static_cast<size_t>(n);
+  if (a.count > limit) return errorf(braidInvalidArgument, "count %zu overflows the buffer size", a.count);
+  size_t sendBytes = a.count * sendMul * es, recvBytes = a.count * recvMul * es;
+  if (a.coll == Coll::kBroadcast && rank != a.root) sendBytes = 0;  // only read on the root
+  if (a.coll == Coll::kReduce && rank != a.root) recvBytes = 0;     // only written on the root
+  if (a.coll == Coll::kBarrier) sendBytes = recvBytes = 0;
+  if (sendBytes > 0 && a.send == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
+  if (recvBytes > 0 && a.recv == nullptr) return errorf(braidInvalidArgument, "recvbuff is NULL");
+  const char* s = static_cast<const char*>(a.send);
+  const char* r = static_cast<const char*>(a.recv);
+  bool inPlace = false;
+  switch (a.coll) {
+    case Coll::kAllGather: inPlace = s != nullptr && s == r + rank * a.count * es; break;
+    case Coll::kReduceScatter: inPlace = r != nullptr && r == s + rank * a.count * es; break;
+    default: inPlace = s == r && s != nullptr; break;
+  }
+  if (!inPlace && overlaps(s, sendBytes, r, recvBytes))
+    return errorf(braidInvalidArgument, "sendbuff and recvbuff overlap without being the in-place layout");
+  PostArgs p;
+  p.shape.coll = a.coll;
+  p.shape.rank = rank;
+  p.shape.nranks = n;
+  p.shape.count = a.count;
+  p.shape.elemSize = es;
+  p.shape.root = rooted ? a.root : 0;
+  p.shape.inPlace = inPlace;
+  p.shape.avg = reducing && a.op == braidAvg;
+  p.shape.chunkBytes = a.comm->chunkBytes;
+  p.send = a.send;
+  p.recv = a.recv;
+  p.dtype = a.dtype;
+  p.op = reducing ? a.op : braidSum;
+  *out = p;
+  return okStatus();
+}
+
+Status checkP2p(const CallArgs& a) {
+  const int n = a.comm->nranks;
+  if (a.root < 0 || a.root >= n) return errorf(braidInvalidArgument, "peer %d is out of range [0, %d)", a.root, n);
+  const size_t es = dtypeSize(a.dtype);
+  if (a.count > static_cast<size_t>(PTRDIFF_MAX) / es)
+    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", a.count);
+  const void* buf = a.isSend ? a.send : a.recv;
+  if (a.count > 0 && buf == nullptr) return errorf(braidInvalidArgument, "%s is NULL", a.isSend ? "sendbuff" : "recvbuff");
+  return okStatus();
+}
+
+// Builds the plan of a comm's point-to-point calls, in call order. Self-sends pair with
+// self-receives in order and become copies.
+Status buildP2pPlan(braidComm_t comm, const std::vector<const CallArgs*>& calls, Plan* plan) {
+  plan->coll = Coll::kSendRecv;
+  plan->algorithm = "p2p";
+  plan->rank = comm->rank;
+  plan->nranks = comm->nranks;
+  std::vector<const CallArgs*> selfSends, selfRecvs;
+  for (const CallArgs* c : calls) {
+    const bool isSend = c->isSend;
+    const uint64_t bytes = c->count * dtypeSize(c->dtype);
+    if (c->root == comm->rank) {
+      (isSend ? selfSends : selfRecvs).push_back(c);
+      continue;
+    }
+    Step s;
+    s.peer = c->root;
+    s.bytes = bytes;
+    if (isSend) {
+      s.kind = StepKind::kSend;
+      s.src = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(c->send)};
+    } else {
+      s.kind = StepKind::kRecv;
+      s.dst = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(c->recv)};
+    }
+    plan->add(s);
+  }
+  if (selfSends.size() != selfRecvs.size())
+    return errorf(braidInvalidUsage, "%zu sends to self but %zu receives from self in one group", selfSends.size(),
+                  selfRecvs.size());
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    uint64_t sb = selfSends[i]->count * dtypeSize(selfSends[i]->dtype);
+    uint64_t rb = selfRecvs[i]->count * dtypeSize(selfRecvs[i]->dtype);
+    if (sb != rb) return errorf(braidInvalidArgument, "send to self of %llu bytes meets a receive of %llu bytes",
+                                static_cast<unsigned long long>(sb), static_cast<unsigned long long>(rb));
+    Step s;
+    s.kind = StepKind::kCopy;
+    s.bytes = sb;
+    s.src = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(selfSends[i]->send)};
+    s.dst = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(selfRecvs[i]->recv)};
+    plan->add(s);
+  }
+  return okStatus();
+}
+
+// Posts a group's calls: each comm's collectives in call order, then its point-to-point calls as
+// one operation. Returns the posted ops through `ops`.
+Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector<Op*>* ops) {
+  std::vector<braidComm_t> comms;
+  for (const CallArgs& c : calls)
+    if (std::find(comms.begin(), comms.end(), c.comm) == comms.end()) comms.push_back(c.comm);
+  for (braidComm_t comm : comms) {
+    std::vector<const CallArgs*> p2p;
+    for (const CallArgs& c : calls) {
+      if (c.comm != comm) continue;
+      if (c.coll == Coll::kSendRecv) {
+        p2p.push_back(&c);
+        continue;
+      }
+      PostArgs p;
+      BRAID_TRY(shapeOf(c, &p));
+      Op* op = nullptr;
+      BRAID_TRY(comm->engine->post(p, userOwned, &op));
+      ops->push_back(op);
+    }
+    if (p2p.empty()) continue;
+    Plan plan;
+    BRAID_TRY(buildP2pPlan(comm, p2p, &plan));
+    Op* op = nullptr;
+    BRAID_TRY(comm->engine->postGroup(&plan, userOwned, &op));
+    ops->push_back(op);
+  }
+  return okStatus();
+}
+
+Status waitAll(const std::vector<Op*>& ops) {
+  Status first;
+  for (Op* op : ops) {
+    Status s = op->engine->wait(op);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+// The one path of every collective and point-to-point call.
+Status issue(const CallArgs& a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
+  BRAID_TRY(checkCommon(a, stream));
+  if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
+  if (a.coll == Coll::kSendRecv) {
+    BRAID_TRY(checkP2p(a));
+  } else {
+    PostArgs p;
+    BRAID_TRY(shapeOf(a, &p));
+  }
+  if (tGroup.depth > 0) {
+    if (nonblocking) return errorf(braidInvalidUsage, "nonblocking calls cannot be part of a group");
+    tGroup.calls.push_back(a);
+    return okStatus();
+  }
+  if (a.coll == Coll::kSendRecv && a.root == a.comm->rank)
+    return errorf(braidInvalidUsage, "a send to or receive from self needs its partner in the same group");
+  std::vector<Op*> ops;
+  BRAID_TRY(postCalls({a}, nonblocking, &ops));
+  if (nonblocking) {
+    *request = ops.front();
+    return okStatus();
+  }
+  return waitAll(ops);
+}
+
+}  // namespace
+
+#pragma GCC visibility push(default)
+
+#define BRAID_COLL(name, nb, ...)                                                                    \
+  return guard(name, [&] { return issue(CallArgs{__VA_ARGS__}, stream, request, nb); })
+
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                             braidRedOp_t op, braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm);
+}
+braidResult_t braidIAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                              braidRedOp_t op, braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm);
+}
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                             braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kBroadcast, sendbuff, recvbuff, count, datatype, braidSum, root, comm);
+}
+braidResult_t braidIBroadcast(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                              braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kBroadcast, sendbuff, recvbuff, count, datatype, braidSum, root, comm);
+}
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm);
+}
+braidResult_t braidIReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream,
+                           braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm);
+}
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
+                             braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kAllGather, sendbuff, recvbuff, sendcount, datatype, braidSum, 0, comm);
+}
+braidResult_t braidIAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
+                              braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kAllGather, sendbuff, recvbuff, sendcount, datatype, braidSum, 0, comm);
+}
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, braidDataType_t datatype,
+                                 braidRedOp_t op, braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm);
+}
+braidResult_t braidIReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, braidDataType_t datatype,
+                                  braidRedOp_t op, braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm);
+}
+braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                            braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kAllToAll, sendbuff, recvbuff, count, datatype, braidSum, 0, comm);
+}
+braidResult_t braidIAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                             braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kAllToAll, sendbuff, recvbuff, count, datatype, braidSum, 0, comm);
+}
+braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kBarrier, nullptr, nullptr, 0, braidUint8, braidSum, 0, comm);
+}
+braidResult_t braidIBarrier(braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kBarrier, nullptr, nullptr, 0, braidUint8, braidSum, 0, comm);
+}
+// Point-to-point: a send carries its buffer in `send` (recv NULL), a receive in `recv`.
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                        braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kSendRecv, sendbuff, nullptr, count, datatype, braidSum, peer, comm, true);
+}
+braidResult_t braidISend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                         braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kSendRecv, sendbuff, nullptr, count, datatype, braidSum, peer, comm, true);
+}
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                        braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kSendRecv, nullptr, recvbuff, count, datatype, braidSum, peer, comm, false);
+}
+braidResult_t braidIRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                         braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kSendRecv, nullptr, recvbuff, count, datatype, braidSum, peer, comm, false);
+}
+
+braidResult_t braidGroupStart(void) {
+  return guard(__func__, [&] {
+    ++tGroup.depth;
+    return okStatus();
+  });
+}
+
+braidResult_t braidGroupEnd(void) {
+  return guard(__func__, [&] {
+    if (tGroup.depth == 0) return errorf(braidInvalidUsage, "braidGroupEnd without braidGroupStart");
+    if (--tGroup.depth > 0) return okStatus();
+    std::vector<CallArgs> calls;
+    calls.swap(tGroup.calls);
+    std::vector<Op*> ops;
+    Status posted = postCalls(calls, false, &ops);
+    Status done = waitAll(ops);
+    return posted.ok() ? done : posted;
+  });
+}
+
+#pragma GCC visibility pop

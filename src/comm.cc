@@ -1,0 +1,287 @@
+#include "src/comm.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+
+#include "src/config.h"
+#include "src/log.h"
+
+std::string braidComm::describeRank(int r) const {
+  if (r < 0 || r >= static_cast<int>(peers.size())) return "rank " + std::to_string(r);
+  return "rank " + std::to_string(r) + " (host " + peers[r].hostname + ", pid " + std::to_string(peers[r].pid) + ")";
+}
+
+namespace braid {
+
+namespace {
+
+// hostname + boot id: two containers on one machine share the boot id but not the hostname, and
+// two machines with the same hostname differ in boot id.
+std::string hostIdentity() {
+  std::string over = paramString("BRAID_HOSTID");
+  if (!over.empty()) return over;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + ":" + boot;
+}
+
+PeerInfo localInfo(int rank) {
+  PeerInfo me;
+  me.rank = rank;
+  me.pid = getpid();
+  gethostname(me.hostname, sizeof(me.hostname) - 1);
+  std::string id = hostIdentity();
+  strncpy(me.hostId, id.c_str(), sizeof(me.hostId) - 1);
+  return me;
+}
+
+// FNV-1a, for deriving agreed values from agreed strings (not a cryptographic hash).
+uint64_t fnv1a(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ULL ^ seed;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+Status makeTransports(std::vector<std::unique_ptr<Transport>>* out) {
+  std::string list = paramString("BRAID_TRANSPORTS");
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    std::string name = list.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (name.empty()) continue;
+    if (name == "shm") {
+      out->push_back(makeShmTransport());
+    } else if (name == "tcp") {
+      out->push_back(makeTcpTransport());
+    } else {
+      return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s: unknown transport '%s' (known: shm, tcp)",
+                    list.c_str(), name.c_str());
+    }
+  }
+  if (out->empty()) return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s names no transport", list.c_str());
+  return okStatus();
+}
+
+// Picks a transport per peer (first in preference order that can connect the pair) and connects
+// them, transport by transport; every rank takes part in every transport's connect.
+Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
+  BRAID_TRY(makeTransports(&comm->transports));
+  // Every rank must have the same preference list, or two ranks could pick different transports
+  // for the same pair.
+  uint64_t mine = fnv1a(paramString("BRAID_TRANSPORTS"), 0);
+  std::vector<uint64_t> all(comm->nranks);
+  BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
+  for (int r = 0; r < comm->nranks; ++r)
+    if (all[r] != mine)
+      return errorf(braidInvalidUsage, "rank %d has a different BRAID_TRANSPORTS than rank %d (%s)", r, comm->rank,
+                    paramString("BRAID_TRANSPORTS").c_str());
+  const int n = comm->nranks;
+  std::vector<int> choice(n, -1);
+  for (int p = 0; p < n; ++p) {
+    if (p == comm->rank) continue;
+    for (size_t t = 0; t < comm->transports.size() && choice[p] < 0; ++t)
+      if (comm->transports[t]->canConnect(comm->peers[comm->rank], comm->peers[p])) choice[p] = static_cast<int>(t);
+    if (choice[p] < 0)
+      return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s",
+                    paramString("BRAID_TRANSPORTS").c_str(), comm->rank, comm->describeRank(p).c_str());
+  }
+  comm->links.resize(n);
+  comm->linkTransport.assign(n, "self");
+  TransportContext ctx;
+  ctx.rank = comm->rank;
+  ctx.nranks = n;
+  ctx.peers = &comm->peers;
+  memcpy(ctx.secret, secret, 16);
+  ctx.commId = comm->commId;
+  ctx.deadline = deadline;
+  Bootstrap* boot = comm->boot.get();
+  ctx.allGather = [boot, deadline](const void* m, size_t bytes, void* a) {
+    return boot->allGather(m, bytes, a, deadline);
+  };
+  for (size_t t = 0; t < comm->transports.size(); ++t) {
+    std::vector<int> peers;
+    for (int p = 0; p < n; ++p)
+      if (choice[p] == static_cast<int>(t)) peers.push_back(p);
+    std::vector<std::unique_ptr<Link>> links;
+    Status s = comm->transports[t]->connect(ctx, peers, &links);
+    if (!s.ok()) return s.withContext(std::string("transport ") + comm->transports[t]->name());
+    if (links.size() != peers.size())
+      return errorf(braidInternalError, "transport %s returned %zu links for %zu peers", comm->transports[t]->name(),
+                    links.size(), peers.size());
+    for (size_t i = 0; i < peers.size(); ++i) {
+      comm->links[peers[i]] = std::move(links[i]);
+      comm->linkTransport[peers[i]] = comm->transports[t]->name();
+    }
+    if (!peers.empty())
+      BRAID_INFO(kLogInit, "%zu peers over %s", peers.size(), comm->transports[t]->name());
+  }
+  return okStatus();
+}
+
+Status readSettings(double* timeoutSec, uint64_t* chunk) {
+  int64_t t = 0;
+  BRAID_TRY(paramInt("BRAID_TIMEOUT", &t));
+  if (t <= 0) return errorf(braidInvalidArgument, "BRAID_TIMEOUT must be a positive number of seconds");
+  size_t c = 0;
+  BRAID_TRY(paramSize("BRAID_CHUNK_SIZE", &c));
+  if (c < 64) return errorf(braidInvalidArgument, "BRAID_CHUNK_SIZE must be at least 64 bytes");
+  *timeoutSec = static_cast<double>(t);
+  *chunk = c;
+  int64_t spin = 0;
+  BRAID_TRY(paramInt("BRAID_SPIN_US", &spin));
+  return okStatus();
+}
+
+}  // namespace
+
+Status commInit(const UniqueIdData& id, int nranks, int rank, braidComm** out) {
+  auto comm = std::make_unique<braidComm>();
+  BRAID_TRY(readSettings(&comm->timeoutSec, &comm->chunkBytes));
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->commId = id.commId;
+  setLogRank(rank);
+  Deadline deadline = Deadline::afterSeconds(comm->timeoutSec);
+  PeerInfo me = localInfo(rank);
+  BRAID_TRY(Bootstrap::init(id, rank, nranks, me, deadline, &comm->boot, &comm->peers));
+  for (const PeerInfo& p : comm->peers)
+    if (strcmp(p.hostId, me.hostId) == 0 && p.rank != rank) comm->localRanks++;
+  BRAID_TRY(connectLinks(comm.get(), deadline, id.secret));
+  comm->engine = std::make_unique<Engine>(comm.get());
+  BRAID_TRY(comm->engine->start());
+  BRAID_INFO(kLogInit, "comm %016llx rank %d of %d ready (%d ranks on this host)",
+             static_cast<unsigned long long>(comm->commId), rank, nranks, comm->localRanks);
+  *out = comm.release();
+  return okStatus();
+}
+
+static Status envInt(const char* name, int* out, bool* present) {
+  const char* v = getenv(name);
+  *present = v != nullptr && v[0] != '\0';
+  if (!*present) return okStatus();
+  char* end = nullptr;
+  long x = strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 24)) return errorf(braidInvalidArgument, "%s=%s is not a valid count", name, v);
+  *out = static_cast<int>(x);
+  return okStatus();
+}
+
+Status commInitFromEnv(braidComm** out) {
+  // Rank and size, from the first launcher whose variables are all present.
+  static const char* kPairs[][2] = {{"BRAID_RANK", "BRAID_WORLD_SIZE"},
+                                    {"RANK", "WORLD_SIZE"},
+                                    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                    {"SLURM_PROCID", "SLURM_NTASKS"},
+                                    {"PMI_RANK", "PMI_SIZE"}};
+  int rank = -1, size = -1;
+  const char* from = nullptr;
+  for (auto& pair : kPairs) {
+    bool hasRank = false, hasSize = false;
+    BRAID_TRY(envInt(pair[0], &rank, &hasRank));
+    BRAID_TRY(envInt(pair[1], &size, &hasSize));
+    if (hasRank && hasSize) {
+      from = pair[0];
+      break;
+    }
+  }
+  if (from == nullptr)
+    return errorf(braidInvalidUsage,
+                  "no launcher environment: set BRAID_RANK/BRAID_WORLD_SIZE/BRAID_ROOT (braidrun does), or run under "
+                  "torchrun, mpirun, srun or a PMI launcher");
+  if (size < 1 || rank >= size)
+    return errorf(braidInvalidArgument, "%s=%d is out of range for a world of %d ranks", from, rank, size);
+  // The rendezvous address: BRAID_ROOT, else MASTER_ADDR:MASTER_PORT+1 (torchrun's store owns the
+  // port itself).
+  std::string addr = paramString("BRAID_ROOT");
+  if (addr.empty()) {
+    const char* ma = getenv("MASTER_ADDR");
+    const char* mp = getenv("MASTER_PORT");
+    if (ma == nullptr || mp == nullptr)
+      return errorf(braidInvalidUsage, "%s is set but no rendezvous address: set BRAID_ROOT=host:port (or "
+                    "MASTER_ADDR and MASTER_PORT)", from);
+    addr = std::string(ma) + ":" + std::to_string(atoi(mp) + 1);
+  }
+  UniqueIdData id;
+  id.magic = kUniqueIdMagic;
+  id.version = kProtocolVersion;
+  BRAID_TRY(parseHostPort(addr, &id.root));
+  if (id.root.port() == 0) return errorf(braidInvalidArgument, "rendezvous address '%s' has no port", addr.c_str());
+  std::string secret = paramString("BRAID_SECRET");
+  if (!secret.empty()) {
+    if (secret.size() != 32 || secret.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      return errorf(braidInvalidArgument, "BRAID_SECRET must be 32 hex digits");
+    for (int i = 0; i < 16; ++i) id.secret[i] = static_cast<uint8_t>(std::stoi(secret.substr(2 * i, 2), nullptr, 16));
+  } else {
+    // No shared secret: derive one from what every rank of this job sees alike. It keeps jobs
+    // apart; it does not keep out someone who can read the job's environment.
+    std::string job = addr + "/" + std::to_string(size);
+    for (const char* v : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMI_ID"}) {
+      const char* x = getenv(v);
+      if (x != nullptr) job += std::string("/") + x;
+    }
+    uint64_t a = fnv1a(job, 1), b = fnv1a(job, 2);
+    memcpy(id.secret, &a, 8);
+    memcpy(id.secret + 8, &b, 8);
+  }
+  // Every rank initializes from the environment the same number of times, so the count tells
+  // communicators created from one environment apart.
+  static std::atomic<uint64_t> generation{0};
+  uint64_t gen = generation.fetch_add(1);
+  uint64_t s0 = 0;
+  memcpy(&s0, id.secret, 8);
+  id.commId = fnv1a(std::to_string(s0) + "/" + std::to_string(gen), 3);
+  if (rank == 0) BRAID_TRY(listenForId(id));
+  BRAID_INFO(kLogInit, "init from %s: rank %d of %d, rendezvous %s", from, rank, size, addr.c_str());
+  return commInit(id, size, rank, out);
+}
+
+Status commDestroy(braidComm* comm) {
+  Status drained = comm->engine->drain();
+  if (comm->rank == 0) {
+    // Rank 0 carries the failure notices: stay until the others left (or the deadline). Its
+    // background thread counts the goodbyes.
+    if (!comm->engine->failed()) comm->engine->waitDeparted(Deadline::afterSeconds(comm->timeoutSec));
+    comm->engine->stop();
+  } else {
+    // Stop listening first: rank 0 may leave as soon as it has our goodbye, and its closing
+    // connection is no failure then.
+    comm->engine->stop();
+    if (!comm->engine->failed()) (void)comm->boot->sendCtrl(0, CtrlType::kBye, comm->rank, "");
+  }
+  comm->magic = 0;
+  comm->engine.reset();
+  comm->links.clear();
+  comm->transports.clear();
+  comm->boot.reset();
+  delete comm;
+  return drained;
+}
+
+void commAbort(braidComm* comm) {
+  comm->engine->fail(errorf(braidRemoteError, "%s aborted the communicator (braidCommAbort)",
+                            comm->describeRank(comm->rank).c_str()),
+                     comm->rank, true);
+  // Waiters in other threads see their operations fail and return; wait for them to leave.
+  comm->engine->abortWaiters();
+  comm->engine->stop();
+  comm->magic = 0;
+  comm->engine.reset();
+  comm->links.clear();
+  comm->transports.clear();
+  comm->boot.reset();
+  delete comm;
+}
+
+}  // namespace braid

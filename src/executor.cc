@@ -1,0 +1,585 @@
+#include "src/executor.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "src/comm.h"
+#include "src/config.h"
+#include "src/log.h"
+
+namespace braid {
+
+namespace {
+
+// Adapts the executor's typed kernel to the transport's type-blind ReduceFn.
+void applyKernel(void* out, const void* local, const void* incoming, size_t count, const void* ctx) {
+  (*static_cast<const ReduceKernel*>(ctx))(out, local, incoming, count);
+}
+
+inline char* resolve(const Op* op, BufRef ref) {
+  return ref.buf == Buf::kAbsolute ? reinterpret_cast<char*>(ref.offset) : op->bufs[static_cast<int>(ref.buf)] + ref.offset;
+}
+
+inline bool depsDone(const Op* op, const Step& s) {
+  return (s.deps[0] < 0 || op->done[s.deps[0]]) && (s.deps[1] < 0 || op->done[s.deps[1]]);
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+Engine::Engine(braidComm* comm) : comm_(comm) {
+  const int n = comm->nranks;
+  sendBlocked_.assign(n, 0);
+  recvBlocked_.assign(n, 0);
+  linkDriven_.assign(n, 0);
+  gone_.assign(n, 0);
+  active_.reserve(64);
+  timeoutSec_ = comm->timeoutSec;
+  chunkBytes_ = comm->chunkBytes;
+  spinNs_ = paramIntOr("BRAID_SPIN_US", 50) * 1000;
+  // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;
+}
+
+Engine::~Engine() {
+  stop();
+  if (wakeFd_ >= 0) close(wakeFd_);
+}
+
+Status Engine::start() {
+  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wakeFd_ < 0) return systemError(errno, "eventfd");
+  try {
+    bg_ = std::thread([this] { bgLoop(); });
+  } catch (const std::system_error& e) {
+    return errorf(braidSystemError, "cannot start the progress thread: %s", e.what());
+  }
+  return okStatus();
+}
+
+void Engine::stop() {
+  if (!bg_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  wake();
+  bg_.join();
+}
+
+void Engine::lock() {
+  while (!tryLock()) sched_yield();
+}
+
+void Engine::wake() {
+  if (wakeFd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t rc = write(wakeFd_, &one, sizeof(one));
+  (void)rc;  // a full counter already means "awake"
+}
+
+Op* Engine::takeOp() {
+  if (!free_.empty()) {
+    Op* op = free_.back();
+    free_.pop_back();
+    return op;
+  }
+  all_.push_back(std::make_unique<Op>());
+  all_.back()->engine = this;
+  return all_.back().get();
+}
+
+void Engine::releaseOp(Op* op) {
+  lock();
+  op->state.store(Op::kFree, std::memory_order_relaxed);
+  op->error.clear();
+  free_.push_back(op);
+  unlock();
+}
+
+const Plan* Engine::planFor(const CollArgs& shape) {
+  PlanKey key{shape.count, shape.elemSize, shape.root, static_cast<uint8_t>(shape.coll),
+              static_cast<uint8_t>(shape.inPlace), static_cast<uint8_t>(shape.avg)};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  // Bounded: a framework with ever-changing sizes must not grow this without end.
+  if (plans_.size() >= 512) plans_.clear();
+  auto plan = std::make_unique<Plan>();
+  buildPlan(shape, plan.get());
+  BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
+  const Plan* p = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return p;
+}
+
+// Sizes the op's per-step state for its plan (grows only) and queues it. Engine lock held.
+void Engine::prepare(Op* op, bool userOwned) {
+  const Plan* plan = op->plan;
+  const size_t steps = plan->steps.size();
+  if (op->xfers.size() < steps) op->xfers.resize(steps);
+  if (op->done.size() < steps) op->done.resize(steps);
+  memset(op->done.data(), 0, steps);
+  op->cursors.assign(plan->peers.size(), Op::Cursor{});
+  op->localNext = 0;
+  op->remaining = static_cast<uint32_t>(steps);
+  op->finished = false;
+  op->result = braidSuccess;
+  op->userOwned = userOwned;
+  op->seq = ++seq_;
+  op->deadline = Deadline::afterSeconds(timeoutSec_);
+  op->coll = plan->coll;
+  if (plan->scratchBytes > op->scratchCap) {
+    op->scratch.reset(new char[plan->scratchBytes]);
+    op->scratchCap = plan->scratchBytes;
+  }
+  op->bufs[static_cast<int>(Buf::kScratch)] = op->scratch.get();
+  op->state.store(Op::kRunning, std::memory_order_release);
+  active_.push_back(op);
+  activeCount_.fetch_add(1);  // seq_cst: pairs with bgSleeping_ (Dekker-style handshake)
+}
+
+Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
+  lock();
+  if (failed()) {
+    unlock();
+    return failure();
+  }
+  Op* op = takeOp();
+  op->plan = planFor(a.shape);
+  op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(a.send));
+  op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(a.recv);
+  op->dtype = a.dtype;
+  op->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
+  op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
+  prepare(op, userOwned);
+  BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, %s, %zu steps", collName(a.shape.coll),
+             static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(a.shape.count),
+             dtypeName(a.dtype), a.shape.root, op->plan->algorithm, op->plan->steps.size());
+  unlock();
+  if (userOwned && bgSleeping_.load()) wake();
+  *out = op;
+  return okStatus();
+}
+
+Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
+  lock();
+  if (failed()) {
+    unlock();
+    return failure();
+  }
+  Op* op = takeOp();
+  std::swap(op->ownedPlan, *plan);
+  op->ownedPlan.finalize();
+  op->plan = &op->ownedPlan;
+  op->kernel = nullptr;
+  op->reduceSpec = ReduceSpec{};
+  prepare(op, userOwned);
+  unlock();
+  if (userOwned && bgSleeping_.load()) wake();
+  *out = op;
+  return okStatus();
+}
+
+// Posts every step whose turn has come: per peer and direction, in plan order, behind the
+// unposted steps of earlier operations. Engine lock held.
+bool Engine::postSteps(Op* op) {
+  const Plan* plan = op->plan;
+  bool any = false;
+  for (size_t qi = 0; qi < plan->peers.size(); ++qi) {
+    const Plan::PeerQueue& q = plan->peers[qi];
+    Op::Cursor& c = op->cursors[qi];
+    Link* link = comm_->links[q.peer].get();
+    if (sendBlocked_[q.peer] != epoch_) {
+      while (c.sendPost < q.sends.size()) {
+        const int32_t idx = q.sends[c.sendPost];
+        const Step& s = plan->steps[idx];
+        if (!depsDone(op, s)) break;
+        Xfer& x = op->xfers[idx];
+        x = Xfer{};
+        x.data = resolve(op, s.src);
+        x.bytes = s.bytes;
+        Status st = link->postSend(&x);
+        if (!st.ok()) {
+          fail(st.withContext("posting a send to " + comm_->describeRank(q.peer)), q.peer, true);
+          return true;
+        }
+        ++c.sendPost;
+        any = true;
+      }
+      if (c.sendPost < q.sends.size()) sendBlocked_[q.peer] = epoch_;
+    }
+    if (recvBlocked_[q.peer] != epoch_) {
+      while (c.recvPost < q.recvs.size()) {
+        const int32_t idx = q.recvs[c.recvPost];
+        const Step& s = plan->steps[idx];
+        if (!depsDone(op, s)) break;
+        Xfer& x = op->xfers[idx];
+        x = Xfer{};
+        x.data = resolve(op, s.dst);
+        x.bytes = s.bytes;
+        if (s.kind == StepKind::kRecvReduce) {
+          x.local = resolve(op, s.src);
+          x.reduce = &op->reduceSpec;
+        }
+        Status st = link->postRecv(&x);
+        if (!st.ok()) {
+          fail(st.withContext("posting a receive from " + comm_->describeRank(q.peer)), q.peer, true);
+          return true;
+        }
+        ++c.recvPost;
+        any = true;
+      }
+      if (c.recvPost < q.recvs.size()) recvBlocked_[q.peer] = epoch_;
+    }
+  }
+  return any;
+}
+
+// Retires completed transfers (in posting order) and runs local steps whose inputs are ready.
+bool Engine::reapAndRunLocals(Op* op) {
+  const Plan* plan = op->plan;
+  bool any = false;
+  for (size_t qi = 0; qi < plan->peers.size(); ++qi) {
+    const Plan::PeerQueue& q = plan->peers[qi];
+    Op::Cursor& c = op->cursors[qi];
+    while (c.sendDone < c.sendPost && op->xfers[q.sends[c.sendDone]].complete) {
+      op->done[q.sends[c.sendDone++]] = 1;
+      --op->remaining;
+      any = true;
+    }
+    while (c.recvDone < c.recvPost && op->xfers[q.recvs[c.recvDone]].complete) {
+      op->done[q.recvs[c.recvDone++]] = 1;
+      --op->remaining;
+      any = true;
+    }
+  }
+  while (op->localNext < plan->locals.size()) {
+    const int32_t idx = plan->locals[op->localNext];
+    const Step& s = plan->steps[idx];
+    if (!depsDone(op, s)) break;
+    if (s.kind == StepKind::kCopy) {
+      char* dst = resolve(op, s.dst);
+      const char* src = resolve(op, s.src);
+      if (dst != src) memmove(dst, src, s.bytes);
+    } else {
+      size_t es = dtypeSize(op->dtype);
+      scaleDivide(op->dtype, resolve(op, s.dst), s.bytes / es, plan->nranks);
+    }
+    op->done[idx] = 1;
+    --op->remaining;
+    ++op->localNext;
+    any = true;
+  }
+  if (op->remaining == 0 && !op->finished) {
+    op->finished = true;
+    any = true;
+  }
+  return any;
+}
+
+void Engine::failAll() {
+  Status f = failure();
+  for (size_t i = head_; i < active_.size(); ++i) {
+    Op* op = active_[i];
+    op->result = f.code();
+    char ctx[96];
+    snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d]", collName(op->coll), static_cast<unsigned long long>(op->seq),
+             comm_->rank);
+    op->error = f.message() + ctx;
+    activeCount_.fetch_sub(1, std::memory_order_acq_rel);
+    op->state.store(Op::kDone, std::memory_order_release);
+  }
+  active_.clear();
+  head_ = 0;
+}
+
+// The oldest operation's deadline, checked every few dozen passes (a clock read is cheap, but
+// not free on the 2-microsecond path).
+void Engine::checkDeadline() {
+  if (head_ >= active_.size() || (++deadlineTick_ & 31) != 0) return;
+  Op* op = active_[head_];
+  if (!op->deadline.expired()) return;
+  // Name the peer it is waiting for: the first queue with unfinished work.
+  int waitingOn = -1;
+  const Plan* plan = op->plan;
+  for (size_t qi = 0; qi < plan->peers.size() && waitingOn < 0; ++qi) {
+    const Op::Cursor& c = op->cursors[qi];
+    if (c.recvDone < plan->peers[qi].recvs.size() || c.sendDone < plan->peers[qi].sends.size())
+      waitingOn = plan->peers[qi].peer;
+  }
+  std::string who = waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn) : "with no peer pending";
+  fail(errorf(braidTimeout, "%s #%llu timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
+              static_cast<unsigned long long>(op->seq), timeoutSec_, who.c_str()),
+       waitingOn, true);
+}
+
+bool Engine::progressOnce() {
+  if (failed()) {
+    bool any = head_ < active_.size();
+    failAll();
+    return any;
+  }
+  if (head_ >= active_.size()) return false;
+  ++epoch_;
+  bool any = false;
+  for (size_t i = head_; i < active_.size(); ++i)
+    if (!active_[i]->finished) any |= postSteps(active_[i]);
+  for (size_t i = head_; i < active_.size(); ++i) {
+    const Plan* plan = active_[i]->plan;
+    if (active_[i]->finished) continue;
+    for (const Plan::PeerQueue& q : plan->peers) {
+      if (linkDriven_[q.peer] == epoch_) continue;
+      linkDriven_[q.peer] = epoch_;
+      Status st = comm_->links[q.peer]->progress();
+      if (!st.ok()) {
+        fail(st, q.peer, true);
+        failAll();
+        return true;
+      }
+    }
+  }
+  for (size_t i = head_; i < active_.size(); ++i)
+    if (!active_[i]->finished) any |= reapAndRunLocals(active_[i]);
+  // Completion in issue order.
+  while (head_ < active_.size() && active_[head_]->finished) {
+    Op* op = active_[head_++];
+    op->result = braidSuccess;
+    activeCount_.fetch_sub(1, std::memory_order_acq_rel);
+    op->state.store(Op::kDone, std::memory_order_release);
+    any = true;
+  }
+  if (head_ == active_.size()) {
+    active_.clear();
+    head_ = 0;
+  } else if (head_ > 64 && head_ * 2 > active_.size()) {
+    active_.erase(active_.begin(), active_.begin() + static_cast<long>(head_));
+    head_ = 0;
+  }
+  checkDeadline();
+  return any;
+}
+
+// Waiting without progress: spin briefly (a peer's reply is usually microseconds away), then
+// yield the core (more ranks than cores is common).
+void Engine::backoff(int64_t idleSinceNs) {
+  if (spinNs_ > 0 && nowNs() - idleSinceNs < spinNs_) {
+    for (int i = 0; i < 16; ++i) cpuRelax();
+    return;
+  }
+  sched_yield();
+}
+
+Status Engine::wait(Op* op) {
+  waiters_.fetch_add(1, std::memory_order_acq_rel);
+  int64_t idleSince = 0;
+  int idle = 0;
+  while (op->state.load(std::memory_order_acquire) != Op::kDone) {
+    bool progressed = false;
+    if (tryLock()) {
+      progressed = progressOnce();
+      unlock();
+    }
+    if (progressed) {
+      idle = 0;
+      continue;
+    }
+    if (idle++ == 0) idleSince = nowNs();
+    backoff(idleSince);
+  }
+  Status result = op->result == braidSuccess ? okStatus() : Status(op->result, op->error);
+  releaseOp(op);
+  // Last: braidCommAbort frees the engine once no waiter is left inside it.
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  return result;
+}
+
+void Engine::abortWaiters() {
+  lock();
+  failAll();
+  unlock();
+  while (waiters_.load(std::memory_order_acquire) > 0) sched_yield();
+}
+
+Status Engine::test(Op* op, bool* done) {
+  if (op->state.load(std::memory_order_acquire) != Op::kDone && tryLock()) {
+    progressOnce();
+    unlock();
+  }
+  if (op->state.load(std::memory_order_acquire) != Op::kDone) {
+    *done = false;
+    return okStatus();
+  }
+  *done = true;
+  Status result = op->result == braidSuccess ? okStatus() : Status(op->result, op->error);
+  releaseOp(op);
+  return result;
+}
+
+Status Engine::drain() {
+  Deadline deadline = Deadline::afterSeconds(timeoutSec_);
+  waiters_.fetch_add(1, std::memory_order_acq_rel);
+  int64_t idleSince = nowNs();
+  while (activeCount_.load(std::memory_order_acquire) > 0 && !failed()) {
+    bool progressed = false;
+    if (tryLock()) {
+      progressed = progressOnce();
+      unlock();
+    }
+    if (progressed) {
+      idleSince = nowNs();
+    } else {
+      if (deadline.expired()) break;
+      backoff(idleSince);
+    }
+  }
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  if (activeCount_.load() > 0 && !failed())
+    return errorf(braidTimeout, "destroy: %d operations still pending after %.0f s", activeCount_.load(), timeoutSec_);
+  return okStatus();
+}
+
+void Engine::fail(const Status& s, int culprit, bool notify) {
+  {
+    std::lock_guard<std::mutex> g(failMu_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    failure_ = s;
+    failed_.store(true, std::memory_order_release);
+  }
+  BRAID_WARN(kLogInit, "communicator failed: %s", s.message().c_str());
+  if (!notify || comm_->boot == nullptr) return;
+  // Everyone learns through rank 0: others tell rank 0, rank 0 tells everyone.
+  if (comm_->rank == 0) {
+    for (int r = 1; r < comm_->nranks; ++r)
+      if (r != culprit) (void)comm_->boot->sendCtrl(r, CtrlType::kAbort, culprit, s.message());
+  } else {
+    (void)comm_->boot->sendCtrl(0, CtrlType::kAbort, culprit, s.message());
+  }
+  wake();
+}
+
+Status Engine::failure() const {
+  std::lock_guard<std::mutex> g(failMu_);
+  return failure_;
+}
+
+void Engine::waitDeparted(Deadline deadline) {
+  while (departed_.load(std::memory_order_acquire) < comm_->nranks - 1 && !deadline.expired() && bg_.joinable())
+    usleep(1000);
+}
+
+// Reads the control sockets: goodbyes, abort notices, and closed connections (a dead process).
+void Engine::serveControl(int timeoutMs) {
+  std::vector<int> fds = comm_->boot->ctrlFds();
+  pollfd pfds[1024];
+  int map[1024];
+  int n = 0;
+  pfds[n] = pollfd{wakeFd_, POLLIN, 0};
+  map[n++] = -1;
+  for (size_t i = 0; i < fds.size() && n < 1024; ++i) {
+    int peer = comm_->rank == 0 ? static_cast<int>(i) : 0;
+    if (fds[i] < 0 || gone_[peer]) continue;
+    pfds[n] = pollfd{fds[i], POLLIN, 0};
+    map[n++] = peer;
+  }
+  int rc = poll(pfds, n, timeoutMs);
+  if (rc <= 0) return;
+  if (pfds[0].revents != 0) {
+    uint64_t v;
+    ssize_t r = read(wakeFd_, &v, sizeof(v));
+    (void)r;
+  }
+  for (int i = 1; i < n; ++i) {
+    if (pfds[i].revents == 0) continue;
+    const int peer = map[i];
+    for (;;) {
+      bool got = false, eof = false;
+      Bootstrap::CtrlMsg msg;
+      Status s = comm_->boot->pollCtrl(peer, &got, &msg, &eof);
+      if (!s.ok()) {
+        fail(s.withContext("control connection of " + comm_->describeRank(peer)), peer, true);
+        gone_[peer] = 1;
+        comm_->boot->closeCtrl(peer);
+        break;
+      }
+      if (got && msg.type == CtrlType::kBye) {
+        gone_[peer] = 1;
+        departed_.fetch_add(1, std::memory_order_acq_rel);
+        comm_->boot->closeCtrl(peer);
+        BRAID_INFO(kLogInit, "%s left the communicator", comm_->describeRank(peer).c_str());
+        break;
+      }
+      if (got && msg.type == CtrlType::kAbort) {
+        // Rank 0 relays a notice to everyone but its sender; others just apply it.
+        if (comm_->rank == 0) {
+          {
+            std::lock_guard<std::mutex> g(failMu_);
+            if (!failed_.load()) {
+              failure_ = Status(braidRemoteError, msg.text);
+              failed_.store(true, std::memory_order_release);
+            }
+          }
+          for (int r = 1; r < comm_->nranks; ++r)
+            if (r != peer && !gone_[r]) (void)comm_->boot->sendCtrl(r, CtrlType::kAbort, msg.rank, msg.text);
+        } else {
+          fail(Status(braidRemoteError, msg.text), msg.rank, false);
+        }
+        continue;
+      }
+      if (eof) {
+        gone_[peer] = 1;
+        comm_->boot->closeCtrl(peer);
+        fail(errorf(braidRemoteError, "%s died: its control connection %s closed without a goodbye",
+                    comm_->describeRank(peer).c_str(), comm_->rank == 0 ? "to rank 0" : "from rank 0"),
+             peer, true);
+        if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
+      }
+      break;
+    }
+  }
+}
+
+void Engine::bgLoop() {
+  setLogRank(comm_->rank);
+  int64_t idleSince = nowNs();
+  int64_t lastControl = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    const bool work = activeCount_.load(std::memory_order_acquire) > 0;
+    if (work && waiters_.load(std::memory_order_acquire) == 0) {
+      bool progressed = false;
+      if (tryLock()) {
+        progressed = progressOnce();
+        unlock();
+      }
+      int64_t now = nowNs();
+      if (progressed) idleSince = now;
+      if (now - lastControl > 1000000) {  // control sockets at least every millisecond
+        serveControl(0);
+        lastControl = now;
+      }
+      if (progressed) continue;
+      if (now - idleSince < 1000000) {
+        backoff(idleSince);
+      } else {
+        serveControl(1);  // idle for a while: sleep a millisecond at a time
+        lastControl = nowNs();
+      }
+      continue;
+    }
+    // Announce the sleep, then re-check (both seq_cst): a poster increments activeCount_ and then
+    // reads bgSleeping_, so either we see its operation here or it sees us asleep and wakes us.
+    bgSleeping_.store(true);
+    if (activeCount_.load() == 0 || waiters_.load() > 0) serveControl(work ? 5 : 200);
+    bgSleeping_.store(false, std::memory_order_release);
+    lastControl = nowNs();
+    idleSince = lastControl;
+  }
+}
+
+}  // namespace braid

@@ -1,0 +1,187 @@
+// The executor: runs Plans over Links. One Engine per communicator.
+//
+// Threads. Whoever holds the engine lock drives progress: a thread blocked in a call or in
+// braidWait, or the communicator's background thread, which progresses nonblocking operations while
+// nobody waits and otherwise sleeps in poll() on the control sockets (it also serves failure
+// notices). Posting and releasing take the same lock briefly; the lock is a spinlock, never held
+// across a blocking call.
+//
+// Ordering. Operations start in issue order and each Link queue receives an operation's steps only
+// after every earlier operation posted all of its steps for that queue, so the k-th message on a
+// link is the same on both sides (the transport contract) even with many operations in flight.
+// Operations complete, as seen by the caller, in issue order.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "src/clock.h"
+#include "src/plan.h"
+#include "src/reduce.h"
+#include "src/status.h"
+#include "transports/transport.h"
+
+struct braidComm;
+
+namespace braid {
+class Engine;
+}
+
+// A posted operation; braidRequest_t points to one. Pooled per communicator.
+struct braidRequest {
+  enum State : int { kFree = 0, kRunning = 1, kDone = 2 };
+  std::atomic<int> state{kFree};
+  braidResult_t result = braidSuccess;
+  std::string error;  // set on failure only
+  bool userOwned = false;
+  braid::Engine* engine = nullptr;
+
+  // Execution state (engine lock).
+  const braid::Plan* plan = nullptr;
+  braid::Plan ownedPlan;  // point-to-point groups build their plan per call
+  braid::Coll coll = braid::Coll::kAllReduce;
+  uint64_t seq = 0;
+  braid::Deadline deadline;
+  char* bufs[braid::kNumBufs] = {};
+  braidDataType_t dtype = braidFloat32;
+  braid::ReduceKernel kernel = nullptr;
+  braid::ReduceSpec reduceSpec;
+  std::vector<braid::Xfer> xfers;
+  std::vector<uint8_t> done;
+  struct Cursor {
+    uint32_t sendPost = 0, sendDone = 0, recvPost = 0, recvDone = 0;
+  };
+  std::vector<Cursor> cursors;
+  uint32_t localNext = 0;
+  uint32_t remaining = 0;
+  bool finished = false;
+  std::unique_ptr<char[]> scratch;
+  uint64_t scratchCap = 0;
+};
+
+namespace braid {
+
+using Op = ::braidRequest;
+
+// One operation to post: the plan shape plus the buffers and reduction.
+struct PostArgs {
+  CollArgs shape;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  braidDataType_t dtype = braidUint8;
+  braidRedOp_t op = braidSum;
+};
+
+class Engine {
+ public:
+  explicit Engine(braidComm* comm);
+  ~Engine();
+
+  // Starts the background thread. Called once the links are connected.
+  Status start();
+  // Stops and joins the background thread (idempotent).
+  void stop();
+
+  // Posts a collective. On success *out is running. userOwned: a nonblocking call (wakes the
+  // background thread so the operation progresses while the caller computes).
+  Status post(const PostArgs& args, bool userOwned, Op** out);
+  // Posts a point-to-point group; `plan` steps use Buf::kAbsolute addresses. Swapped into the op.
+  Status postGroup(Plan* plan, bool userOwned, Op** out);
+
+  // Drives progress until `op` completed or failed; releases it. Returns its result.
+  Status wait(Op* op);
+  // One step of progress; *done when finished, in which case the op is released.
+  Status test(Op* op, bool* done);
+  // Waits until every posted operation finished (destroy). Bounded by BRAID_TIMEOUT.
+  Status drain();
+
+  // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
+  // the rank at fault (-1 unknown). notify: tell the other ranks through rank 0.
+  void fail(const Status& s, int culprit, bool notify);
+  // After fail(): completes every pending operation with the failure and returns once no thread
+  // is left inside wait() (braidCommAbort frees the engine next).
+  void abortWaiters();
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status failure() const;
+
+  // Ranks that said goodbye (rank 0 lingers in destroy until all did).
+  int departed() const { return departed_.load(std::memory_order_acquire); }
+  void waitDeparted(Deadline deadline);
+
+ private:
+  bool tryLock() { return !lock_.exchange(true, std::memory_order_acquire); }
+  void lock();
+  void unlock() { lock_.store(false, std::memory_order_release); }
+
+  Op* takeOp();
+  void releaseOp(Op* op);
+  const Plan* planFor(const CollArgs& shape);
+  void prepare(Op* op, bool userOwned);
+  void wake();
+
+  bool progressOnce();
+  bool postSteps(Op* op);
+  bool reapAndRunLocals(Op* op);
+  void failAll();
+  void checkDeadline();
+  void backoff(int64_t idleSinceNs);
+
+  void bgLoop();
+  void serveControl(int timeoutMs);
+
+  braidComm* comm_;
+  std::atomic<bool> lock_{false};
+
+  // Engine-lock state.
+  std::vector<Op*> active_;  // in issue order; head_ is the oldest
+  size_t head_ = 0;
+  std::vector<Op*> free_;
+  std::vector<std::unique_ptr<Op>> all_;
+  struct PlanKey {
+    uint64_t count;
+    uint64_t elemSize;
+    int32_t root;
+    uint8_t coll;
+    uint8_t inPlace;
+    uint8_t avg;
+    bool operator==(const PlanKey& o) const {
+      return count == o.count && elemSize == o.elemSize && root == o.root && coll == o.coll &&
+             inPlace == o.inPlace && avg == o.avg;
+    }
+  };
+  struct PlanKeyHash {
+    size_t operator()(const PlanKey& k) const {
+      return std::hash<uint64_t>()(k.count * 1000003u ^ (k.elemSize << 40) ^ (static_cast<uint64_t>(k.root) << 20) ^
+                                   (k.coll << 8) ^ (k.inPlace << 4) ^ k.avg);
+    }
+  };
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  uint64_t epoch_ = 0;
+  std::vector<uint64_t> sendBlocked_, recvBlocked_, linkDriven_;  // per rank: == epoch_ when set
+  uint64_t seq_ = 0;
+  uint32_t deadlineTick_ = 0;
+
+  std::atomic<int> activeCount_{0};
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> bgSleeping_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failMu_;
+  Status failure_;
+  std::atomic<int> departed_{0};
+  std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)
+  int wakeFd_ = -1;
+  std::thread bg_;
+  int64_t spinNs_ = 50000;
+  double timeoutSec_ = 300;
+  uint64_t chunkBytes_ = 1 << 18;
+};
+
+}  // namespace braid

@@ -1,0 +1,136 @@
+// One shm Link: two FIFOs (transports/shm/shm_layout.h), ours for sending and the peer's for
+// receiving, plus the single-copy (CMA) path for large messages. Built by ShmTransport::connect
+// (transports/shm/shm.cc); used by one thread at a time (the executor's lock).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transports/shm/shm_layout.h"
+#include "transports/transport.h"
+
+namespace braid {
+namespace shm {
+
+// An mmap()ed range, unmapped on destruction. Shared by the links that point into it.
+class Mapping {
+ public:
+  Mapping(void* addr, size_t bytes) : addr_(addr), bytes_(bytes) {}
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  unsigned char* data() const { return static_cast<unsigned char*>(addr_); }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* addr_;
+  size_t bytes_;
+};
+
+// One FIFO as seen from this process.
+struct FifoView {
+  std::shared_ptr<Mapping> mapping;  // keeps `base` valid
+  unsigned char* base = nullptr;     // the FifoControl
+  size_t slotSize = 0;
+  uint32_t nslots = 0;
+
+  FifoControl* control() const { return reinterpret_cast<FifoControl*>(base); }
+  SlotHeader* slot(uint32_t i) const {
+    return reinterpret_cast<SlotHeader*>(base + sizeof(FifoControl) + i * slotStride(slotSize));
+  }
+  static unsigned char* payload(SlotHeader* s) { return reinterpret_cast<unsigned char*>(s + 1); }
+};
+
+struct LinkSetup {
+  int peerRank = -1;
+  pid_t peerPid = 0;
+  std::string peerHost;
+  FifoView out;  // we send: the FIFO lives in our segment
+  FifoView in;   // we receive: the FIFO lives in the peer's segment
+  bool cmaRecv = false;  // we may accept CMA descriptors (probe passed, BRAID_SHM_CMA allows)
+};
+
+class ShmLink final : public Link {
+ public:
+  explicit ShmLink(LinkSetup setup);
+  ~ShmLink() override;
+
+  Status postSend(Xfer* x) override;
+  Status postRecv(Xfer* x) override;
+  Status progress() override;
+  bool busy() const override { return sendFront_ != nullptr || recvFront_ != nullptr; }
+
+  FifoControl* inControl() const { return in_.control(); }
+  FifoControl* outControl() const { return out_.control(); }
+  // Whether this link accepts CMA descriptors (what connect() tells the peer).
+  bool cmaRecv() const { return cmaRecv_; }
+  // Called by connect() before first use when the peer accepts CMA: messages of at least `minBytes`
+  // (>= 1) are then sent by single copy.
+  void enableCmaSend(size_t minBytes) {
+    cmaSend_ = true;
+    cmaMin_ = minBytes < 1 ? 1 : minBytes;
+  }
+
+ private:
+  bool usesCma(const Xfer* x) const { return cmaSend_ && x->bytes >= cmaMin_; }
+  // One slot's (or CMA piece's) worth of work. sendStep: true when a slot was filled. recvStep and
+  // cmaStep: 1 when something moved, 0 when not, -1 on failure (failure_ is set).
+  bool sendStep();
+  int recvStep();
+  int cmaStep(Xfer* x);
+  void releaseSlot();
+  // Sets `complete` on finished sends, in posting order; true when any completed.
+  bool completeSends();
+  void finishRecv(Xfer* x);
+  void deliver(Xfer* x, size_t offset, const unsigned char* src, size_t bytes);
+  Status checkPeerAlive();
+  bool peerGone() const;
+  Status diedError() const;
+  Status fail(Status s);  // records the link's failure, logs it once, returns it
+  int failStep(Status s);  // the same for the steps: returns -1
+
+  // --- hot state, touched by every progress() call ---
+  Xfer* sendFront_ = nullptr;  // oldest incomplete send
+  Xfer* sendCur_ = nullptr;    // first send not yet entirely in the FIFO (or published by CMA)
+  Xfer* sendBack_ = nullptr;   // newest send
+  Xfer* recvFront_ = nullptr;  // oldest incomplete receive (the one being filled)
+  Xfer* recvBack_ = nullptr;
+  bool failed_ = false;
+  bool recvStarted_ = false;  // the front receive's first slot was checked
+  bool recvCma_ = false;      // the front receive reads from recvCmaAddr_ by CMA
+  bool cmaSend_ = false;
+  bool cmaRecv_ = false;
+  uint32_t idleCalls_ = 0;
+
+  uint64_t sendSeq_ = 0;    // absolute number of the next slot to fill
+  uint64_t headCache_ = 0;  // last value read from out_.control()->head
+  uint32_t sendSlot_ = 0;   // sendSeq_ % nslots
+  uint32_t recvSlot_ = 0;   // recvSeq_ % nslots
+  uint64_t recvSeq_ = 0;    // absolute number of the next slot to read
+  FifoView out_;
+  FifoView in_;
+  size_t cmaMin_ = SIZE_MAX;
+
+  // --- CMA ---
+  uint64_t recvCmaAddr_ = 0;
+  uint64_t cmaRecvDone_ = 0;   // CMA messages received (our value of in_.control()->cmaAcks)
+  uint64_t cmaSendsDone_ = 0;  // CMA sends completed
+  unsigned char* bounce_ = nullptr;  // reduce receives by CMA read pieces here first
+  size_t bounceBytes_ = 0;
+
+  // --- peer death detection ---
+  int64_t idleSinceNs_ = 0;
+  int64_t lastCheckNs_ = 0;
+  int pidfd_ = -1;
+  int peerRank_;
+  pid_t peerPid_;
+  std::string peerHost_;
+  Status failure_;
+};
+
+}  // namespace shm
+}  // namespace braid
