@@ -4,7 +4,7 @@
 //
 // Semantics shared by every level (the SIMD files reproduce them bit for bit):
 // - Integers wrap around (two's complement), signed ones included: sums and products are done in
-//   the unsigned type of the same width.
+//   unsigned arithmetic, so no signed overflow (undefined behaviour) can happen.
 // - Floats: IEEE operations in the type's precision under the default rounding mode. fp16 and bf16
 //   are widened to fp32 exactly, reduced, and rounded back to nearest even. fp32 carries at least
 //   2p+2 bits for both (p = 11 and 8), so this double rounding gives the correctly rounded sum and
@@ -20,6 +20,10 @@
 #include <type_traits>
 
 #include "src/reduce_internal.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace braid {
 namespace {
@@ -312,9 +316,12 @@ SimdLevel activeSimdLevel() { return gActiveLevel; }
 bool simdLevelSupported(SimdLevel level) {
 #if defined(__x86_64__)
   // __builtin_cpu_supports also checks that the OS saves the AVX/AVX-512 register state (XCR0).
-  // cpu_init is required when this runs from a static initializer, before libgcc's own.
+  // cpu_init is required when this runs from a static initializer, before libgcc's own. F16C is
+  // read from cpuid directly: not every compiler's __builtin_cpu_supports knows its name.
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && f16c;
   switch (level) {
     case SimdLevel::kScalar:
       return true;

@@ -60,8 +60,8 @@ Status loadConfig(Config* out) {
   int64_t slots = 0;
   BRAID_TRY(paramInt("BRAID_SHM_SLOTS", &slots));
   if (slots < 1 || slots > kMaxSlots)
-    return errorf(braidInvalidArgument, "BRAID_SHM_SLOTS=%lld must be between 1 and %lld", static_cast<long long>(slots),
-                  static_cast<long long>(kMaxSlots));
+    return errorf(braidInvalidArgument, "BRAID_SHM_SLOTS=%lld must be between 1 and %lld",
+                  static_cast<long long>(slots), static_cast<long long>(kMaxSlots));
   c.nslots = static_cast<uint32_t>(slots);
   BRAID_TRY(paramSize("BRAID_SHM_CMA_MIN", &c.cmaMin));
   std::string mode = paramString("BRAID_SHM_CMA");
@@ -136,8 +136,7 @@ Status randomName(std::string* name) {
   return okStatus();
 }
 
-Status createSegment(const TransportContext& ctx, const std::vector<int>& peers, const Config& cfg,
-                     OwnSegment* seg) {
+Status createSegment(const TransportContext& ctx, const std::vector<int>& peers, const Config& cfg, OwnSegment* seg) {
   const size_t page = pageSize();
   seg->headerBytes = headerBytes(peers.size(), page);
   seg->fifoBytes = fifoBytes(cfg.slotSize, cfg.nslots, page);
@@ -179,7 +178,8 @@ Status createSegment(const TransportContext& ctx, const std::vector<int>& peers,
     dir[i] = FifoEntry{peers[i], 0, seg->headerBytes + i * seg->fifoBytes};
     unsigned char* fifo = seg->mapping->data() + dir[i].offset;
     new (fifo) FifoControl{};
-    for (uint32_t k = 0; k < cfg.nslots; ++k) new (fifo + sizeof(FifoControl) + k * slotStride(cfg.slotSize)) SlotHeader{};
+    for (uint32_t k = 0; k < cfg.nslots; ++k)
+      new (fifo + sizeof(FifoControl) + k * slotStride(cfg.slotSize)) SlotHeader{};
   }
   return okStatus();
 }
@@ -188,8 +188,8 @@ Status readExactly(int fd, void* buf, size_t n, off_t at, int peer) {
   ssize_t got = pread(fd, buf, n, at);
   if (got < 0) return systemError(errno, "read shm segment of peer rank %d", peer);
   if (static_cast<size_t>(got) != n)
-    return errorf(braidRemoteError, "shm segment of peer rank %d is truncated (%zd of %zu bytes at %lld)", peer, got,
-                  n, static_cast<long long>(at));
+    return errorf(braidRemoteError, "shm segment of peer rank %d is truncated (%zd of %zu bytes at %lld)", peer, got, n,
+                  static_cast<long long>(at));
   return okStatus();
 }
 
@@ -197,8 +197,10 @@ Status readExactly(int fd, void* buf, size_t n, off_t at, int peer) {
 Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoView* view) {
   int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0)
-    return systemError(errno, "cannot open shared memory /dev/shm%s of peer rank %d (same host id, but not the same "
-                       "/dev/shm? set BRAID_HOSTID or BRAID_TRANSPORTS)", name, peer);
+    return systemError(errno,
+                       "cannot open shared memory /dev/shm%s of peer rank %d (same host id, but not the same "
+                       "/dev/shm? set BRAID_HOSTID or BRAID_TRANSPORTS)",
+                       name, peer);
   FdCloser closer{fd};
   struct stat st;
   if (fstat(fd, &st) != 0) return systemError(errno, "fstat /dev/shm%s of peer rank %d", name, peer);
@@ -217,8 +219,10 @@ Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoV
     mismatch = "secret";
   }
   if (mismatch != nullptr)
-    return errorf(braidRemoteError, "shm segment /dev/shm%s of peer rank %d does not belong to this communicator (%s "
-                  "differs)", name, peer, mismatch);
+    return errorf(braidRemoteError,
+                  "shm segment /dev/shm%s of peer rank %d does not belong to this communicator (%s "
+                  "differs)",
+                  name, peer, mismatch);
   const size_t page = pageSize();
   const size_t size = static_cast<size_t>(st.st_size);
   if (h.segmentBytes != size || h.slotSize < kCacheLine || h.slotSize % kCacheLine != 0 || h.nslots < 1 ||

@@ -209,13 +209,14 @@ int ShmLink::recvStep() {
   if (!recvStarted_) {
     const uint64_t bytes = msg & ~kCmaFlag;
     if (bytes != x->bytes) {
-      return failStep(errorf(braidRemoteError, "message from peer rank %d has %llu bytes, the posted receive expects %zu",
-                  peerRank_, static_cast<unsigned long long>(bytes), x->bytes));
+      return failStep(errorf(braidRemoteError,
+                             "message from peer rank %d has %llu bytes, the posted receive expects %zu", peerRank_,
+                             static_cast<unsigned long long>(bytes), x->bytes));
     }
     if ((msg & kCmaFlag) != 0) {
       if (!cmaRecv_) {
-        return failStep(errorf(braidRemoteError, "peer rank %d sent a single-copy descriptor this rank did not accept",
-                    peerRank_));
+        return failStep(
+            errorf(braidRemoteError, "peer rank %d sent a single-copy descriptor this rank did not accept", peerRank_));
       }
       CmaDescriptor d;
       memcpy(&d, s->inlineData, sizeof(d));
@@ -226,9 +227,9 @@ int ShmLink::recvStep() {
     }
     recvStarted_ = true;
   } else if (msg != x->bytes) {
-    return failStep(errorf(braidRemoteError, "peer rank %d broke the shm protocol (slot %llu says %llu bytes, expected %zu)",
-                peerRank_, static_cast<unsigned long long>(recvSeq_), static_cast<unsigned long long>(msg),
-                x->bytes));
+    return failStep(errorf(braidRemoteError,
+                           "peer rank %d broke the shm protocol (slot %llu says %llu bytes, expected %zu)", peerRank_,
+                           static_cast<unsigned long long>(recvSeq_), static_cast<unsigned long long>(msg), x->bytes));
   }
   const size_t off = x->progressed;
   if (x->bytes <= kInlineBytes) {
@@ -264,7 +265,8 @@ int ShmLink::cmaStep(Xfer* x) {
     return failStep(errorf(braidRemoteError, "single-copy read of %zu bytes from peer rank %d (pid %d) failed: %s",
                            want, peerRank_, static_cast<int>(peerPid_), strerror(e)));
   }
-  if (n == 0) return failStep(errorf(braidRemoteError, "single-copy read from peer rank %d returned no data", peerRank_));
+  if (n == 0)
+    return failStep(errorf(braidRemoteError, "single-copy read from peer rank %d returned no data", peerRank_));
   size_t got = static_cast<size_t>(n);
   if (x->reduce != nullptr) {
     // A short read can split an element; reduce whole ones and read the rest again.

@@ -49,8 +49,8 @@ struct LinkSetup {
   int peerRank = -1;
   pid_t peerPid = 0;
   std::string peerHost;
-  FifoView out;  // we send: the FIFO lives in our segment
-  FifoView in;   // we receive: the FIFO lives in the peer's segment
+  FifoView out;          // we send: the FIFO lives in our segment
+  FifoView in;           // we receive: the FIFO lives in the peer's segment
   bool cmaRecv = false;  // we may accept CMA descriptors (probe passed, BRAID_SHM_CMA allows)
 };
 
@@ -90,7 +90,7 @@ class ShmLink final : public Link {
   Status checkPeerAlive();
   bool peerGone() const;
   Status diedError() const;
-  Status fail(Status s);  // records the link's failure, logs it once, returns it
+  Status fail(Status s);   // records the link's failure, logs it once, returns it
   int failStep(Status s);  // the same for the steps: returns -1
 
   // --- hot state, touched by every progress() call ---
@@ -117,8 +117,8 @@ class ShmLink final : public Link {
 
   // --- CMA ---
   uint64_t recvCmaAddr_ = 0;
-  uint64_t cmaRecvDone_ = 0;   // CMA messages received (our value of in_.control()->cmaAcks)
-  uint64_t cmaSendsDone_ = 0;  // CMA sends completed
+  uint64_t cmaRecvDone_ = 0;         // CMA messages received (our value of in_.control()->cmaAcks)
+  uint64_t cmaSendsDone_ = 0;        // CMA sends completed
   unsigned char* bounce_ = nullptr;  // reduce receives by CMA read pieces here first
   size_t bounceBytes_ = 0;
 

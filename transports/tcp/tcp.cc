@@ -157,8 +157,10 @@ Status connectOut(const TransportContext& ctx, int peer, const AddrRecord& rec, 
     return errorf(braidRemoteError, "peer rank %d (host %s) could not set up its tcp listener (see its log)", peer,
                   host.c_str());
   if (rec.state != kListening || rec.len == 0 || rec.len > sizeof(rec.addr))
-    return errorf(braidInternalError, "peer rank %d (host %s) published no tcp address: the ranks disagree on which "
-                  "pairs use tcp", peer, host.c_str());
+    return errorf(braidInternalError,
+                  "peer rank %d (host %s) published no tcp address: the ranks disagree on which "
+                  "pairs use tcp",
+                  peer, host.c_str());
   SockAddr addr;
   memcpy(&addr.storage, rec.addr, rec.len);
   addr.len = rec.len;
@@ -171,7 +173,8 @@ Status connectOut(const TransportContext& ctx, int peer, const AddrRecord& rec, 
   hs.to = peer;
   memcpy(hs.secret, ctx.secret, sizeof(hs.secret));
   Fd fd;
-  std::string what = "tcp connect to peer rank " + std::to_string(peer) + " (host " + host + ", " + addr.toString() + ")";
+  std::string what =
+      "tcp connect to peer rank " + std::to_string(peer) + " (host " + host + ", " + addr.toString() + ")";
   Status s = connectTo(addr, ctx.deadline, &fd);
   if (s.ok()) s = sendAll(fd.get(), &hs, sizeof(hs), ctx.deadline);
   if (s.ok()) s = configureDataSocket(fd.get(), sockbuf, peer);
@@ -183,17 +186,32 @@ Status connectOut(const TransportContext& ctx, int peer, const AddrRecord& rec, 
 // Checks a complete handshake; returns the sender's slot in `peers`, or -1 with `why` set.
 int checkHandshake(const TransportContext& ctx, const Handshake& hs, const std::vector<int>& slotOf,
                    const std::vector<Fd>& links, std::string* why) {
-  if (hs.magic != kMagic) *why = "not a braid tcp handshake";
-  else if (hs.version != kVersion || hs.size != sizeof(Handshake))
+  if (hs.version != kVersion || hs.size != sizeof(Handshake)) {
     *why = "protocol version " + std::to_string(hs.version) + " (we speak " + std::to_string(kVersion) + ")";
-  else if (!sameSecret(hs.secret, ctx.secret)) *why = "wrong secret";
-  else if (hs.commId != ctx.commId) *why = "handshake for another communicator";
-  else if (hs.to != ctx.rank) *why = "handshake addressed to rank " + std::to_string(hs.to);
-  else if (hs.from <= ctx.rank || hs.from >= ctx.nranks || slotOf[hs.from] < 0)
+    return -1;
+  }
+  // The secret first: a stranger learns nothing about our communicator or ranks from the answer.
+  if (!sameSecret(hs.secret, ctx.secret)) {
+    *why = "wrong secret";
+    return -1;
+  }
+  if (hs.commId != ctx.commId) {
+    *why = "handshake for another communicator";
+    return -1;
+  }
+  if (hs.to != ctx.rank) {
+    *why = "handshake addressed to rank " + std::to_string(hs.to);
+    return -1;
+  }
+  if (hs.from <= ctx.rank || hs.from >= ctx.nranks || slotOf[hs.from] < 0) {
     *why = "unexpected rank " + std::to_string(hs.from);
-  else if (links[slotOf[hs.from]].valid()) *why = "a second connection claiming rank " + std::to_string(hs.from);
-  else return slotOf[hs.from];
-  return -1;
+    return -1;
+  }
+  if (links[slotOf[hs.from]].valid()) {
+    *why = "a second connection claiming rank " + std::to_string(hs.from);
+    return -1;
+  }
+  return slotOf[hs.from];
 }
 
 class TcpTransport final : public Transport {
@@ -208,8 +226,8 @@ class TcpTransport final : public Transport {
   Status establish(const TransportContext& ctx, const std::vector<int>& peers, Setup& setup,
                    std::vector<Outgoing>& outgoing, std::vector<Fd>& links);
   // Reads from a half-open connection; true when it is finished with (accepted or refused).
-  bool serviceIncoming(const TransportContext& ctx, Pending& p, const std::vector<int>& slotOf,
-                       std::vector<Fd>& links, size_t sockbuf, int* accepted, Status* fatal);
+  bool serviceIncoming(const TransportContext& ctx, Pending& p, const std::vector<int>& slotOf, std::vector<Fd>& links,
+                       size_t sockbuf, int* accepted, Status* fatal);
 };
 
 Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>& peers,
@@ -271,8 +289,7 @@ Status TcpTransport::establish(const TransportContext& ctx, const std::vector<in
                                                          [&](const Outgoing& o) { return o.slot == i; });
         if (waiting) missing += " " + std::to_string(peers[i]) + " (host " + hostOf(ctx, peers[i]) + ")";
       }
-      return errorf(braidTimeout, "tcp connect: rank %d timed out waiting for peer ranks%s", ctx.rank,
-                    missing.c_str());
+      return errorf(braidTimeout, "tcp connect: rank %d timed out waiting for peer ranks%s", ctx.rank, missing.c_str());
     }
     // Drop strangers whose time is up; deadlines grow along the deque, so only the front expires.
     while (!pending.empty() && pending.front().deadlineNs <= now) {
@@ -308,7 +325,10 @@ Status TcpTransport::establish(const TransportContext& ctx, const std::vector<in
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       if (n != 1 || ack != kAck)
         return errorf(braidRemoteError, "tcp connect: peer rank %d (host %s) refused our handshake (%s)", peer,
-                      hostOf(ctx, peer).c_str(), n == 0 ? "closed the connection" : n < 0 ? strerror(errno) : "bad ack");
+                      hostOf(ctx, peer).c_str(),
+                      n == 0  ? "closed the connection"
+                      : n < 0 ? strerror(errno)
+                              : "bad ack");
       BRAID_TRACE(kLogNet, "tcp: rank %d connected to peer rank %d", ctx.rank, peer);
       links[o.slot] = std::move(o.fd);
       o.fd.reset();  // marks it for removal below
@@ -391,7 +411,8 @@ bool TcpTransport::serviceIncoming(const TransportContext& ctx, Pending& p, cons
   Status s = sent == 1 ? configureDataSocket(p.fd.get(), sockbuf, hs.from)
                        : systemError(sent < 0 ? errno : EAGAIN, "sending the handshake ack");
   if (!s.ok()) {
-    *fatal = s.withContext("tcp connect: peer rank " + std::to_string(hs.from) + " (host " + hostOf(ctx, hs.from) + ")");
+    *fatal =
+        s.withContext("tcp connect: peer rank " + std::to_string(hs.from) + " (host " + hostOf(ctx, hs.from) + ")");
     return true;
   }
   BRAID_TRACE(kLogNet, "tcp: rank %d accepted peer rank %d from %s", ctx.rank, hs.from, from.c_str());

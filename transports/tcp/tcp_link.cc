@@ -64,7 +64,8 @@ Status TcpLink::socketError(int err, const char* op) {
 
 Status TcpLink::postSend(Xfer* x) {
   if (!error_.ok()) return error_;
-  if (x->data == nullptr && x->bytes > 0) return errorf(braidInvalidArgument, "tcp send of %zu bytes from NULL", x->bytes);
+  if (x->data == nullptr && x->bytes > 0)
+    return errorf(braidInvalidArgument, "tcp send of %zu bytes from NULL", x->bytes);
   x->progressed = 0;
   x->next = nullptr;
   x->complete = false;
@@ -188,7 +189,8 @@ Status TcpLink::progressRecv() {
       RecvSlot s{x, 0, 0};
       if (!head || recvHdrDone_ < kTcpHeaderBytes) {
         s.hdrWant = head ? kTcpHeaderBytes - recvHdrDone_ : kTcpHeaderBytes;
-        char* h = head ? reinterpret_cast<char*>(&recvHdr_) + recvHdrDone_ : reinterpret_cast<char*>(&batchHdr_[nslots]);
+        char* h =
+            head ? reinterpret_cast<char*>(&recvHdr_) + recvHdrDone_ : reinterpret_cast<char*>(&batchHdr_[nslots]);
         iov[niov++] = {h, s.hdrWant};
         want += s.hdrWant;
       }

@@ -1,0 +1,185 @@
+#include "tests/mp/harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "src/reduce.h"
+
+namespace braidtest {
+
+std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int, int)>& body, int timeoutSec) {
+  fflush(stdout);
+  fflush(stderr);
+  std::vector<pid_t> pids(n, -1);
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      int rc = 1;
+      try {
+        rc = body(r, n);
+      } catch (...) {
+        fprintf(stderr, "rank %d: exception\n", r);
+      }
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+    pids[r] = pid;
+  }
+  std::vector<RankResult> res(n);
+  int left = n;
+  time_t deadline = time(nullptr) + timeoutSec;
+  while (left > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < n; ++r) {
+        if (pids[r] != pid) continue;
+        res[r].status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        pids[r] = -1;
+        --left;
+      }
+      continue;
+    }
+    if (time(nullptr) > deadline) {
+      for (int r = 0; r < n; ++r) {
+        if (pids[r] < 0) continue;
+        fprintf(stderr, "harness: rank %d (pid %d) still running after %d s: killing it\n", r, pids[r], timeoutSec);
+        kill(pids[r], SIGKILL);
+        waitpid(pids[r], &status, 0);
+        res[r].timedOut = true;
+        res[r].status = 128 + SIGKILL;
+        pids[r] = -1;
+        --left;
+      }
+      break;
+    }
+    usleep(2000);
+  }
+  return res;
+}
+
+std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(braidComm_t, int, int)>& body,
+                                int timeoutSec) {
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) {
+    fprintf(stderr, "harness: braidGetUniqueId failed: %s\n", braidGetLastError());
+    return std::vector<RankResult>(n);
+  }
+  return forkRanks(
+      n, env,
+      [&](int rank, int size) {
+        braidComm_t comm = nullptr;
+        CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+        int rc = body(comm, rank, size);
+        if (rc != 0) {
+          braidCommAbort(comm);
+          return rc;
+        }
+        CHECK_BRAID(rank, braidCommDestroy(comm));
+        return 0;
+      },
+      timeoutSec);
+}
+
+bool allOk(const std::vector<RankResult>& r) {
+  for (const auto& x : r)
+    if (x.status != 0) return false;
+  return !r.empty();
+}
+
+std::string describe(const std::vector<RankResult>& r) {
+  std::string s;
+  for (size_t i = 0; i < r.size(); ++i)
+    s += "rank " + std::to_string(i) + ": status " + std::to_string(r[i].status) + (r[i].timedOut ? " (timed out)" : "") +
+         "\n";
+  return s;
+}
+
+size_t elemSize(braidDataType_t dt) { return braid::dtypeSize(dt); }
+const char* typeName(braidDataType_t dt) { return braid::dtypeName(dt); }
+const char* opName(braidRedOp_t op) { return braid::redopName(op); }
+bool isFloat(braidDataType_t dt) {
+  return dt == braidFloat16 || dt == braidBfloat16 || dt == braidFloat32 || dt == braidFloat64;
+}
+
+double loadElem(braidDataType_t dt, const void* buf, size_t i) {
+  switch (dt) {
+    case braidInt8: return static_cast<const int8_t*>(buf)[i];
+    case braidUint8: return static_cast<const uint8_t*>(buf)[i];
+    case braidInt32: return static_cast<const int32_t*>(buf)[i];
+    case braidUint32: return static_cast<const uint32_t*>(buf)[i];
+    case braidInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case braidUint64: return static_cast<double>(static_cast<const uint64_t*>(buf)[i]);
+    case braidFloat16: return braid::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case braidBfloat16: return braid::bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case braidFloat32: return static_cast<const float*>(buf)[i];
+    case braidFloat64: return static_cast<const double*>(buf)[i];
+    default: return NAN;
+  }
+}
+
+void storeElem(braidDataType_t dt, void* buf, size_t i, double v) {
+  switch (dt) {
+    case braidInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
+    case braidUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case braidInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case braidUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
+    case braidInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case braidUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
+    case braidFloat16: static_cast<uint16_t*>(buf)[i] = braid::floatToHalf(static_cast<float>(v)); break;
+    case braidBfloat16: static_cast<uint16_t*>(buf)[i] = braid::floatToBf16(static_cast<float>(v)); break;
+    case braidFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case braidFloat64: static_cast<double*>(buf)[i] = v; break;
+    default: break;
+  }
+}
+
+double inputValue(braidRedOp_t op, int rank, size_t i, int n) {
+  if (op == braidProd) return ((static_cast<size_t>(rank) + i) % static_cast<size_t>(n)) == 0 ? 2 : 1;
+  return 1 + static_cast<double>((static_cast<size_t>(rank) * 7 + i * 3) % 5);
+}
+
+double expectedValue(braidDataType_t dt, braidRedOp_t op, size_t i, int n) {
+  double acc = inputValue(op, 0, i, n);
+  for (int r = 1; r < n; ++r) {
+    double v = inputValue(op, r, i, n);
+    switch (op) {
+      case braidSum:
+      case braidAvg: acc += v; break;
+      case braidProd: acc *= v; break;
+      case braidMin: acc = std::min(acc, v); break;
+      case braidMax: acc = std::max(acc, v); break;
+      default: break;
+    }
+  }
+  if (op == braidAvg) acc = isFloat(dt) ? acc / n : std::trunc(acc / n);
+  return acc;
+}
+
+bool matches(braidDataType_t dt, braidRedOp_t op, double got, double want) {
+  if (op != braidAvg || !isFloat(dt)) return got == want;
+  double tol = dt == braidFloat64 ? 1e-12 : dt == braidFloat32 ? 1e-6 : 1e-2;
+  return std::fabs(got - want) <= tol * std::fabs(want);
+}
+
+int fail(int rank, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "rank %d: %s\n", rank, buf);
+  return 1;
+}
+
+}  // namespace braidtest

@@ -1,0 +1,61 @@
+// Multi-process test harness: real processes (fork), real transports. The parent creates a unique
+// id, forks one child per rank, and each child builds the communicator and runs the test body.
+// A child reports failures on stderr and through its exit status; the parent kills stragglers at
+// a deadline so a hang is a failure, not a stuck suite.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "braid/braid.h"
+
+namespace braidtest {
+
+struct RankResult {
+  int status = -1;   // exit status, or 128 + signal
+  bool timedOut = false;
+};
+
+// Env applied in every child before the body runs (e.g. BRAID_TRANSPORTS).
+using Env = std::map<std::string, std::string>;
+
+// Forks n ranks; each runs body(rank, n) and exits with its return value. Returns per-rank results.
+std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int rank, int n)>& body,
+                                  int timeoutSec = 240);
+
+// As forkRanks, with a communicator built by braidCommInitRank before body and destroyed after.
+std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(braidComm_t comm, int rank, int n)>& body,
+                                int timeoutSec = 240);
+
+// True when every rank exited 0.
+bool allOk(const std::vector<RankResult>& r);
+std::string describe(const std::vector<RankResult>& r);
+
+// Typed element access for the sweep tests: values are small integers, exact in every type.
+double loadElem(braidDataType_t dt, const void* buf, size_t i);
+void storeElem(braidDataType_t dt, void* buf, size_t i, double v);
+size_t elemSize(braidDataType_t dt);
+const char* typeName(braidDataType_t dt);
+const char* opName(braidRedOp_t op);
+bool isFloat(braidDataType_t dt);
+
+// Input value of rank r at index i for a reduction op, and the expected reduction over n ranks.
+double inputValue(braidRedOp_t op, int rank, size_t i, int n);
+double expectedValue(braidDataType_t dt, braidRedOp_t op, size_t i, int n);
+// Whether got matches want in dt (exact for integers and exact ops; a relative tolerance for avg).
+bool matches(braidDataType_t dt, braidRedOp_t op, double got, double want);
+
+// Prints "rank R: <msg>" to stderr and returns 1 (for `return fail(...)` in bodies).
+int fail(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace braidtest
+
+// In a child body: check a braid call, report and return 1 on failure.
+#define CHECK_BRAID(rank, call)                                                                          \
+  do {                                                                                                   \
+    braidResult_t r_ = (call);                                                                           \
+    if (r_ != braidSuccess)                                                                              \
+      return ::braidtest::fail(rank, "%s failed: %s: %s", #call, braidGetErrorString(r_), braidGetLastError()); \
+  } while (0)

@@ -1,0 +1,176 @@
+// Every collective x datatype x op x count x placement, on real processes over each transport.
+// Values are small integers, so every result is exact (avg of floats within rounding).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+constexpr braidDataType_t kTypes[] = {braidInt8,    braidUint8,    braidInt32,   braidUint32, braidInt64,
+                                      braidUint64,  braidFloat16,  braidBfloat16, braidFloat32, braidFloat64};
+constexpr braidRedOp_t kOps[] = {braidSum, braidProd, braidMin, braidMax, braidAvg};
+constexpr size_t kSmallCounts[] = {0, 1, 7, 1023};
+constexpr size_t kLargeCount = (1u << 20) + 3;
+constexpr double kSentinel = 99;
+
+enum class C { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll };
+const char* cname(C c) {
+  static const char* k[] = {"AllReduce", "Reduce", "ReduceScatter", "AllGather", "Broadcast", "AllToAll"};
+  return k[static_cast<int>(c)];
+}
+
+// Values for the data-moving collectives: distinct per (source, target, index), exact in int8.
+double moveValue(int from, int to, size_t i) { return static_cast<double>((from * 5 + to * 3 + i) % 60); }
+
+struct Buffers {
+  std::vector<char> send, recv;
+};
+
+// Runs one call and checks it; returns 0 or 1 (after printing what differed).
+int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRedOp_t op, size_t count, bool inPlace,
+            int root, Buffers& b) {
+  const size_t es = elemSize(dt);
+  size_t sendElems = count, recvElems = count;
+  if (c == C::kReduceScatter) sendElems = count * n;
+  if (c == C::kAllGather) recvElems = count * n;
+  if (c == C::kAllToAll) sendElems = recvElems = count * n;
+  b.send.assign(std::max<size_t>(sendElems, 1) * es, 0);
+  b.recv.assign(std::max<size_t>(std::max(sendElems, recvElems), 1) * es, 0);
+  for (size_t i = 0; i < b.recv.size() / es; ++i) storeElem(dt, b.recv.data(), i, kSentinel);
+  // Inputs, written where the call reads them.
+  char* in = inPlace ? b.recv.data() : b.send.data();
+  size_t inOffset = 0;  // elements
+  if (inPlace && c == C::kAllGather) inOffset = rank * count;
+  for (size_t i = 0; i < sendElems; ++i) {
+    double v = 0;
+    switch (c) {
+      case C::kAllReduce:
+      case C::kReduce:
+      case C::kReduceScatter: v = inputValue(op, rank, i, n); break;
+      case C::kAllGather: v = moveValue(rank, 0, i); break;
+      case C::kBroadcast: v = moveValue(rank, 0, i); break;
+      case C::kAllToAll: v = moveValue(rank, static_cast<int>(i / count), i % count); break;
+    }
+    storeElem(dt, in, inOffset + i, v);
+  }
+  const void* sp = inPlace ? (c == C::kAllGather ? b.recv.data() + rank * count * es : b.recv.data()) : b.send.data();
+  void* rp = inPlace && c == C::kReduceScatter ? b.recv.data() + rank * count * es : b.recv.data();
+  braidResult_t r = braidSuccess;
+  switch (c) {
+    case C::kAllReduce: r = braidAllReduce(sp, rp, count, dt, op, comm, nullptr); break;
+    case C::kReduce: r = braidReduce(sp, rp, count, dt, op, root, comm, nullptr); break;
+    case C::kReduceScatter: r = braidReduceScatter(sp, rp, count, dt, op, comm, nullptr); break;
+    case C::kAllGather: r = braidAllGather(sp, rp, count, dt, comm, nullptr); break;
+    case C::kBroadcast: r = braidBroadcast(sp, rp, count, dt, root, comm, nullptr); break;
+    case C::kAllToAll: r = braidAllToAll(sp, rp, count, dt, comm, nullptr); break;
+  }
+  if (r != braidSuccess)
+    return fail(rank, "%s %s %s count %zu %s: %s: %s", cname(c), typeName(dt), opName(op), count,
+                inPlace ? "in-place" : "out-of-place", braidGetErrorString(r), braidGetLastError());
+  // Expected output over the whole receive allocation (sentinels where nothing may be written).
+  const char* out = b.recv.data();
+  const size_t outBase = inPlace && c == C::kReduceScatter ? rank * count : 0;
+  for (size_t i = 0; i < recvElems; ++i) {
+    double want = 0;
+    bool exactOp = true;
+    switch (c) {
+      case C::kAllReduce: want = expectedValue(dt, op, i, n); exactOp = false; break;
+      case C::kReduce:
+        if (rank != root) {
+          want = inPlace ? inputValue(op, rank, i, n) : kSentinel;  // untouched off the root
+        } else {
+          want = expectedValue(dt, op, i, n);
+          exactOp = false;
+        }
+        break;
+      case C::kReduceScatter: want = expectedValue(dt, op, rank * count + i, n); exactOp = false; break;
+      case C::kAllGather: want = moveValue(static_cast<int>(i / count), 0, i % count); break;
+      case C::kBroadcast: want = moveValue(root, 0, i); break;
+      case C::kAllToAll: want = moveValue(static_cast<int>(i / count), rank, i % count); break;
+    }
+    double got = loadElem(dt, out, outBase + i);
+    bool ok = exactOp ? got == want : matches(dt, op, got, want);
+    if (!ok)
+      return fail(rank, "%s %s %s count %zu %s root %d: element %zu is %g, expected %g", cname(c), typeName(dt),
+                  opName(op), count, inPlace ? "in-place" : "out-of-place", root, i, got, want);
+  }
+  // Out-of-place: nothing beyond the output was written.
+  if (!inPlace)
+    for (size_t i = recvElems; i < b.recv.size() / es; ++i)
+      if (loadElem(dt, out, i) != kSentinel) return fail(rank, "%s wrote past its output at %zu", cname(c), i);
+  return 0;
+}
+
+int sweep(braidComm_t comm, int rank, int n, bool large) {
+  Buffers b;
+  int rootPick = 0;
+  for (C c : {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll}) {
+    const bool reducing = c == C::kAllReduce || c == C::kReduce || c == C::kReduceScatter;
+    for (braidDataType_t dt : kTypes) {
+      for (braidRedOp_t op : kOps) {
+        if (!reducing && op != braidSum) continue;
+        std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
+        // The large count: every type with sum, every op with float32 (keeps the suite in budget).
+        if (large && (op == braidSum || dt == braidFloat32)) {
+          size_t perRank = c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast ? kLargeCount : kLargeCount / n;
+          counts.push_back(perRank);
+        }
+        for (size_t count : counts) {
+          for (bool inPlace : {false, true}) {
+            int root = (rootPick++) % n;
+            if (runCase(comm, rank, n, c, dt, op, count, inPlace, root, b) != 0) return 1;
+          }
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+void sweepOn(const char* transport, int n, bool large) {
+  Env env{{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "120"}};
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) { return sweep(comm, rank, size, large); });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+}  // namespace
+
+TEST_CASE("collectives over shm: every type, op, count and placement", "[mp][shm]") {
+  const int n = GENERATE(1, 2, 3, 4, 5, 8);
+  INFO("nranks " << n);
+  sweepOn("shm", n, n <= 4);
+}
+
+TEST_CASE("collectives over tcp: every type, op, count and placement", "[mp][tcp]") {
+  const int n = GENERATE(1, 2, 3, 4, 5, 8);
+  INFO("nranks " << n);
+  sweepOn("tcp", n, n <= 4);
+}
+
+TEST_CASE("collectives across emulated hosts mix shm and tcp links", "[mp][hosts]") {
+  const int n = GENERATE(4, 5);
+  // Ranks 0..1 on one emulated host, the rest on another: shm inside, tcp across.
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto r2 = forkRanks(n, {{"BRAID_TIMEOUT", "120"}}, [&](int rank, int size) {
+    setenv("BRAID_HOSTID", rank < 2 ? "emuhostA" : "emuhostB", 1);
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+    int rc = sweep(comm, rank, size, false);
+    if (rc != 0) {
+      braidCommAbort(comm);
+      return rc;
+    }
+    CHECK_BRAID(rank, braidCommDestroy(comm));
+    return 0;
+  });
+  INFO(describe(r2));
+  REQUIRE(allOk(r2));
+}
