@@ -535,8 +535,8 @@ void Engine::serveControl(int timeoutMs) {
       if (eof) {
         gone_[peer] = 1;
         comm_->boot->closeCtrl(peer);
-        fail(errorf(braidRemoteError, "%s died: its control connection %s closed without a goodbye",
-                    comm_->describeRank(peer).c_str(), comm_->rank == 0 ? "to rank 0" : "from rank 0"),
+        fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
+                    comm_->describeRank(peer).c_str()),
              peer, true);
         if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
       }

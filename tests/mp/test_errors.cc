@@ -1,0 +1,136 @@
+// Bad input gets a clear error and changes nothing; a dead peer becomes an error naming it.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+TEST_CASE("invalid arguments are refused with braidInvalidArgument and buffers stay untouched", "[mp][errors]") {
+  auto res = runComm(2, {}, [](braidComm_t comm, int rank, int size) {
+    std::vector<float> in(16, 1.0f), out(16, 7.0f);
+    auto untouched = [&] {
+      for (float v : out)
+        if (v != 7.0f) return false;
+      for (float v : in)
+        if (v != 1.0f) return false;
+      return true;
+    };
+    struct Case {
+      const char* what;
+      braidResult_t got;
+    };
+    const size_t huge = SIZE_MAX / 2;
+    Case cases[] = {
+        {"NULL comm", braidAllReduce(in.data(), out.data(), 16, braidFloat32, braidSum, nullptr, nullptr)},
+        {"NULL sendbuff", braidAllReduce(nullptr, out.data(), 16, braidFloat32, braidSum, comm, nullptr)},
+        {"NULL recvbuff", braidAllReduce(in.data(), nullptr, 16, braidFloat32, braidSum, comm, nullptr)},
+        {"bad dtype", braidAllReduce(in.data(), out.data(), 16, static_cast<braidDataType_t>(42), braidSum, comm, nullptr)},
+        {"bad op", braidAllReduce(in.data(), out.data(), 16, braidFloat32, static_cast<braidRedOp_t>(-1), comm, nullptr)},
+        {"count overflow", braidAllReduce(in.data(), out.data(), huge, braidFloat32, braidSum, comm, nullptr)},
+        {"allgather overflow", braidAllGather(in.data(), out.data(), huge / 4, braidFloat32, comm, nullptr)},
+        {"root too big", braidBroadcast(in.data(), out.data(), 16, braidFloat32, size, comm, nullptr)},
+        {"negative root", braidReduce(in.data(), out.data(), 16, braidFloat32, braidSum, -1, comm, nullptr)},
+        {"peer out of range", braidSend(in.data(), 16, braidFloat32, size + 3, comm, nullptr)},
+        {"partial overlap", braidAllReduce(out.data(), out.data() + 1, 8, braidFloat32, braidSum, comm, nullptr)},
+        {"NULL request", braidIAllReduce(in.data(), out.data(), 16, braidFloat32, braidSum, comm, nullptr, nullptr)},
+    };
+    for (const Case& c : cases) {
+      if (c.got != braidInvalidArgument)
+        return fail(rank, "%s: got %s instead of braidInvalidArgument", c.what, braidGetErrorString(c.got));
+      if (!untouched()) return fail(rank, "%s: a buffer was written", c.what);
+    }
+    if (strlen(braidGetLastError()) == 0) return fail(rank, "no last-error text");
+    // Valid usage errors.
+    if (braidGroupEnd() != braidInvalidUsage) return fail(rank, "GroupEnd without Start accepted");
+    int dummy = 0;
+    if (braidAllReduce(in.data(), out.data(), 16, braidFloat32, braidSum, comm, &dummy) != braidInvalidUsage)
+      return fail(rank, "a CUDA stream was accepted by a host-only build");
+    // The communicator still works after all that.
+    CHECK_BRAID(rank, braidAllReduce(in.data(), out.data(), 16, braidFloat32, braidSum, comm, nullptr));
+    for (float v : out)
+      if (v != static_cast<float>(size)) return fail(rank, "after errors: %g", v);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("bad configuration is a clear error at init", "[mp][errors]") {
+  braidComm_t comm = nullptr;
+  braidUniqueId id;
+  memset(&id, 0, sizeof(id));
+  CHECK(braidCommInitRank(&comm, 2, id, 0) == braidInvalidArgument);  // not an id
+  CHECK(braidCommInitRank(&comm, 0, id, 0) == braidInvalidArgument);
+  CHECK(braidCommInitRank(nullptr, 1, id, 0) == braidInvalidArgument);
+  CHECK(comm == nullptr);
+  for (auto [var, value, needle] : {std::tuple{"BRAID_SOCKET_IFNAME", "nosuchif0", "nosuchif0"},
+                                    std::tuple{"BRAID_TRANSPORTS", "shm,carrierpigeon", "carrierpigeon"},
+                                    std::tuple{"BRAID_TIMEOUT", "soon", "BRAID_TIMEOUT"}}) {
+    auto res = forkRanks(1, {{var, value}}, [&](int rank, int) {
+      braidUniqueId uid;
+      braidComm_t c = nullptr;
+      braidResult_t r = braidGetUniqueId(&uid);
+      if (r == braidSuccess) r = braidCommInitRank(&c, 1, uid, 0);
+      if (r != braidInvalidArgument) return fail(rank, "%s=%s gave %s", var, value, braidGetErrorString(r));
+      if (strstr(braidGetLastError(), needle) == nullptr) return fail(rank, "message lacks '%s': %s", needle, braidGetLastError());
+      return 0;
+    });
+    INFO(var << "=" << value << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
+
+TEST_CASE("a rank killed mid-AllReduce makes every other rank fail naming it", "[mp][errors][failure]") {
+  const char* transport = GENERATE(as<const char*>{}, "shm", "tcp");
+  const int victim = GENERATE(0, 2);  // rank 0 (the hub of failure notices) and an ordinary rank
+  INFO(transport << " victim " << victim);
+  auto res = runComm(4, {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "60"}},
+                     [&](braidComm_t comm, int rank, int size) {
+                       std::vector<float> buf(1 << 20, 1.0f);
+                       // A few good rounds, then the victim dies in the middle of an AllReduce.
+                       for (int i = 0; i < 3; ++i)
+                         CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg,
+                                                          comm, nullptr));
+                       if (rank == victim) {
+                         braidRequest_t req;
+                         CHECK_BRAID(rank, braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum,
+                                                           comm, nullptr, &req));
+                         raise(SIGKILL);
+                       }
+                       auto t0 = std::chrono::steady_clock::now();
+                       braidResult_t r = braidSuccess;
+                       for (int i = 0; i < 100 && r == braidSuccess; ++i)
+                         r = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr);
+                       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                       if (r != braidRemoteError)
+                         return fail(rank, "expected braidRemoteError, got %s", braidGetErrorString(r));
+                       std::string msg = braidGetLastError();
+                       std::string who = "rank " + std::to_string(victim) + " (host ";
+                       if (msg.find(who) == std::string::npos || msg.find("AllReduce") == std::string::npos)
+                         return fail(rank, "message does not name rank %d and the operation: %s", victim, msg.c_str());
+                       fprintf(stderr, "rank %d learned in %.2f s: %s\n", rank, secs, msg.c_str());
+                       braidResult_t async = braidSuccess;
+                       CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
+                       if (async != braidRemoteError) return fail(rank, "async error %d", async);
+                       // Later calls fail at once with the same error.
+                       if (braidBarrier(comm, nullptr) != braidRemoteError) return fail(rank, "later call succeeded");
+                       braidCommAbort(comm);
+                       _exit(secs < 10 ? 0 : 3);
+                     });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << " status " << res[r].status);
+    if (r == victim)
+      CHECK(res[r].status == 128 + SIGKILL);
+    else
+      CHECK(res[r].status == 0);
+  }
+}

@@ -1,0 +1,187 @@
+// Nonblocking requests, several operations in flight, several communicators, point-to-point and
+// groups, barrier, and initialization from a launcher's environment.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+const char* transportParam() { return GENERATE(as<const char*>{}, "shm", "tcp"); }
+
+// Fills v with rank-specific values and returns the expected sum over n ranks at index i.
+float fillFor(int rank, size_t i, int salt) { return static_cast<float>((rank + 1) * ((i + salt) % 13)); }
+float sumFor(int n, size_t i, int salt) {
+  float s = 0;
+  for (int r = 0; r < n; ++r) s += fillFor(r, i, salt);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("16 nonblocking AllReduces in flight complete in order with correct results", "[mp][requests]") {
+  const char* transport = transportParam();
+  const int n = GENERATE(2, 3, 4);
+  INFO(transport << " nranks " << n);
+  auto res = runComm(n, {{"BRAID_TRANSPORTS", transport}}, [](braidComm_t comm, int rank, int size) {
+    constexpr int kOps = 16;
+    std::vector<std::vector<float>> in(kOps), out(kOps);
+    std::vector<braidRequest_t> reqs(kOps);
+    for (int k = 0; k < kOps; ++k) {
+      size_t count = 1 + k * 4099;  // sizes differ, some above the chunk size
+      in[k].resize(count);
+      out[k].assign(count, -1);
+      for (size_t i = 0; i < count; ++i) in[k][i] = fillFor(rank, i, k);
+      CHECK_BRAID(rank, braidIAllReduce(in[k].data(), out[k].data(), count, braidFloat32, braidSum, comm, nullptr,
+                                        &reqs[k]));
+    }
+    // Poll the last one until it is done: every earlier one must then be done too (issue order).
+    int done = 0;
+    while (!done) CHECK_BRAID(rank, braidTest(reqs[kOps - 1], &done));
+    for (int k = 0; k < kOps - 1; ++k) {
+      int d = 0;
+      CHECK_BRAID(rank, braidTest(reqs[k], &d));
+      if (!d) return fail(rank, "request %d not done although request %d is", k, kOps - 1);
+    }
+    for (int k = 0; k < kOps; ++k)
+      for (size_t i = 0; i < out[k].size(); ++i)
+        if (out[k][i] != sumFor(size, i, k)) return fail(rank, "op %d element %zu = %g", k, i, out[k][i]);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a request can be waited from another thread, and WaitAll releases all", "[mp][requests]") {
+  auto res = runComm(3, {}, [](braidComm_t comm, int rank, int size) {
+    std::vector<float> a(100000), b(100000);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = fillFor(rank, i, 1);
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, nullptr, &req));
+    braidResult_t waited = braidInternalError;
+    std::thread t([&] { waited = braidWait(req); });
+    t.join();
+    if (waited != braidSuccess) return fail(rank, "wait in a thread: %s", braidGetErrorString(waited));
+    for (size_t i = 0; i < b.size(); ++i)
+      if (b[i] != sumFor(size, i, 1)) return fail(rank, "element %zu", i);
+    braidRequest_t reqs[3] = {nullptr, nullptr, nullptr};
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), b.data(), 10, braidFloat32, braidSum, comm, nullptr, &reqs[0]));
+    CHECK_BRAID(rank, braidIBarrier(comm, nullptr, &reqs[2]));
+    CHECK_BRAID(rank, braidWaitAll(3, reqs));
+    // A released request is refused, not crashed on.
+    int done = 0;
+    if (braidTest(reqs[0], &done) != braidInvalidUsage) return fail(rank, "test of a released request accepted");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("two communicators used concurrently from two threads", "[mp][requests]") {
+  const char* transport = transportParam();
+  braidUniqueId ids[2];
+  REQUIRE(braidGetUniqueId(&ids[0]) == braidSuccess);
+  REQUIRE(braidGetUniqueId(&ids[1]) == braidSuccess);
+  auto res = forkRanks(3, {{"BRAID_TRANSPORTS", transport}}, [&](int rank, int size) {
+    braidComm_t comms[2] = {nullptr, nullptr};
+    // Init both in one thread (collective, same order on every rank), then use them in two.
+    for (int c = 0; c < 2; ++c) CHECK_BRAID(rank, braidCommInitRank(&comms[c], size, ids[c], rank));
+    int errors[2] = {0, 0};
+    auto worker = [&](int c) {
+      std::vector<float> in(50000), out(50000);
+      for (int iter = 0; iter < 30; ++iter) {
+        for (size_t i = 0; i < in.size(); ++i) in[i] = fillFor(rank, i, iter + c);
+        if (braidAllReduce(in.data(), out.data(), in.size(), braidFloat32, braidSum, comms[c], nullptr) != braidSuccess)
+          errors[c]++;
+        for (size_t i = 0; i < out.size(); i += 97)
+          if (out[i] != sumFor(size, i, iter + c)) errors[c]++;
+      }
+    };
+    std::thread t0(worker, 0), t1(worker, 1);
+    t0.join();
+    t1.join();
+    if (errors[0] || errors[1]) return fail(rank, "errors %d %d", errors[0], errors[1]);
+    for (int c = 0; c < 2; ++c) CHECK_BRAID(rank, braidCommDestroy(comms[c]));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("send and receive: ring exchange in a group, nonblocking pairs, self, zero bytes", "[mp][p2p]") {
+  const char* transport = transportParam();
+  const int n = GENERATE(2, 3, 5);
+  INFO(transport << " nranks " << n);
+  auto res = runComm(n, {{"BRAID_TRANSPORTS", transport}}, [](braidComm_t comm, int rank, int size) {
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{3} << 20}) {
+      std::vector<int32_t> out(count), in(count, -1);
+      for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(rank * 1000003 + i);
+      // Both directions at once in a group: must not deadlock even for messages far above any buffer.
+      CHECK_BRAID(rank, braidGroupStart());
+      CHECK_BRAID(rank, braidSend(out.data(), count, braidInt32, right, comm, nullptr));
+      CHECK_BRAID(rank, braidRecv(in.data(), count, braidInt32, left, comm, nullptr));
+      CHECK_BRAID(rank, braidGroupEnd());
+      for (size_t i = 0; i < count; ++i)
+        if (in[i] != static_cast<int32_t>(left * 1000003 + i)) return fail(rank, "group recv %zu: %d", i, in[i]);
+      // The same with nonblocking calls, receive posted after the send.
+      std::fill(in.begin(), in.end(), -1);
+      braidRequest_t reqs[2];
+      CHECK_BRAID(rank, braidISend(out.data(), count, braidInt32, right, comm, nullptr, &reqs[0]));
+      CHECK_BRAID(rank, braidIRecv(in.data(), count, braidInt32, left, comm, nullptr, &reqs[1]));
+      CHECK_BRAID(rank, braidWaitAll(2, reqs));
+      for (size_t i = 0; i < count; ++i)
+        if (in[i] != static_cast<int32_t>(left * 1000003 + i)) return fail(rank, "nonblocking recv %zu", i);
+    }
+    // Self send/receive pairs inside a group are copies.
+    int32_t a = 42 + rank, b = 0;
+    CHECK_BRAID(rank, braidGroupStart());
+    CHECK_BRAID(rank, braidSend(&a, 1, braidInt32, rank, comm, nullptr));
+    CHECK_BRAID(rank, braidRecv(&b, 1, braidInt32, rank, comm, nullptr));
+    CHECK_BRAID(rank, braidGroupEnd());
+    if (b != a) return fail(rank, "self copy gave %d", b);
+    CHECK_BRAID(rank, braidBarrier(comm, nullptr));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("braidCommInitFromEnv reads braidrun's and torchrun's variables", "[mp][env]") {
+  // BRAID_* (as braidrun sets them), then torchrun's names with the port + 1 rule.
+  for (int form = 0; form < 2; ++form) {
+    int port = 20000 + (getpid() * 7 + form * 131) % 20000;
+    auto res = forkRanks(3, {}, [&](int rank, int size) {
+      if (form == 0) {
+        setenv("BRAID_RANK", std::to_string(rank).c_str(), 1);
+        setenv("BRAID_WORLD_SIZE", std::to_string(size).c_str(), 1);
+        setenv("BRAID_ROOT", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+        setenv("BRAID_SECRET", "00112233445566778899aabbccddeeff", 1);
+      } else {
+        setenv("RANK", std::to_string(rank).c_str(), 1);
+        setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      }
+      braidComm_t comm = nullptr;
+      CHECK_BRAID(rank, braidCommInitFromEnv(&comm));
+      int r = -1, c = -1;
+      CHECK_BRAID(rank, braidCommUserRank(comm, &r));
+      CHECK_BRAID(rank, braidCommCount(comm, &c));
+      if (r != rank || c != size) return fail(rank, "rank %d count %d", r, c);
+      int64_t v = rank + 1, sum = 0;
+      CHECK_BRAID(rank, braidAllReduce(&v, &sum, 1, braidInt64, braidSum, comm, nullptr));
+      if (sum != 6) return fail(rank, "sum %lld", static_cast<long long>(sum));
+      CHECK_BRAID(rank, braidCommDestroy(comm));
+      return 0;
+    });
+    INFO("form " << form << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
