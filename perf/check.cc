@@ -64,16 +64,26 @@ bool sameBits(const T& a, const T& b) {
 template <typename F>
 void withType(braidDataType_t type, F&& f) {
   switch (type) {
-    case braidInt8: return f(int8_t{});
-    case braidUint8: return f(uint8_t{});
-    case braidInt32: return f(int32_t{});
-    case braidUint32: return f(uint32_t{});
-    case braidInt64: return f(int64_t{});
-    case braidUint64: return f(uint64_t{});
-    case braidFloat16: return f(Half{});
-    case braidBfloat16: return f(BFloat16{});
-    case braidFloat32: return f(float{});
-    default: return f(double{});
+    case braidInt8:
+      return f(int8_t{});
+    case braidUint8:
+      return f(uint8_t{});
+    case braidInt32:
+      return f(int32_t{});
+    case braidUint32:
+      return f(uint32_t{});
+    case braidInt64:
+      return f(int64_t{});
+    case braidUint64:
+      return f(uint64_t{});
+    case braidFloat16:
+      return f(Half{});
+    case braidBfloat16:
+      return f(BFloat16{});
+    case braidFloat32:
+      return f(float{});
+    default:
+      return f(double{});
   }
 }
 
@@ -93,7 +103,7 @@ uint16_t floatToHalfBits(float f) {
   int32_t exp = static_cast<int32_t>(abs >> 23) - 127 + 15;
   if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
   uint32_t h = (static_cast<uint32_t>(exp) << 10) | ((abs >> 13) & 0x3ffu);
-  uint32_t rest = abs & 0x1fffu;                              // the 13 bits dropped
+  uint32_t rest = abs & 0x1fffu;                             // the 13 bits dropped
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into infinity is correct
   return static_cast<uint16_t>(sign | h);
 }

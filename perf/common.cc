@@ -213,14 +213,16 @@ void Bench::printHeader() const {
   if (rank_ != 0) return;
   std::printf("# %s_perf: braid %d.%d.%d, %d ranks\n", desc_.name, version_ / 10000, version_ / 100 % 100,
               version_ % 100, nranks_);
-  std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
-              "validation: %d\n",
-              opts_.minBytes, opts_.maxBytes, opts_.stepBytes ? opts_.stepBytes : opts_.stepFactor,
-              opts_.stepBytes ? "bytes" : "factor", opts_.warmup, opts_.iters, opts_.agg, opts_.check ? 1 : 0);
+  std::printf(
+      "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
+      "validation: %d\n",
+      opts_.minBytes, opts_.maxBytes, opts_.stepBytes ? opts_.stepBytes : opts_.stepFactor,
+      opts_.stepBytes ? "bytes" : "factor", opts_.warmup, opts_.iters, opts_.agg, opts_.check ? 1 : 0);
   std::printf("# blocking: %d time aggregation: %s algo: %s\n#\n# Using devices\n", opts_.blocking ? 1 : 0,
               averageName(opts_.average), opts_.algo.empty() ? "default" : opts_.algo.c_str());
   for (int r = 0; r < nranks_; ++r) {
-    std::printf("#  Rank %2d Pid %6lld on %10s\n", r, static_cast<long long>(devices_[r].pid), devices_[r].host.c_str());
+    std::printf("#  Rank %2d Pid %6lld on %10s\n", r, static_cast<long long>(devices_[r].pid),
+                devices_[r].host.c_str());
   }
   std::printf(
       "#\n"
@@ -390,10 +392,13 @@ double copyValue(uint64_t stream, size_t index) {
 double reduceInput(const Ctx& ctx, int rank, size_t index) {
   const auto r = static_cast<size_t>(rank);
   switch (ctx.op) {
-    case braidProd: return (r + index) % static_cast<size_t>(ctx.nranks) < index % 4 ? 2 : 1;
+    case braidProd:
+      return (r + index) % static_cast<size_t>(ctx.nranks) < index % 4 ? 2 : 1;
     case braidMin:
-    case braidMax: return static_cast<double>(1 + (r % 100 * 13 + index % 100 * 7) % 100);
-    default: return static_cast<double>(1 + (r + index) % 3);
+    case braidMax:
+      return static_cast<double>(1 + (r % 100 * 13 + index % 100 * 7) % 100);
+    default:
+      return static_cast<double>(1 + (r + index) % 3);
   }
 }
 

@@ -19,9 +19,9 @@ struct TypeInfo {
 };
 // Indexed by braidDataType_t.
 constexpr TypeInfo kTypes[] = {
-    {braidInt8, "int8", 1, false},      {braidUint8, "uint8", 1, false},      {braidInt32, "int32", 4, false},
-    {braidUint32, "uint32", 4, false},  {braidInt64, "int64", 8, false},      {braidUint64, "uint64", 8, false},
-    {braidFloat16, "half", 2, true},    {braidBfloat16, "bfloat16", 2, true}, {braidFloat32, "float", 4, true},
+    {braidInt8, "int8", 1, false},     {braidUint8, "uint8", 1, false},      {braidInt32, "int32", 4, false},
+    {braidUint32, "uint32", 4, false}, {braidInt64, "int64", 8, false},      {braidUint64, "uint64", 8, false},
+    {braidFloat16, "half", 2, true},   {braidBfloat16, "bfloat16", 2, true}, {braidFloat32, "float", 4, true},
     {braidFloat64, "double", 8, true},
 };
 static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == braidNumTypes);
@@ -79,17 +79,23 @@ bool parseOps(const char* s, std::vector<braidRedOp_t>* out) {
 bool parseFlag(int flag, const char* arg, Options* o) {
   int v = 0;
   switch (flag) {
-    case 'b': return parseSize(arg, &o->minBytes);
-    case 'e': return parseSize(arg, &o->maxBytes);
+    case 'b':
+      return parseSize(arg, &o->minBytes);
+    case 'e':
+      return parseSize(arg, &o->maxBytes);
     case 'f':
       if (!parseInt(arg, 2, 1 << 20, &v)) return false;
       o->stepFactor = static_cast<size_t>(v);
       o->stepBytes = 0;
       return true;
-    case 'i': return parseSize(arg, &o->stepBytes) && o->stepBytes > 0;
-    case 'n': return parseInt(arg, 1, 1 << 30, &o->iters);
-    case 'w': return parseInt(arg, 0, 1 << 30, &o->warmup);
-    case 'm': return parseInt(arg, 1, 1 << 20, &o->agg);
+    case 'i':
+      return parseSize(arg, &o->stepBytes) && o->stepBytes > 0;
+    case 'n':
+      return parseInt(arg, 1, 1 << 30, &o->iters);
+    case 'w':
+      return parseInt(arg, 0, 1 << 30, &o->warmup);
+    case 'm':
+      return parseInt(arg, 1, 1 << 20, &o->agg);
     case 'c':
       if (!parseInt(arg, 0, 1, &v)) return false;
       o->check = v != 0;
@@ -98,15 +104,23 @@ bool parseFlag(int flag, const char* arg, Options* o) {
       if (!parseInt(arg, 0, 1, &v)) return false;
       o->blocking = v != 0;
       return true;
-    case 'a': return parseInt(arg, 0, 3, &o->average);
-    case 'd': return parseTypes(arg, &o->types);
-    case 'o': return parseOps(arg, &o->ops);
+    case 'a':
+      return parseInt(arg, 0, 3, &o->average);
+    case 'd':
+      return parseTypes(arg, &o->types);
+    case 'o':
+      return parseOps(arg, &o->ops);
     case 'r':
       o->allRoots = std::strcmp(arg, "all") == 0;
       return o->allRoots || parseInt(arg, 0, 1 << 30, &o->root);
-    case 'J': o->json = arg; return !o->json.empty();
-    case 'A': o->algo = arg; return !o->algo.empty();
-    default: return false;
+    case 'J':
+      o->json = arg;
+      return !o->json.empty();
+    case 'A':
+      o->algo = arg;
+      return !o->algo.empty();
+    default:
+      return false;
   }
 }
 
@@ -136,16 +150,23 @@ void printHelp(const char* prog) {
 }  // namespace
 
 Options parseOptions(int argc, char** argv) {
-  static const option kLong[] = {
-      {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
-      {"iters", required_argument, nullptr, 'n'},      {"warmup_iters", required_argument, nullptr, 'w'},
-      {"agg_iters", required_argument, nullptr, 'm'},  {"check", required_argument, nullptr, 'c'},
-      {"datatype", required_argument, nullptr, 'd'},   {"op", required_argument, nullptr, 'o'},
-      {"root", required_argument, nullptr, 'r'},       {"blocking", required_argument, nullptr, 'z'},
-      {"average", required_argument, nullptr, 'a'},    {"json", required_argument, nullptr, 'J'},
-      {"algo", required_argument, nullptr, 'A'},       {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
+  static const option kLong[] = {{"minbytes", required_argument, nullptr, 'b'},
+                                 {"maxbytes", required_argument, nullptr, 'e'},
+                                 {"stepfactor", required_argument, nullptr, 'f'},
+                                 {"stepbytes", required_argument, nullptr, 'i'},
+                                 {"iters", required_argument, nullptr, 'n'},
+                                 {"warmup_iters", required_argument, nullptr, 'w'},
+                                 {"agg_iters", required_argument, nullptr, 'm'},
+                                 {"check", required_argument, nullptr, 'c'},
+                                 {"datatype", required_argument, nullptr, 'd'},
+                                 {"op", required_argument, nullptr, 'o'},
+                                 {"root", required_argument, nullptr, 'r'},
+                                 {"blocking", required_argument, nullptr, 'z'},
+                                 {"average", required_argument, nullptr, 'a'},
+                                 {"json", required_argument, nullptr, 'J'},
+                                 {"algo", required_argument, nullptr, 'A'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
   const char* prog = argc > 0 ? argv[0] : "perf";
   if (const char* slash = std::strrchr(prog, '/')) prog = slash + 1;
   Options o;

@@ -11,16 +11,16 @@
 namespace braid::perf {
 
 struct Options {
-  size_t minBytes = 32 << 20;  // -b
-  size_t maxBytes = 32 << 20;  // -e
-  size_t stepFactor = 2;       // -f
-  size_t stepBytes = 0;        // -i; > 0: additive steps instead of the factor
-  int iters = 20;              // -n
-  int warmup = 5;              // -w
-  int agg = 1;                 // -m
-  bool check = true;           // -c
-  bool blocking = false;       // -z
-  int average = 1;             // -a: 0 rank 0's time, 1 mean, 2 min, 3 max
+  size_t minBytes = 32 << 20;                        // -b
+  size_t maxBytes = 32 << 20;                        // -e
+  size_t stepFactor = 2;                             // -f
+  size_t stepBytes = 0;                              // -i; > 0: additive steps instead of the factor
+  int iters = 20;                                    // -n
+  int warmup = 5;                                    // -w
+  int agg = 1;                                       // -m
+  bool check = true;                                 // -c
+  bool blocking = false;                             // -z
+  int average = 1;                                   // -a: 0 rank 0's time, 1 mean, 2 min, 3 max
   std::vector<braidDataType_t> types{braidFloat32};  // -d
   std::vector<braidRedOp_t> ops{braidSum};           // -o
   int root = 0;                                      // -r
