@@ -195,11 +195,21 @@ Status waitAll(const std::vector<Op*>& ops) {
 Status issue(const CallArgs& a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
   BRAID_TRY(checkCommon(a, stream));
   if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
+  PostArgs p;
   if (a.coll == Coll::kSendRecv) {
     BRAID_TRY(checkP2p(a));
   } else {
-    PostArgs p;
     BRAID_TRY(shapeOf(a, &p));
+  }
+  if (a.coll != Coll::kSendRecv && tGroup.depth == 0) {
+    // The hot path: no group, no allocation (the plan and the op come from the engine's pools).
+    Op* op = nullptr;
+    BRAID_TRY(a.comm->engine->post(p, nonblocking, &op));
+    if (nonblocking) {
+      *request = op;
+      return okStatus();
+    }
+    return a.comm->engine->wait(op);
   }
   if (tGroup.depth > 0) {
     if (nonblocking) return errorf(braidInvalidUsage, "nonblocking calls cannot be part of a group");
