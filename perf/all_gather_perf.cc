@@ -28,11 +28,9 @@ Expect expect(const Ctx& ctx, bool /*inPlace*/, size_t index) {
   return Expect::Value(copyValue(index / ctx.count, index % ctx.count));  // block r is rank r's input
 }
 
+constexpr CollDesc kDesc{"all_gather", /*reduces=*/false, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
+
 }  // namespace
 }  // namespace braid::perf
 
-int main(int argc, char** argv) {
-  using namespace braid::perf;
-  const CollDesc desc{"all_gather", /*reduces=*/false, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
-  return benchMain(argc, argv, desc);
-}
+int main(int argc, char** argv) { return braid::perf::benchMain(argc, argv, braid::perf::kDesc); }

@@ -24,11 +24,9 @@ double input(const Ctx& ctx, int rank, size_t index) { return reduceInput(ctx, r
 
 Expect expect(const Ctx& ctx, bool /*inPlace*/, size_t index) { return Expect::Value(reduceExpected(ctx, index)); }
 
+constexpr CollDesc kDesc{"all_reduce", /*reduces=*/true, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
+
 }  // namespace
 }  // namespace braid::perf
 
-int main(int argc, char** argv) {
-  using namespace braid::perf;
-  const CollDesc desc{"all_reduce", /*reduces=*/true, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
-  return benchMain(argc, argv, desc);
-}
+int main(int argc, char** argv) { return braid::perf::benchMain(argc, argv, braid::perf::kDesc); }

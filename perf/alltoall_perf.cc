@@ -32,11 +32,9 @@ Expect expect(const Ctx& ctx, bool /*inPlace*/, size_t index) {
   return Expect::Value(copyValue(stream(ctx, index / ctx.count, static_cast<size_t>(ctx.rank)), index % ctx.count));
 }
 
+constexpr CollDesc kDesc{"alltoall", /*reduces=*/false, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
+
 }  // namespace
 }  // namespace braid::perf
 
-int main(int argc, char** argv) {
-  using namespace braid::perf;
-  const CollDesc desc{"alltoall", /*reduces=*/false, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
-  return benchMain(argc, argv, desc);
-}
+int main(int argc, char** argv) { return braid::perf::benchMain(argc, argv, braid::perf::kDesc); }

@@ -26,11 +26,9 @@ Expect expect(const Ctx& ctx, bool /*inPlace*/, size_t index) {
   return Expect::Value(copyValue(static_cast<uint64_t>(ctx.root), index));
 }
 
+constexpr CollDesc kDesc{"broadcast", /*reduces=*/false, /*rooted=*/true, 1, busFactor, sizes, post, input, expect};
+
 }  // namespace
 }  // namespace braid::perf
 
-int main(int argc, char** argv) {
-  using namespace braid::perf;
-  const CollDesc desc{"broadcast", /*reduces=*/false, /*rooted=*/true, 1, busFactor, sizes, post, input, expect};
-  return benchMain(argc, argv, desc);
-}
+int main(int argc, char** argv) { return braid::perf::benchMain(argc, argv, braid::perf::kDesc); }

@@ -156,7 +156,7 @@ int Bench::run() {
   double avgBusbw = rows_.empty() ? 0 : busbwSum / (2.0 * static_cast<double>(rows_.size()));
   if (rank_ == 0) {
     std::printf("# Out of bounds values : %llu %s\n", oobTotal_, oobTotal_ == 0 ? "OK" : "FAILED");
-    std::printf("# Avg bus bandwidth    : %g \n#\n", avgBusbw);
+    std::printf("# Avg bus bandwidth    : %g\n#\n", avgBusbw);
     std::fflush(stdout);
     if (wrongTotal_ != 0) std::fprintf(stderr, "%s_perf: %llu wrong values\n", desc_.name, wrongTotal_);
   }

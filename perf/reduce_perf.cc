@@ -28,11 +28,9 @@ Expect expect(const Ctx& ctx, bool inPlace, size_t index) {
   return inPlace ? Expect::Value(reduceInput(ctx, ctx.rank, index)) : Expect::Untouched();
 }
 
+constexpr CollDesc kDesc{"reduce", /*reduces=*/true, /*rooted=*/true, 1, busFactor, sizes, post, input, expect};
+
 }  // namespace
 }  // namespace braid::perf
 
-int main(int argc, char** argv) {
-  using namespace braid::perf;
-  const CollDesc desc{"reduce", /*reduces=*/true, /*rooted=*/true, 1, busFactor, sizes, post, input, expect};
-  return benchMain(argc, argv, desc);
-}
+int main(int argc, char** argv) { return braid::perf::benchMain(argc, argv, braid::perf::kDesc); }

@@ -28,11 +28,10 @@ Expect expect(const Ctx& ctx, bool /*inPlace*/, size_t index) {
   return Expect::Value(reduceExpected(ctx, static_cast<size_t>(ctx.rank) * ctx.count + index));
 }
 
+constexpr CollDesc kDesc{
+    "reduce_scatter", /*reduces=*/true, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
+
 }  // namespace
 }  // namespace braid::perf
 
-int main(int argc, char** argv) {
-  using namespace braid::perf;
-  const CollDesc desc{"reduce_scatter", /*reduces=*/true, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
-  return benchMain(argc, argv, desc);
-}
+int main(int argc, char** argv) { return braid::perf::benchMain(argc, argv, braid::perf::kDesc); }

@@ -183,7 +183,9 @@ braidResult_t braidIAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                              braidComm_t comm, braidStream_t stream, braidRequest_t* request);
 
 /* Point to point. Messages between two ranks match in issue order. A Send and a Recv to the same
- * peer on both sides must be posted together (group or nonblocking) to be safe for large sizes. */
+ * peer on both sides must be posted together (group or nonblocking) to be safe for large sizes.
+ * peer may be this rank: a send to self and a receive from self must then be in the same group
+ * (they become a copy); alone, or as nonblocking calls, they are braidInvalidUsage. */
 braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
                         braidStream_t stream);
 braidResult_t braidISend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
