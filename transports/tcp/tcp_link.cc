@@ -29,11 +29,7 @@ struct RecvSlot {
 }  // namespace
 
 TcpLink::TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes)
-    : fd_(std::move(fd)),
-      peer_(peerRank),
-      peerHost_(std::move(peerHost)),
-      chunk_(std::max(chunkBytes, kTcpMinChunk)),
-      budget_(kChunksPerProgress * chunk_) {
+    : fd_(std::move(fd)), peer_(peerRank), peerHost_(std::move(peerHost)), chunk_(std::max(chunkBytes, kTcpMinChunk)) {
   // Allocated once here, not per message: the hot path does no malloc. 64-byte alignment lets the
   // reduce kernels use aligned vector loads on the incoming elements (they always start at 0).
   size_t bytes = (chunk_ + 63) / 64 * 64;
@@ -109,162 +105,161 @@ Status TcpLink::postRecv(Xfer* x) {
 
 Status TcpLink::progress() {
   if (!error_.ok()) return error_;
-  // No system call for an idle direction: an idle link costs two loads.
-  if (sendHead_ != nullptr) BRAID_TRY(progressSend());
-  if (recvHead_ != nullptr) BRAID_TRY(progressRecv());
+  // Alternate one socket call per direction, so that both directions flow together (a ring step
+  // sends and receives at once) and what a peer just wrote is read while still in cache. Stop when
+  // neither direction can go on, or after kChunksPerProgress rounds so that other links get their
+  // turn. An idle direction costs no system call.
+  for (size_t round = 0; round < kChunksPerProgress; ++round) {
+    bool more = false;
+    if (sendHead_ != nullptr) BRAID_TRY(sendOnce(&more));
+    if (recvHead_ != nullptr) BRAID_TRY(recvOnce(&more));
+    if (!more) break;
+  }
   return okStatus();
 }
 
-Status TcpLink::progressSend() {
-  size_t budget = budget_;
-  while (sendHead_ != nullptr && budget > 0) {
-    // Gather the head's remainder and, while they fit, the queued messages behind it: header and
-    // payload of each go out in one sendmsg. One call carries at most one chunk of payload.
-    iovec iov[kMaxIov];
-    int niov = 0;
-    size_t want = 0;
-    size_t cap = std::min(budget, chunk_);
-    for (Xfer* x = sendHead_; x != nullptr && niov + 2 <= kMaxIov && want < cap; x = x->next) {
-      size_t hdrDone = x == sendHead_ ? sendHdrDone_ : 0;
-      if (hdrDone < kTcpHeaderBytes) {
-        iov[niov++] = {reinterpret_cast<char*>(&x->bytes) + hdrDone, kTcpHeaderBytes - hdrDone};
-        want += kTcpHeaderBytes - hdrDone;
-      }
-      size_t left = x->bytes - x->progressed;
-      size_t take = std::min(left, cap > want ? cap - want : 0);
-      if (take > 0) {
-        iov[niov++] = {static_cast<char*>(x->data) + x->progressed, take};
-        want += take;
-      }
-      if (take < left) break;
+Status TcpLink::sendOnce(bool* more) {
+  // The head's remainder and, while they fit in one chunk, the queued messages behind it: header
+  // and payload of each go out in one sendmsg.
+  iovec iov[kMaxIov];
+  int niov = 0;
+  size_t want = 0;
+  for (Xfer* x = sendHead_; x != nullptr && niov + 2 <= kMaxIov && want < chunk_; x = x->next) {
+    size_t hdrDone = x == sendHead_ ? sendHdrDone_ : 0;
+    if (hdrDone < kTcpHeaderBytes) {
+      iov[niov++] = {reinterpret_cast<char*>(&x->bytes) + hdrDone, kTcpHeaderBytes - hdrDone};
+      want += kTcpHeaderBytes - hdrDone;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(niov);
-    ssize_t n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
-      if (errno == EINTR) continue;
-      return socketError(errno, "send to");
+    size_t left = x->bytes - x->progressed;
+    size_t take = std::min(left, chunk_ > want ? chunk_ - want : 0);
+    if (take > 0) {
+      iov[niov++] = {static_cast<char*>(x->data) + x->progressed, take};
+      want += take;
     }
-    size_t sent = static_cast<size_t>(n);
-    budget -= std::min(sent, budget);
-    // Walk the queue over what the socket took, completing finished messages in posting order.
-    size_t left = sent;
-    while (sendHead_ != nullptr) {
-      Xfer* x = sendHead_;
-      size_t h = std::min(left, kTcpHeaderBytes - sendHdrDone_);
-      sendHdrDone_ += h;
+    if (take < left) break;
+  }
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<size_t>(niov);
+  ssize_t n;
+  do {
+    n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
+    return socketError(errno, "send to");
+  }
+  // Walk the queue over what the socket took, completing finished messages in posting order.
+  size_t left = static_cast<size_t>(n);
+  while (sendHead_ != nullptr) {
+    Xfer* x = sendHead_;
+    size_t h = std::min(left, kTcpHeaderBytes - sendHdrDone_);
+    sendHdrDone_ += h;
+    left -= h;
+    size_t p = std::min(left, x->bytes - x->progressed);
+    x->progressed += p;
+    left -= p;
+    if (sendHdrDone_ < kTcpHeaderBytes || x->progressed < x->bytes) break;
+    sendHead_ = x->next;
+    if (sendHead_ == nullptr) sendTail_ = nullptr;
+    sendHdrDone_ = 0;
+    x->next = nullptr;
+    x->complete = true;  // last: the caller may reuse x as soon as it sees this
+  }
+  // A short write means the socket buffer is full: asking again now would only get EAGAIN.
+  *more = *more || (static_cast<size_t>(n) == want && sendHead_ != nullptr);
+  return okStatus();
+}
+
+Status TcpLink::recvOnce(bool* more) {
+  // Ask for the head's remainder and, behind it, the headers and payloads of further queued
+  // receives: with the sizes agreed, the stream splits exactly at message boundaries, so a burst of
+  // small messages arrives in one recvmsg. When a header turns out to disagree, the bytes read
+  // behind it are garbage in a receive that fails anyway (the link is dead after that).
+  iovec iov[kMaxIov];
+  RecvSlot slots[kMaxBatch];
+  int niov = 0;
+  int nslots = 0;
+  size_t want = 0;
+  for (Xfer* x = recvHead_; x != nullptr && nslots < kMaxBatch && want < chunk_; x = x->next) {
+    bool head = nslots == 0;
+    RecvSlot s{x, 0, 0};
+    if (!head || recvHdrDone_ < kTcpHeaderBytes) {
+      s.hdrWant = head ? kTcpHeaderBytes - recvHdrDone_ : kTcpHeaderBytes;
+      char* h = head ? reinterpret_cast<char*>(&recvHdr_) + recvHdrDone_ : reinterpret_cast<char*>(&batchHdr_[nslots]);
+      iov[niov++] = {h, s.hdrWant};
+      want += s.hdrWant;
+    }
+    // Only the head can have a partial element in staging; a reduce slot ends the batch, so a
+    // later reduce slot sees an empty staging buffer.
+    size_t carry = head ? carry_ : 0;
+    size_t left = x->bytes - x->progressed - carry;
+    size_t room = x->reduce != nullptr ? chunk_ - carry : (chunk_ > want ? chunk_ - want : 0);
+    s.payWant = std::min(left, room);
+    if (s.payWant > 0) {
+      char* dst = x->reduce != nullptr ? reinterpret_cast<char*>(staging_.get()) + carry
+                                       : static_cast<char*>(x->data) + x->progressed;
+      iov[niov++] = {dst, s.payWant};
+      want += s.payWant;
+    }
+    slots[nslots++] = s;
+    if (s.payWant < left || x->reduce != nullptr) break;
+  }
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<size_t>(niov);
+  ssize_t n;
+  do {
+    n = recvmsg(fd_.get(), &msg, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return closedError();
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
+    return socketError(errno, "recv from");
+  }
+  // Walk the slots over what arrived, checking each header as it completes.
+  size_t left = static_cast<size_t>(n);
+  for (int k = 0; k < nslots; ++k) {
+    const RecvSlot& s = slots[k];
+    Xfer* x = s.x;  // == recvHead_: the slots before it completed
+    if (s.hdrWant > 0) {
+      size_t h = std::min(left, s.hdrWant);
+      // A later slot's header was read into batchHdr_; it is now the head's, so move it.
+      if (k > 0 && h > 0) memcpy(&recvHdr_, &batchHdr_[k], h);
+      recvHdrDone_ += h;
       left -= h;
-      size_t p = std::min(left, x->bytes - x->progressed);
+      if (recvHdrDone_ < kTcpHeaderBytes) break;
+      BRAID_TRY(checkHeader(recvHdr_, x));
+    }
+    size_t p = std::min(left, s.payWant);
+    left -= p;
+    if (x->reduce != nullptr) {
+      // Reduce whole elements; keep the tail of a partial element at the front of staging
+      // (elements then always start at staging offset 0, keeping them aligned).
+      const ReduceSpec& r = *x->reduce;
+      size_t avail = carry_ + p;
+      size_t count = avail / r.elemSize;
+      size_t whole = count * r.elemSize;
+      if (count > 0) {
+        r.fn(static_cast<char*>(x->data) + x->progressed, static_cast<const char*>(x->local) + x->progressed,
+             staging_.get(), count, r.ctx);
+        x->progressed += whole;
+        if (avail > whole) memmove(staging_.get(), staging_.get() + whole, avail - whole);
+      }
+      carry_ = avail - whole;
+    } else {
       x->progressed += p;
-      left -= p;
-      if (sendHdrDone_ < kTcpHeaderBytes || x->progressed < x->bytes) break;
-      sendHead_ = x->next;
-      if (sendHead_ == nullptr) sendTail_ = nullptr;
-      sendHdrDone_ = 0;
-      x->next = nullptr;
-      x->complete = true;  // last: the caller may reuse x as soon as it sees this
     }
-    // A short write means the socket buffer is full: asking again now would only get EAGAIN.
-    if (sent < want) return okStatus();
+    if (x->progressed < x->bytes) break;
+    recvHead_ = x->next;
+    if (recvHead_ == nullptr) recvTail_ = nullptr;
+    recvHdrDone_ = 0;
+    carry_ = 0;
+    x->next = nullptr;
+    x->complete = true;
   }
-  return okStatus();
-}
-
-Status TcpLink::progressRecv() {
-  size_t budget = budget_;
-  while (recvHead_ != nullptr && budget > 0) {
-    // Ask for the head's remainder and, behind it, the headers and payloads of further queued
-    // receives: with the sizes agreed, the stream splits exactly at message boundaries, so a burst
-    // of small messages arrives in one recvmsg. When a header turns out to disagree, the bytes read
-    // behind it are garbage in a receive that fails anyway (the link is dead after that).
-    iovec iov[kMaxIov];
-    RecvSlot slots[kMaxBatch];
-    int niov = 0;
-    int nslots = 0;
-    size_t want = 0;
-    for (Xfer* x = recvHead_; x != nullptr && nslots < kMaxBatch && want < budget; x = x->next) {
-      bool head = nslots == 0;
-      RecvSlot s{x, 0, 0};
-      if (!head || recvHdrDone_ < kTcpHeaderBytes) {
-        s.hdrWant = head ? kTcpHeaderBytes - recvHdrDone_ : kTcpHeaderBytes;
-        char* h =
-            head ? reinterpret_cast<char*>(&recvHdr_) + recvHdrDone_ : reinterpret_cast<char*>(&batchHdr_[nslots]);
-        iov[niov++] = {h, s.hdrWant};
-        want += s.hdrWant;
-      }
-      // Only the head can have a partial element in staging; a reduce slot ends the batch, so a
-      // later reduce slot sees an empty staging buffer.
-      size_t carry = head ? carry_ : 0;
-      size_t left = x->bytes - x->progressed - carry;
-      size_t room = x->reduce != nullptr ? chunk_ - carry : (budget > want ? budget - want : 0);
-      s.payWant = std::min(left, room);
-      if (s.payWant > 0) {
-        char* dst = x->reduce != nullptr ? reinterpret_cast<char*>(staging_.get()) + carry
-                                         : static_cast<char*>(x->data) + x->progressed;
-        iov[niov++] = {dst, s.payWant};
-        want += s.payWant;
-      }
-      slots[nslots++] = s;
-      if (s.payWant < left || x->reduce != nullptr) break;
-    }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(niov);
-    ssize_t n = recvmsg(fd_.get(), &msg, MSG_DONTWAIT);
-    if (n == 0) return closedError();
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
-      if (errno == EINTR) continue;
-      return socketError(errno, "recv from");
-    }
-    size_t got = static_cast<size_t>(n);
-    budget -= std::min(got, budget);
-    // Walk the slots over what arrived, checking each header as it completes.
-    size_t left = got;
-    for (int k = 0; k < nslots; ++k) {
-      const RecvSlot& s = slots[k];
-      Xfer* x = s.x;  // == recvHead_: the slots before it completed
-      if (s.hdrWant > 0) {
-        size_t h = std::min(left, s.hdrWant);
-        // A later slot's header was read into batchHdr_; it is now the head's, so move it.
-        if (k > 0 && h > 0) memcpy(&recvHdr_, &batchHdr_[k], h);
-        recvHdrDone_ += h;
-        left -= h;
-        if (recvHdrDone_ < kTcpHeaderBytes) break;
-        BRAID_TRY(checkHeader(recvHdr_, x));
-      }
-      size_t p = std::min(left, s.payWant);
-      left -= p;
-      if (x->reduce != nullptr) {
-        // Reduce whole elements; keep the tail of a partial element at the front of staging
-        // (elements then always start at staging offset 0, keeping them aligned).
-        const ReduceSpec& r = *x->reduce;
-        size_t avail = carry_ + p;
-        size_t count = avail / r.elemSize;
-        size_t whole = count * r.elemSize;
-        if (count > 0) {
-          r.fn(static_cast<char*>(x->data) + x->progressed, static_cast<const char*>(x->local) + x->progressed,
-               staging_.get(), count, r.ctx);
-          x->progressed += whole;
-          if (avail > whole) memmove(staging_.get(), staging_.get() + whole, avail - whole);
-        }
-        carry_ = avail - whole;
-      } else {
-        x->progressed += p;
-      }
-      if (x->progressed < x->bytes) break;
-      recvHead_ = x->next;
-      if (recvHead_ == nullptr) recvTail_ = nullptr;
-      recvHdrDone_ = 0;
-      carry_ = 0;
-      x->next = nullptr;
-      x->complete = true;
-    }
-    // A short read means the socket is drained for now: skip the EAGAIN round trip.
-    if (got < want) return okStatus();
-  }
+  // A short read means the socket is drained for now: asking again would only get EAGAIN.
+  *more = *more || (static_cast<size_t>(n) == want && recvHead_ != nullptr);
   return okStatus();
 }
 

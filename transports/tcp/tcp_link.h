@@ -53,8 +53,10 @@ class TcpLink final : public Link {
     void operator()(void* p) const { std::free(p); }
   };
 
-  Status progressSend();
-  Status progressRecv();
+  // One sendmsg / recvmsg of at most one chunk; sets *more when the call was not cut short (the
+  // socket may take or hold more).
+  Status sendOnce(bool* more);
+  Status recvOnce(bool* more);
   Status checkHeader(uint64_t announced, const Xfer* x);
   // Records a fatal error; every later call returns it.
   Status fail(Status s);
@@ -65,8 +67,7 @@ class TcpLink final : public Link {
   int peer_;
   std::string peerHost_;  // for error messages, built once at connect
   size_t chunk_;
-  size_t budget_;  // kChunksPerProgress * chunk_
-  Status error_;   // sticky: set once the link is broken
+  Status error_;  // sticky: set once the link is broken
 
   // Send queue (intrusive through Xfer::next). sendHdrDone_ is how much of the head's header the
   // socket has taken; the header bytes themselves are the head's Xfer::bytes (little-endian
