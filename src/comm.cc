@@ -247,6 +247,16 @@ Status commInitFromEnv(braidComm** out) {
   return commInit(id, size, rank, out);
 }
 
+// Teardown in dependency order: the engine (and its thread) uses links and the control plane.
+static void freeComm(braidComm* comm) {
+  comm->magic = 0;
+  comm->engine.reset();
+  comm->links.clear();
+  comm->transports.clear();
+  comm->boot.reset();
+  delete comm;
+}
+
 Status commDestroy(braidComm* comm) {
   Status drained = comm->engine->drain();
   if (comm->rank == 0) {
@@ -260,12 +270,7 @@ Status commDestroy(braidComm* comm) {
     comm->engine->stop();
     if (!comm->engine->failed()) (void)comm->boot->sendCtrl(0, CtrlType::kBye, comm->rank, "");
   }
-  comm->magic = 0;
-  comm->engine.reset();
-  comm->links.clear();
-  comm->transports.clear();
-  comm->boot.reset();
-  delete comm;
+  freeComm(comm);
   return drained;
 }
 
@@ -276,12 +281,7 @@ void commAbort(braidComm* comm) {
   // Waiters in other threads see their operations fail and return; wait for them to leave.
   comm->engine->abortWaiters();
   comm->engine->stop();
-  comm->magic = 0;
-  comm->engine.reset();
-  comm->links.clear();
-  comm->transports.clear();
-  comm->boot.reset();
-  delete comm;
+  freeComm(comm);
 }
 
 }  // namespace braid
