@@ -20,7 +20,7 @@ struct CollArgs {
   size_t elemSize = 1;
   int root = 0;
   bool inPlace = false;
-  bool avg = false;           // append kScale steps (braidAvg)
+  bool avg = false;               // append kScale steps (braidAvg)
   uint64_t chunkBytes = 1 << 18;  // pipelining granularity
 };
 

@@ -45,15 +45,24 @@ braidResult_t braidGetVersion(int* version) {
 
 const char* braidGetErrorString(braidResult_t result) {
   switch (result) {
-    case braidSuccess: return "no error";
-    case braidInternalError: return "internal error (a bug in braid)";
-    case braidSystemError: return "system call or allocation failed";
-    case braidInvalidArgument: return "invalid argument";
-    case braidInvalidUsage: return "invalid usage";
-    case braidRemoteError: return "remote process failed or broke the protocol";
-    case braidInProgress: return "operation in progress";
-    case braidTimeout: return "timed out";
-    default: return "unknown result code";
+    case braidSuccess:
+      return "no error";
+    case braidInternalError:
+      return "internal error (a bug in braid)";
+    case braidSystemError:
+      return "system call or allocation failed";
+    case braidInvalidArgument:
+      return "invalid argument";
+    case braidInvalidUsage:
+      return "invalid usage";
+    case braidRemoteError:
+      return "remote process failed or broke the protocol";
+    case braidInProgress:
+      return "operation in progress";
+    case braidTimeout:
+      return "timed out";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -73,7 +82,8 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId com
   return guard(__func__, [&] {
     if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
     if (nranks < 1) return errorf(braidInvalidArgument, "nranks %d must be at least 1", nranks);
-    if (rank < 0 || rank >= nranks) return errorf(braidInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
+    if (rank < 0 || rank >= nranks)
+      return errorf(braidInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
     UniqueIdData id;
     BRAID_TRY(decodeUniqueId(commId, &id));
     braidComm* c = nullptr;

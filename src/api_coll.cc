@@ -72,9 +72,15 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
   const char* r = static_cast<const char*>(a.recv);
   bool inPlace = false;
   switch (a.coll) {
-    case Coll::kAllGather: inPlace = s != nullptr && s == r + rank * a.count * es; break;
-    case Coll::kReduceScatter: inPlace = r != nullptr && r == s + rank * a.count * es; break;
-    default: inPlace = s == r && s != nullptr; break;
+    case Coll::kAllGather:
+      inPlace = s != nullptr && s == r + rank * a.count * es;
+      break;
+    case Coll::kReduceScatter:
+      inPlace = r != nullptr && r == s + rank * a.count * es;
+      break;
+    default:
+      inPlace = s == r && s != nullptr;
+      break;
   }
   if (!inPlace && overlaps(s, sendBytes, r, recvBytes))
     return errorf(braidInvalidArgument, "sendbuff and recvbuff overlap without being the in-place layout");
@@ -103,7 +109,8 @@ Status checkP2p(const CallArgs& a) {
   if (a.count > static_cast<size_t>(PTRDIFF_MAX) / es)
     return errorf(braidInvalidArgument, "count %zu overflows the buffer size", a.count);
   const void* buf = a.isSend ? a.send : a.recv;
-  if (a.count > 0 && buf == nullptr) return errorf(braidInvalidArgument, "%s is NULL", a.isSend ? "sendbuff" : "recvbuff");
+  if (a.count > 0 && buf == nullptr)
+    return errorf(braidInvalidArgument, "%s is NULL", a.isSend ? "sendbuff" : "recvbuff");
   return okStatus();
 }
 
@@ -140,8 +147,9 @@ Status buildP2pPlan(braidComm_t comm, const std::vector<const CallArgs*>& calls,
   for (size_t i = 0; i < selfSends.size(); ++i) {
     uint64_t sb = selfSends[i]->count * dtypeSize(selfSends[i]->dtype);
     uint64_t rb = selfRecvs[i]->count * dtypeSize(selfRecvs[i]->dtype);
-    if (sb != rb) return errorf(braidInvalidArgument, "send to self of %llu bytes meets a receive of %llu bytes",
-                                static_cast<unsigned long long>(sb), static_cast<unsigned long long>(rb));
+    if (sb != rb)
+      return errorf(braidInvalidArgument, "send to self of %llu bytes meets a receive of %llu bytes",
+                    static_cast<unsigned long long>(sb), static_cast<unsigned long long>(rb));
     Step s;
     s.kind = StepKind::kCopy;
     s.bytes = sb;
@@ -231,8 +239,7 @@ Status issue(const CallArgs& a, braidStream_t stream, braidRequest_t* request, b
 
 #pragma GCC visibility push(default)
 
-#define BRAID_COLL(name, nb, ...)                                                                    \
-  return guard(name, [&] { return issue(CallArgs{__VA_ARGS__}, stream, request, nb); })
+#define BRAID_COLL(name, nb, ...) return guard(name, [&] { return issue(CallArgs{__VA_ARGS__}, stream, request, nb); })
 
 braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
                              braidRedOp_t op, braidComm_t comm, braidStream_t stream) {
@@ -252,14 +259,13 @@ braidResult_t braidIBroadcast(const void* sendbuff, void* recvbuff, size_t count
                               braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
   BRAID_COLL(__func__, true, Coll::kBroadcast, sendbuff, recvbuff, count, datatype, braidSum, root, comm);
 }
-braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream) {
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, braidRedOp_t op,
+                          int root, braidComm_t comm, braidStream_t stream) {
   braidRequest_t* request = nullptr;
   BRAID_COLL(__func__, false, Coll::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm);
 }
 braidResult_t braidIReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream,
-                           braidRequest_t* request) {
+                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
   BRAID_COLL(__func__, true, Coll::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm);
 }
 braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,

@@ -156,19 +156,24 @@ static Status serveRendezvous(const UniqueIdData& id, int nranks, const PeerInfo
     SockAddr from;
     Status s = acceptOne(listener.get(), deadline, &conn, &from);
     if (!s.ok())
-      return s.withContext("rendezvous: " + std::to_string(joined) + " of " + std::to_string(nranks) +
-                           " ranks joined");
+      return s.withContext("rendezvous: " + std::to_string(joined) + " of " + std::to_string(nranks) + " ranks joined");
     Hello h;
     Deadline helloBy = Deadline::afterMs(kHelloMs);
     if (helloBy.atNs > deadline.atNs) helloBy = deadline;
     Status r = recvAll(conn.get(), &h, sizeof(h), helloBy);
     const char* why = nullptr;
-    if (!r.ok()) why = "no complete hello";
-    else if (h.magic != kHelloMagic || h.version != kProtocolVersion) why = "bad magic or version";
-    else if (h.commId != id.commId || !sameSecret(h.secret, id.secret)) why = "wrong id or secret";
-    else if (h.nranks != nranks) why = "different rank count";
-    else if (h.rank <= 0 || h.rank >= nranks) why = "rank out of range";
-    else if (socks->at(h.rank).valid()) why = "rank joined twice";
+    if (!r.ok())
+      why = "no complete hello";
+    else if (h.magic != kHelloMagic || h.version != kProtocolVersion)
+      why = "bad magic or version";
+    else if (h.commId != id.commId || !sameSecret(h.secret, id.secret))
+      why = "wrong id or secret";
+    else if (h.nranks != nranks)
+      why = "different rank count";
+    else if (h.rank <= 0 || h.rank >= nranks)
+      why = "rank out of range";
+    else if (socks->at(h.rank).valid())
+      why = "rank joined twice";
     if (why != nullptr) {
       BRAID_WARN(kLogBoot, "rendezvous: refused a connection from %s: %s", from.toString().c_str(), why);
       continue;
@@ -287,7 +292,8 @@ std::vector<int> Bootstrap::ctrlFds() const {
 Status Bootstrap::sendCtrl(int toRank, CtrlType type, int aboutRank, const std::string& text) {
   int idx = rank_ == 0 ? toRank : 0;
   if (idx < 0 || idx >= static_cast<int>(socks_.size()) || !socks_[idx].valid()) return okStatus();
-  CtrlHeader h{static_cast<uint32_t>(type), aboutRank, static_cast<uint32_t>(std::min<size_t>(text.size(), kMaxCtrlText))};
+  CtrlHeader h{static_cast<uint32_t>(type), aboutRank,
+               static_cast<uint32_t>(std::min<size_t>(text.size(), kMaxCtrlText))};
   std::string msg(reinterpret_cast<const char*>(&h), sizeof(h));
   msg.append(text.data(), h.len);
   std::lock_guard<std::mutex> lock(sendMu_);
@@ -310,15 +316,17 @@ Status Bootstrap::pollCtrl(int fromRank, bool* got, CtrlMsg* msg, bool* eof) {
         return errorf(braidRemoteError, "control connection flooded");
       continue;
     }
-    if (n == 0) *eof = true;
-    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) *eof = true;
+    if (n == 0)
+      *eof = true;
+    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      *eof = true;
     break;
   }
   if (buf.size() >= sizeof(CtrlHeader)) {
     CtrlHeader h;
     memcpy(&h, buf.data(), sizeof(h));
-    if (h.len > kMaxCtrlText || (h.type != static_cast<uint32_t>(CtrlType::kAbort) &&
-                                 h.type != static_cast<uint32_t>(CtrlType::kBye)))
+    if (h.len > kMaxCtrlText ||
+        (h.type != static_cast<uint32_t>(CtrlType::kAbort) && h.type != static_cast<uint32_t>(CtrlType::kBye)))
       return errorf(braidRemoteError, "malformed control message (type %u, %u bytes)", h.type, h.len);
     if (buf.size() >= sizeof(h) + h.len) {
       msg->type = static_cast<CtrlType>(h.type);

@@ -66,8 +66,8 @@ Status makeTransports(std::vector<std::unique_ptr<Transport>>* out) {
     } else if (name == "tcp") {
       out->push_back(makeTcpTransport());
     } else {
-      return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s: unknown transport '%s' (known: shm, tcp)",
-                    list.c_str(), name.c_str());
+      return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s: unknown transport '%s' (known: shm, tcp)", list.c_str(),
+                    name.c_str());
     }
   }
   if (out->empty()) return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s names no transport", list.c_str());
@@ -124,8 +124,7 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
       comm->links[peers[i]] = std::move(links[i]);
       comm->linkTransport[peers[i]] = comm->transports[t]->name();
     }
-    if (!peers.empty())
-      BRAID_INFO(kLogInit, "%zu peers over %s", peers.size(), comm->transports[t]->name());
+    if (!peers.empty()) BRAID_INFO(kLogInit, "%zu peers over %s", peers.size(), comm->transports[t]->name());
   }
   return okStatus();
 }
@@ -173,7 +172,8 @@ static Status envInt(const char* name, int* out, bool* present) {
   if (!*present) return okStatus();
   char* end = nullptr;
   long x = strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > (1 << 24)) return errorf(braidInvalidArgument, "%s=%s is not a valid count", name, v);
+  if (*end != '\0' || x < 0 || x > (1 << 24))
+    return errorf(braidInvalidArgument, "%s=%s is not a valid count", name, v);
   *out = static_cast<int>(x);
   return okStatus();
 }
@@ -209,8 +209,10 @@ Status commInitFromEnv(braidComm** out) {
     const char* ma = getenv("MASTER_ADDR");
     const char* mp = getenv("MASTER_PORT");
     if (ma == nullptr || mp == nullptr)
-      return errorf(braidInvalidUsage, "%s is set but no rendezvous address: set BRAID_ROOT=host:port (or "
-                    "MASTER_ADDR and MASTER_PORT)", from);
+      return errorf(braidInvalidUsage,
+                    "%s is set but no rendezvous address: set BRAID_ROOT=host:port (or "
+                    "MASTER_ADDR and MASTER_PORT)",
+                    from);
     addr = std::string(ma) + ":" + std::to_string(atoi(mp) + 1);
   }
   UniqueIdData id;
@@ -275,9 +277,9 @@ Status commDestroy(braidComm* comm) {
 }
 
 void commAbort(braidComm* comm) {
-  comm->engine->fail(errorf(braidRemoteError, "%s aborted the communicator (braidCommAbort)",
-                            comm->describeRank(comm->rank).c_str()),
-                     comm->rank, true);
+  comm->engine->fail(
+      errorf(braidRemoteError, "%s aborted the communicator (braidCommAbort)", comm->describeRank(comm->rank).c_str()),
+      comm->rank, true);
   // Waiters in other threads see their operations fail and return; wait for them to leave.
   comm->engine->abortWaiters();
   comm->engine->stop();

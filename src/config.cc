@@ -10,7 +10,8 @@ namespace braid {
 // The one table of knobs. Keep it sorted by subsystem; `braid-topo --config` prints it as is.
 static const std::vector<ParamInfo> kParams = {
     // Launch and bootstrap.
-    {"BRAID_RANK", "", "this process's rank (set by braidrun; else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"},
+    {"BRAID_RANK", "",
+     "this process's rank (set by braidrun; else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"},
     {"BRAID_WORLD_SIZE", "", "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE)"},
     {"BRAID_LOCAL_RANK", "", "rank among the ranks of this host (set by braidrun; informational)"},
     {"BRAID_ROOT", "", "host:port where rank 0 listens for the rendezvous (else MASTER_ADDR:MASTER_PORT+1)"},
@@ -56,18 +57,33 @@ static Status parseInt(const char* name, const std::string& text, int64_t multip
   errno = 0;
   char* end = nullptr;
   long long v = strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str()) return errorf(braidInvalidArgument, "%s=%s is not an integer", name, text.c_str());
+  if (errno != 0 || end == text.c_str())
+    return errorf(braidInvalidArgument, "%s=%s is not an integer", name, text.c_str());
   int64_t mult = 1;
   if (multiplierAllowed && *end != '\0') {
     switch (*end) {
-      case 'k': case 'K': mult = 1LL << 10; ++end; break;
-      case 'm': case 'M': mult = 1LL << 20; ++end; break;
-      case 'g': case 'G': mult = 1LL << 30; ++end; break;
-      default: break;
+      case 'k':
+      case 'K':
+        mult = 1LL << 10;
+        ++end;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1LL << 20;
+        ++end;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1LL << 30;
+        ++end;
+        break;
+      default:
+        break;
     }
   }
-  if (*end != '\0') return errorf(braidInvalidArgument, "%s=%s is not %s", name, text.c_str(),
-                                  multiplierAllowed ? "a size (e.g. 256K)" : "an integer");
+  if (*end != '\0')
+    return errorf(braidInvalidArgument, "%s=%s is not %s", name, text.c_str(),
+                  multiplierAllowed ? "a size (e.g. 256K)" : "an integer");
   *out = static_cast<int64_t>(v) * mult;
   return okStatus();
 }

@@ -21,7 +21,8 @@ void applyKernel(void* out, const void* local, const void* incoming, size_t coun
 }
 
 inline char* resolve(const Op* op, BufRef ref) {
-  return ref.buf == Buf::kAbsolute ? reinterpret_cast<char*>(ref.offset) : op->bufs[static_cast<int>(ref.buf)] + ref.offset;
+  return ref.buf == Buf::kAbsolute ? reinterpret_cast<char*>(ref.offset)
+                                   : op->bufs[static_cast<int>(ref.buf)] + ref.offset;
 }
 
 inline bool depsDone(const Op* op, const Step& s) {
@@ -105,8 +106,12 @@ void Engine::releaseOp(Op* op) {
 }
 
 const Plan* Engine::planFor(const CollArgs& shape) {
-  PlanKey key{shape.count, shape.elemSize, shape.root, static_cast<uint8_t>(shape.coll),
-              static_cast<uint8_t>(shape.inPlace), static_cast<uint8_t>(shape.avg)};
+  PlanKey key{shape.count,
+              shape.elemSize,
+              shape.root,
+              static_cast<uint8_t>(shape.coll),
+              static_cast<uint8_t>(shape.inPlace),
+              static_cast<uint8_t>(shape.avg)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   // Bounded: a framework with ever-changing sizes must not grow this without end.

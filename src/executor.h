@@ -152,8 +152,8 @@ class Engine {
     uint8_t inPlace;
     uint8_t avg;
     bool operator==(const PlanKey& o) const {
-      return count == o.count && elemSize == o.elemSize && root == o.root && coll == o.coll &&
-             inPlace == o.inPlace && avg == o.avg;
+      return count == o.count && elemSize == o.elemSize && root == o.root && coll == o.coll && inPlace == o.inPlace &&
+             avg == o.avg;
     }
   };
   struct PlanKeyHash {

@@ -25,8 +25,8 @@ enum LogSubsys : uint32_t {
 };
 
 namespace log_detail {
-extern std::atomic<int> gLevel;         // LogLevel, -1 until initialized from the environment
-extern std::atomic<uint32_t> gSubsys;   // LogSubsys mask
+extern std::atomic<int> gLevel;        // LogLevel, -1 until initialized from the environment
+extern std::atomic<uint32_t> gSubsys;  // LogSubsys mask
 void init();
 void write(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -45,10 +45,10 @@ void setLogRank(int rank);
 
 }  // namespace braid
 
-#define BRAID_LOG(level, subsys, ...)                                                        \
-  do {                                                                                       \
-    if (::braid::log_detail::enabled(level, subsys))                                         \
-      ::braid::log_detail::write(level, subsys, __FILE__, __LINE__, __VA_ARGS__);            \
+#define BRAID_LOG(level, subsys, ...)                                             \
+  do {                                                                            \
+    if (::braid::log_detail::enabled(level, subsys))                              \
+      ::braid::log_detail::write(level, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define BRAID_WARN(subsys, ...) BRAID_LOG(::braid::LogLevel::kWarn, subsys, __VA_ARGS__)
 #define BRAID_INFO(subsys, ...) BRAID_LOG(::braid::LogLevel::kInfo, subsys, __VA_ARGS__)

@@ -6,14 +6,22 @@ namespace braid {
 
 const char* collName(Coll c) {
   switch (c) {
-    case Coll::kAllReduce: return "AllReduce";
-    case Coll::kBroadcast: return "Broadcast";
-    case Coll::kReduce: return "Reduce";
-    case Coll::kAllGather: return "AllGather";
-    case Coll::kReduceScatter: return "ReduceScatter";
-    case Coll::kAllToAll: return "AllToAll";
-    case Coll::kSendRecv: return "SendRecv";
-    case Coll::kBarrier: return "Barrier";
+    case Coll::kAllReduce:
+      return "AllReduce";
+    case Coll::kBroadcast:
+      return "Broadcast";
+    case Coll::kReduce:
+      return "Reduce";
+    case Coll::kAllGather:
+      return "AllGather";
+    case Coll::kReduceScatter:
+      return "ReduceScatter";
+    case Coll::kAllToAll:
+      return "AllToAll";
+    case Coll::kSendRecv:
+      return "SendRecv";
+    case Coll::kBarrier:
+      return "Barrier";
   }
   return "?";
 }
@@ -32,22 +40,33 @@ void Plan::finalize() {
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
     switch (s.kind) {
-      case StepKind::kSend: slot(s.peer).sends.push_back(static_cast<int32_t>(i)); break;
+      case StepKind::kSend:
+        slot(s.peer).sends.push_back(static_cast<int32_t>(i));
+        break;
       case StepKind::kRecv:
-      case StepKind::kRecvReduce: slot(s.peer).recvs.push_back(static_cast<int32_t>(i)); break;
+      case StepKind::kRecvReduce:
+        slot(s.peer).recvs.push_back(static_cast<int32_t>(i));
+        break;
       case StepKind::kCopy:
-      case StepKind::kScale: locals.push_back(static_cast<int32_t>(i)); break;
+      case StepKind::kScale:
+        locals.push_back(static_cast<int32_t>(i));
+        break;
     }
   }
 }
 
 static const char* kindName(StepKind k) {
   switch (k) {
-    case StepKind::kSend: return "send";
-    case StepKind::kRecv: return "recv";
-    case StepKind::kRecvReduce: return "recv_reduce";
-    case StepKind::kCopy: return "copy";
-    case StepKind::kScale: return "scale";
+    case StepKind::kSend:
+      return "send";
+    case StepKind::kRecv:
+      return "recv";
+    case StepKind::kRecvReduce:
+      return "recv_reduce";
+    case StepKind::kCopy:
+      return "copy";
+    case StepKind::kScale:
+      return "scale";
   }
   return "?";
 }
@@ -69,13 +88,21 @@ std::string Plan::describe() const {
     const Step& s = steps[i];
     std::string where;
     switch (s.kind) {
-      case StepKind::kSend: where = refName(s.src) + " -> peer " + std::to_string(s.peer); break;
-      case StepKind::kRecv: where = "peer " + std::to_string(s.peer) + " -> " + refName(s.dst); break;
+      case StepKind::kSend:
+        where = refName(s.src) + " -> peer " + std::to_string(s.peer);
+        break;
+      case StepKind::kRecv:
+        where = "peer " + std::to_string(s.peer) + " -> " + refName(s.dst);
+        break;
       case StepKind::kRecvReduce:
         where = "peer " + std::to_string(s.peer) + " (+) " + refName(s.src) + " -> " + refName(s.dst);
         break;
-      case StepKind::kCopy: where = refName(s.src) + " -> " + refName(s.dst); break;
-      case StepKind::kScale: where = refName(s.dst); break;
+      case StepKind::kCopy:
+        where = refName(s.src) + " -> " + refName(s.dst);
+        break;
+      case StepKind::kScale:
+        where = refName(s.dst);
+        break;
     }
     snprintf(line, sizeof(line), "  %4zu %-11s %8llu B  %s  deps %d %d\n", i, kindName(s.kind),
              static_cast<unsigned long long>(s.bytes), where.c_str(), s.deps[0], s.deps[1]);

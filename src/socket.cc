@@ -104,7 +104,8 @@ Status interfaceAddress(const std::string& ifname, SockAddr* out) {
     if (i->ifa_addr == nullptr) continue;
     int fam = i->ifa_addr->sa_family;
     if (fam != AF_INET && fam != AF_INET6) continue;
-    if (names.find(std::string(" ") + i->ifa_name + " ") == std::string::npos) names += std::string(" ") + i->ifa_name + " ";
+    if (names.find(std::string(" ") + i->ifa_name + " ") == std::string::npos)
+      names += std::string(" ") + i->ifa_name + " ";
     if (ifname != i->ifa_name) continue;
     if (fam == AF_INET && v4 == nullptr) v4 = i;
     if (fam == AF_INET6 && v6 == nullptr) v6 = i;

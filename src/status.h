@@ -36,8 +36,8 @@ Status systemError(int errnum, const char* fmt, ...) __attribute__((format(print
 }  // namespace braid
 
 // The one propagation macro: return the failure of `expr` to the caller.
-#define BRAID_TRY(expr)                      \
-  do {                                       \
-    ::braid::Status braid_try_status_ = (expr); \
+#define BRAID_TRY(expr)                                    \
+  do {                                                     \
+    ::braid::Status braid_try_status_ = (expr);            \
     if (!braid_try_status_.ok()) return braid_try_status_; \
   } while (0)

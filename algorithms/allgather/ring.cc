@@ -3,8 +3,9 @@
 // Steps: n-1 sends and receives per chunk; bytes on the wire per rank: (n-1) * S/n where S is the
 // gathered size. Valid for any n >= 1 and count >= 0. Out-of-place first copies the own block into
 // place (a local step nothing waits on: the first send reads the send buffer directly).
-#include "algorithms/algorithms.h"
 #include "algorithms/patterns/ring.h"
+
+#include "algorithms/algorithms.h"
 
 namespace braid {
 

@@ -5,8 +5,9 @@
 // skipped identically on both sides of a link). In-place needs no extra copy: the first
 // recv_reduce reads the local contribution from the send buffer and writes the receive buffer.
 // Rank r ends the reduce-scatter owning segment r+1, which it scales (avg) and then circulates.
-#include "algorithms/algorithms.h"
 #include "algorithms/patterns/ring.h"
+
+#include "algorithms/algorithms.h"
 
 namespace braid {
 
@@ -60,8 +61,7 @@ void buildRingAllReduce(const CollArgs& a, Plan* plan) {
       if (out.count > 0)
         plan->add(Step{StepKind::kSend, right, {}, recvBuf(out.offset), out.count, {last[sendSeg * chunks + c], -1}});
       if (in.count > 0)
-        last[recvSeg * chunks + c] =
-            plan->add(Step{StepKind::kRecv, left, recvBuf(in.offset), {}, in.count, {-1, -1}});
+        last[recvSeg * chunks + c] = plan->add(Step{StepKind::kRecv, left, recvBuf(in.offset), {}, in.count, {-1, -1}});
     }
   }
 }

@@ -4,8 +4,9 @@
 // send buffer size. Valid for any n >= 1 and count >= 0. Partial sums travel through the scratch
 // buffer (one block per segment); the last fold writes the receive buffer directly. Rank r's block
 // starts at the left of r-1 and travels n-1 hops to arrive complete at r.
-#include "algorithms/algorithms.h"
 #include "algorithms/patterns/ring.h"
+
+#include "algorithms/algorithms.h"
 
 namespace braid {
 

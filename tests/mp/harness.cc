@@ -100,8 +100,8 @@ bool allOk(const std::vector<RankResult>& r) {
 std::string describe(const std::vector<RankResult>& r) {
   std::string s;
   for (size_t i = 0; i < r.size(); ++i)
-    s += "rank " + std::to_string(i) + ": status " + std::to_string(r[i].status) + (r[i].timedOut ? " (timed out)" : "") +
-         "\n";
+    s += "rank " + std::to_string(i) + ": status " + std::to_string(r[i].status) +
+         (r[i].timedOut ? " (timed out)" : "") + "\n";
   return s;
 }
 
@@ -114,33 +114,65 @@ bool isFloat(braidDataType_t dt) {
 
 double loadElem(braidDataType_t dt, const void* buf, size_t i) {
   switch (dt) {
-    case braidInt8: return static_cast<const int8_t*>(buf)[i];
-    case braidUint8: return static_cast<const uint8_t*>(buf)[i];
-    case braidInt32: return static_cast<const int32_t*>(buf)[i];
-    case braidUint32: return static_cast<const uint32_t*>(buf)[i];
-    case braidInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case braidUint64: return static_cast<double>(static_cast<const uint64_t*>(buf)[i]);
-    case braidFloat16: return braid::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case braidBfloat16: return braid::bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case braidFloat32: return static_cast<const float*>(buf)[i];
-    case braidFloat64: return static_cast<const double*>(buf)[i];
-    default: return NAN;
+    case braidInt8:
+      return static_cast<const int8_t*>(buf)[i];
+    case braidUint8:
+      return static_cast<const uint8_t*>(buf)[i];
+    case braidInt32:
+      return static_cast<const int32_t*>(buf)[i];
+    case braidUint32:
+      return static_cast<const uint32_t*>(buf)[i];
+    case braidInt64:
+      return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case braidUint64:
+      return static_cast<double>(static_cast<const uint64_t*>(buf)[i]);
+    case braidFloat16:
+      return braid::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case braidBfloat16:
+      return braid::bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case braidFloat32:
+      return static_cast<const float*>(buf)[i];
+    case braidFloat64:
+      return static_cast<const double*>(buf)[i];
+    default:
+      return NAN;
   }
 }
 
 void storeElem(braidDataType_t dt, void* buf, size_t i, double v) {
   switch (dt) {
-    case braidInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
-    case braidUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
-    case braidInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case braidUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
-    case braidInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case braidUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
-    case braidFloat16: static_cast<uint16_t*>(buf)[i] = braid::floatToHalf(static_cast<float>(v)); break;
-    case braidBfloat16: static_cast<uint16_t*>(buf)[i] = braid::floatToBf16(static_cast<float>(v)); break;
-    case braidFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case braidFloat64: static_cast<double*>(buf)[i] = v; break;
-    default: break;
+    case braidInt8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case braidUint8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case braidInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case braidUint32:
+      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v);
+      break;
+    case braidInt64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    case braidUint64:
+      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v);
+      break;
+    case braidFloat16:
+      static_cast<uint16_t*>(buf)[i] = braid::floatToHalf(static_cast<float>(v));
+      break;
+    case braidBfloat16:
+      static_cast<uint16_t*>(buf)[i] = braid::floatToBf16(static_cast<float>(v));
+      break;
+    case braidFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case braidFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    default:
+      break;
   }
 }
 
@@ -155,11 +187,20 @@ double expectedValue(braidDataType_t dt, braidRedOp_t op, size_t i, int n) {
     double v = inputValue(op, r, i, n);
     switch (op) {
       case braidSum:
-      case braidAvg: acc += v; break;
-      case braidProd: acc *= v; break;
-      case braidMin: acc = std::min(acc, v); break;
-      case braidMax: acc = std::max(acc, v); break;
-      default: break;
+      case braidAvg:
+        acc += v;
+        break;
+      case braidProd:
+        acc *= v;
+        break;
+      case braidMin:
+        acc = std::min(acc, v);
+        break;
+      case braidMax:
+        acc = std::max(acc, v);
+        break;
+      default:
+        break;
     }
   }
   if (op == braidAvg) acc = isFloat(dt) ? acc / n : std::trunc(acc / n);

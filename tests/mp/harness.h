@@ -14,7 +14,7 @@
 namespace braidtest {
 
 struct RankResult {
-  int status = -1;   // exit status, or 128 + signal
+  int status = -1;  // exit status, or 128 + signal
   bool timedOut = false;
 };
 
@@ -26,7 +26,8 @@ std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int
                                   int timeoutSec = 240);
 
 // As forkRanks, with a communicator built by braidCommInitRank before body and destroyed after.
-std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(braidComm_t comm, int rank, int n)>& body,
+std::vector<RankResult> runComm(int n, const Env& env,
+                                const std::function<int(braidComm_t comm, int rank, int n)>& body,
                                 int timeoutSec = 240);
 
 // True when every rank exited 0.
@@ -53,9 +54,9 @@ int fail(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 }  // namespace braidtest
 
 // In a child body: check a braid call, report and return 1 on failure.
-#define CHECK_BRAID(rank, call)                                                                          \
-  do {                                                                                                   \
-    braidResult_t r_ = (call);                                                                           \
-    if (r_ != braidSuccess)                                                                              \
+#define CHECK_BRAID(rank, call)                                                                                 \
+  do {                                                                                                          \
+    braidResult_t r_ = (call);                                                                                  \
+    if (r_ != braidSuccess)                                                                                     \
       return ::braidtest::fail(rank, "%s failed: %s: %s", #call, braidGetErrorString(r_), braidGetLastError()); \
   } while (0)

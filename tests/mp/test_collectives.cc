@@ -1,7 +1,6 @@
 // Every collective x datatype x op x count x placement, on real processes over each transport.
 // Values are small integers, so every result is exact (avg of floats within rounding).
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -12,8 +11,8 @@ using namespace braidtest;
 
 namespace {
 
-constexpr braidDataType_t kTypes[] = {braidInt8,    braidUint8,    braidInt32,   braidUint32, braidInt64,
-                                      braidUint64,  braidFloat16,  braidBfloat16, braidFloat32, braidFloat64};
+constexpr braidDataType_t kTypes[] = {braidInt8,   braidUint8,   braidInt32,    braidUint32,  braidInt64,
+                                      braidUint64, braidFloat16, braidBfloat16, braidFloat32, braidFloat64};
 constexpr braidRedOp_t kOps[] = {braidSum, braidProd, braidMin, braidMax, braidAvg};
 constexpr size_t kSmallCounts[] = {0, 1, 7, 1023};
 constexpr size_t kLargeCount = (1u << 20) + 3;
@@ -52,10 +51,18 @@ int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRed
     switch (c) {
       case C::kAllReduce:
       case C::kReduce:
-      case C::kReduceScatter: v = inputValue(op, rank, i, n); break;
-      case C::kAllGather: v = moveValue(rank, 0, i); break;
-      case C::kBroadcast: v = moveValue(rank, 0, i); break;
-      case C::kAllToAll: v = moveValue(rank, static_cast<int>(i / count), i % count); break;
+      case C::kReduceScatter:
+        v = inputValue(op, rank, i, n);
+        break;
+      case C::kAllGather:
+        v = moveValue(rank, 0, i);
+        break;
+      case C::kBroadcast:
+        v = moveValue(rank, 0, i);
+        break;
+      case C::kAllToAll:
+        v = moveValue(rank, static_cast<int>(i / count), i % count);
+        break;
     }
     storeElem(dt, in, inOffset + i, v);
   }
@@ -63,12 +70,24 @@ int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRed
   void* rp = inPlace && c == C::kReduceScatter ? b.recv.data() + rank * count * es : b.recv.data();
   braidResult_t r = braidSuccess;
   switch (c) {
-    case C::kAllReduce: r = braidAllReduce(sp, rp, count, dt, op, comm, nullptr); break;
-    case C::kReduce: r = braidReduce(sp, rp, count, dt, op, root, comm, nullptr); break;
-    case C::kReduceScatter: r = braidReduceScatter(sp, rp, count, dt, op, comm, nullptr); break;
-    case C::kAllGather: r = braidAllGather(sp, rp, count, dt, comm, nullptr); break;
-    case C::kBroadcast: r = braidBroadcast(sp, rp, count, dt, root, comm, nullptr); break;
-    case C::kAllToAll: r = braidAllToAll(sp, rp, count, dt, comm, nullptr); break;
+    case C::kAllReduce:
+      r = braidAllReduce(sp, rp, count, dt, op, comm, nullptr);
+      break;
+    case C::kReduce:
+      r = braidReduce(sp, rp, count, dt, op, root, comm, nullptr);
+      break;
+    case C::kReduceScatter:
+      r = braidReduceScatter(sp, rp, count, dt, op, comm, nullptr);
+      break;
+    case C::kAllGather:
+      r = braidAllGather(sp, rp, count, dt, comm, nullptr);
+      break;
+    case C::kBroadcast:
+      r = braidBroadcast(sp, rp, count, dt, root, comm, nullptr);
+      break;
+    case C::kAllToAll:
+      r = braidAllToAll(sp, rp, count, dt, comm, nullptr);
+      break;
   }
   if (r != braidSuccess)
     return fail(rank, "%s %s %s count %zu %s: %s: %s", cname(c), typeName(dt), opName(op), count,
@@ -80,7 +99,10 @@ int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRed
     double want = 0;
     bool exactOp = true;
     switch (c) {
-      case C::kAllReduce: want = expectedValue(dt, op, i, n); exactOp = false; break;
+      case C::kAllReduce:
+        want = expectedValue(dt, op, i, n);
+        exactOp = false;
+        break;
       case C::kReduce:
         if (rank != root) {
           want = inPlace ? inputValue(op, rank, i, n) : kSentinel;  // untouched off the root
@@ -89,10 +111,19 @@ int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRed
           exactOp = false;
         }
         break;
-      case C::kReduceScatter: want = expectedValue(dt, op, rank * count + i, n); exactOp = false; break;
-      case C::kAllGather: want = moveValue(static_cast<int>(i / count), 0, i % count); break;
-      case C::kBroadcast: want = moveValue(root, 0, i); break;
-      case C::kAllToAll: want = moveValue(static_cast<int>(i / count), rank, i % count); break;
+      case C::kReduceScatter:
+        want = expectedValue(dt, op, rank * count + i, n);
+        exactOp = false;
+        break;
+      case C::kAllGather:
+        want = moveValue(static_cast<int>(i / count), 0, i % count);
+        break;
+      case C::kBroadcast:
+        want = moveValue(root, 0, i);
+        break;
+      case C::kAllToAll:
+        want = moveValue(static_cast<int>(i / count), rank, i % count);
+        break;
     }
     double got = loadElem(dt, out, outBase + i);
     bool ok = exactOp ? got == want : matches(dt, op, got, want);

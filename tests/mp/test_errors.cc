@@ -1,15 +1,16 @@
 // Bad input gets a clear error and changes nothing; a dead peer becomes an error naming it.
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "src/bootstrap.h"
+#include "src/socket.h"
 #include "tests/mp/harness.h"
 
 using namespace braidtest;
@@ -33,8 +34,10 @@ TEST_CASE("invalid arguments are refused with braidInvalidArgument and buffers s
         {"NULL comm", braidAllReduce(in.data(), out.data(), 16, braidFloat32, braidSum, nullptr, nullptr)},
         {"NULL sendbuff", braidAllReduce(nullptr, out.data(), 16, braidFloat32, braidSum, comm, nullptr)},
         {"NULL recvbuff", braidAllReduce(in.data(), nullptr, 16, braidFloat32, braidSum, comm, nullptr)},
-        {"bad dtype", braidAllReduce(in.data(), out.data(), 16, static_cast<braidDataType_t>(42), braidSum, comm, nullptr)},
-        {"bad op", braidAllReduce(in.data(), out.data(), 16, braidFloat32, static_cast<braidRedOp_t>(-1), comm, nullptr)},
+        {"bad dtype",
+         braidAllReduce(in.data(), out.data(), 16, static_cast<braidDataType_t>(42), braidSum, comm, nullptr)},
+        {"bad op",
+         braidAllReduce(in.data(), out.data(), 16, braidFloat32, static_cast<braidRedOp_t>(-1), comm, nullptr)},
         {"count overflow", braidAllReduce(in.data(), out.data(), huge, braidFloat32, braidSum, comm, nullptr)},
         {"allgather overflow", braidAllGather(in.data(), out.data(), huge / 4, braidFloat32, comm, nullptr)},
         {"root too big", braidBroadcast(in.data(), out.data(), 16, braidFloat32, size, comm, nullptr)},
@@ -81,7 +84,8 @@ TEST_CASE("bad configuration is a clear error at init", "[mp][errors]") {
       braidResult_t r = braidGetUniqueId(&uid);
       if (r == braidSuccess) r = braidCommInitRank(&c, 1, uid, 0);
       if (r != braidInvalidArgument) return fail(rank, "%s=%s gave %s", var, value, braidGetErrorString(r));
-      if (strstr(braidGetLastError(), needle) == nullptr) return fail(rank, "message lacks '%s': %s", needle, braidGetLastError());
+      if (strstr(braidGetLastError(), needle) == nullptr)
+        return fail(rank, "message lacks '%s': %s", needle, braidGetLastError());
       return 0;
     });
     INFO(var << "=" << value << "\n" << describe(res));
@@ -93,39 +97,37 @@ TEST_CASE("a rank killed mid-AllReduce makes every other rank fail naming it", "
   const char* transport = GENERATE(as<const char*>{}, "shm", "tcp");
   const int victim = GENERATE(0, 2);  // rank 0 (the hub of failure notices) and an ordinary rank
   INFO(transport << " victim " << victim);
-  auto res = runComm(4, {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "60"}},
-                     [&](braidComm_t comm, int rank, int size) {
-                       std::vector<float> buf(1 << 20, 1.0f);
-                       // A few good rounds, then the victim dies in the middle of an AllReduce.
-                       for (int i = 0; i < 3; ++i)
-                         CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg,
-                                                          comm, nullptr));
-                       if (rank == victim) {
-                         braidRequest_t req;
-                         CHECK_BRAID(rank, braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum,
-                                                           comm, nullptr, &req));
-                         raise(SIGKILL);
-                       }
-                       auto t0 = std::chrono::steady_clock::now();
-                       braidResult_t r = braidSuccess;
-                       for (int i = 0; i < 100 && r == braidSuccess; ++i)
-                         r = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr);
-                       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                       if (r != braidRemoteError)
-                         return fail(rank, "expected braidRemoteError, got %s", braidGetErrorString(r));
-                       std::string msg = braidGetLastError();
-                       std::string who = "rank " + std::to_string(victim) + " (host ";
-                       if (msg.find(who) == std::string::npos || msg.find("AllReduce") == std::string::npos)
-                         return fail(rank, "message does not name rank %d and the operation: %s", victim, msg.c_str());
-                       fprintf(stderr, "rank %d learned in %.2f s: %s\n", rank, secs, msg.c_str());
-                       braidResult_t async = braidSuccess;
-                       CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
-                       if (async != braidRemoteError) return fail(rank, "async error %d", async);
-                       // Later calls fail at once with the same error.
-                       if (braidBarrier(comm, nullptr) != braidRemoteError) return fail(rank, "later call succeeded");
-                       braidCommAbort(comm);
-                       _exit(secs < 10 ? 0 : 3);
-                     });
+  auto res =
+      runComm(4, {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int size) {
+        std::vector<float> buf(1 << 20, 1.0f);
+        // A few good rounds, then the victim dies in the middle of an AllReduce.
+        for (int i = 0; i < 3; ++i)
+          CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg, comm, nullptr));
+        if (rank == victim) {
+          braidRequest_t req;
+          CHECK_BRAID(rank,
+                      braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr, &req));
+          raise(SIGKILL);
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        braidResult_t r = braidSuccess;
+        for (int i = 0; i < 100 && r == braidSuccess; ++i)
+          r = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr);
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r != braidRemoteError) return fail(rank, "expected braidRemoteError, got %s", braidGetErrorString(r));
+        std::string msg = braidGetLastError();
+        std::string who = "rank " + std::to_string(victim) + " (host ";
+        if (msg.find(who) == std::string::npos || msg.find("AllReduce") == std::string::npos)
+          return fail(rank, "message does not name rank %d and the operation: %s", victim, msg.c_str());
+        fprintf(stderr, "rank %d learned in %.2f s: %s\n", rank, secs, msg.c_str());
+        braidResult_t async = braidSuccess;
+        CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
+        if (async != braidRemoteError) return fail(rank, "async error %d", async);
+        // Later calls fail at once with the same error.
+        if (braidBarrier(comm, nullptr) != braidRemoteError) return fail(rank, "later call succeeded");
+        braidCommAbort(comm);
+        _exit(secs < 10 ? 0 : 3);
+      });
   for (int r = 0; r < 4; ++r) {
     INFO("rank " << r << " status " << res[r].status);
     if (r == victim)
@@ -133,4 +135,36 @@ TEST_CASE("a rank killed mid-AllReduce makes every other rank fail naming it", "
     else
       CHECK(res[r].status == 0);
   }
+}
+
+TEST_CASE("strangers on the rendezvous port are refused and do not stop the real ranks", "[mp][errors][hostile]") {
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  braid::UniqueIdData data;
+  REQUIRE(braid::decodeUniqueId(id, &data).ok());
+  // Queue three strangers in the listener's backlog before any rank runs: garbage, a well-formed
+  // hello with the wrong secret, and one that closes at once.
+  std::vector<braid::Fd> strangers(3);
+  for (auto& s : strangers) REQUIRE(braid::connectTo(data.root, braid::Deadline::afterSeconds(5), &s).ok());
+  const char garbage[] = "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+  std::vector<char> big(4096, 'x');
+  REQUIRE(braid::sendAll(strangers[0].get(), big.data(), big.size(), braid::Deadline::afterSeconds(5)).ok());
+  // A copy of a real hello layout is internal; a stranger guessing it still lacks the secret.
+  REQUIRE(braid::sendAll(strangers[1].get(), garbage, sizeof(garbage), braid::Deadline::afterSeconds(5)).ok());
+  strangers[2].reset();
+  auto res = forkRanks(3, {}, [&](int rank, int size) {
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+    int v = 1, sum = 0;
+    CHECK_BRAID(rank, braidAllReduce(&v, &sum, 1, braidInt32, braidSum, comm, nullptr));
+    if (sum != size) return fail(rank, "sum %d", sum);
+    CHECK_BRAID(rank, braidCommDestroy(comm));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+  // The stranger was closed on: reading gives EOF or a reset, not a rank table.
+  char c;
+  braid::Status st = braid::recvAll(strangers[0].get(), &c, 1, braid::Deadline::afterSeconds(5));
+  CHECK(st.code() == braidRemoteError);
 }

@@ -1,7 +1,6 @@
 // Nonblocking requests, several operations in flight, several communicators, point-to-point and
 // groups, barrier, and initialization from a launcher's environment.
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -38,8 +37,8 @@ TEST_CASE("16 nonblocking AllReduces in flight complete in order with correct re
       in[k].resize(count);
       out[k].assign(count, -1);
       for (size_t i = 0; i < count; ++i) in[k][i] = fillFor(rank, i, k);
-      CHECK_BRAID(rank, braidIAllReduce(in[k].data(), out[k].data(), count, braidFloat32, braidSum, comm, nullptr,
-                                        &reqs[k]));
+      CHECK_BRAID(rank,
+                  braidIAllReduce(in[k].data(), out[k].data(), count, braidFloat32, braidSum, comm, nullptr, &reqs[k]));
     }
     // Poll the last one until it is done: every earlier one must then be done too (issue order).
     int done = 0;

@@ -4,7 +4,6 @@
 // reduced twice, a message whose size differs from its receive, a deadlock or a wrong final buffer
 // fails the test.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -17,7 +16,7 @@ using namespace braid;
 
 namespace {
 
-using Cell = uint32_t;  // bit i = rank i's contribution (low 16 bits); AllToAll tags the target above
+using Cell = uint32_t;                   // bit i = rank i's contribution (low 16 bits); AllToAll tags the target above
 constexpr Cell kScaled = Cell(1) << 31;  // set by a scale step (avg); never part of an AllToAll tag
 
 struct RankState {
@@ -58,8 +57,11 @@ struct Sim {
           v = &s.recv;
         }
         break;
-      case Buf::kScratch: v = &s.scratch; break;
-      default: break;
+      case Buf::kScratch:
+        v = &s.scratch;
+        break;
+      default:
+        break;
     }
     if (v == nullptr || off + bytes > v->size()) {
       error = "step touches bytes out of its buffer";
