@@ -23,7 +23,7 @@ static const std::vector<ParamInfo> kParams = {
     {"BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"},
     {"BRAID_SHM_SLOT_SIZE", "256K", "bytes per shared-memory FIFO slot"},
     {"BRAID_SHM_SLOTS", "8", "slots per shared-memory FIFO (one FIFO per direction per pair)"},
-    {"BRAID_SHM_CMA", "auto", "single-copy receives of large messages with process_vm_readv: auto, 0, 1"},
+    {"BRAID_SHM_CMA", "0", "single-copy receives with process_vm_readv: 0, 1, auto (measured slower than the FIFO here)"},
     {"BRAID_SHM_CMA_MIN", "1M", "smallest message that uses the single-copy path"},
     {"BRAID_TCP_CHUNK", "512K", "bytes per socket write/read for large tcp messages"},
     {"BRAID_TCP_SOCKBUF", "4M", "SO_SNDBUF/SO_RCVBUF of tcp data sockets (0 = kernel default)"},

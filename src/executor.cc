@@ -29,6 +29,14 @@ inline bool depsDone(const Op* op, const Step& s) {
   return (s.deps[0] < 0 || op->done[s.deps[0]]) && (s.deps[1] < 0 || op->done[s.deps[1]]);
 }
 
+// How long the background thread lets a caller that just posted a nonblocking operation get to its
+// braidWait before it starts driving progress itself (see bgLoop).
+constexpr int64_t kWakeGraceUs = 50;
+
+// How long a failed link's error waits for a control-plane notice that names the root cause (a
+// rank that died), before the link's own peer is blamed. Notices travel in well under this.
+constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
+
 inline void cpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -332,6 +340,12 @@ bool Engine::progressOnce() {
     return any;
   }
   if (head_ >= active_.size()) return false;
+  if (linkFailedAtNs_ != 0) {
+    if (nowNs() - linkFailedAtNs_ < kBlameGraceNs) return false;
+    fail(linkFailure_, linkFailedPeer_, true);
+    failAll();
+    return true;
+  }
   ++epoch_;
   bool any = false;
   for (size_t i = head_; i < active_.size(); ++i)
@@ -344,8 +358,13 @@ bool Engine::progressOnce() {
       linkDriven_[q.peer] = epoch_;
       Status st = comm_->links[q.peer]->progress();
       if (!st.ok()) {
-        fail(st, q.peer, true);
-        failAll();
+        // A closed link may be a survivor that already gave up because of someone else: hold the
+        // blame for kBlameGraceNs so a notice naming the root cause can arrive first.
+        linkFailure_ = st;
+        linkFailedPeer_ = q.peer;
+        linkFailedAtNs_ = nowNs();
+        BRAID_INFO(kLogNet, "link to %s failed (%s); waiting for a failure notice", comm_->describeRank(q.peer).c_str(),
+                   st.message().c_str());
         return true;
       }
     }
@@ -480,7 +499,7 @@ void Engine::waitDeparted(Deadline deadline) {
 }
 
 // Reads the control sockets: goodbyes, abort notices, and closed connections (a dead process).
-void Engine::serveControl(int timeoutMs) {
+void Engine::serveControl(int64_t timeoutUs) {
   std::vector<int> fds = comm_->boot->ctrlFds();
   pollfd pfds[1024];
   int map[1024];
@@ -493,7 +512,8 @@ void Engine::serveControl(int timeoutMs) {
     pfds[n] = pollfd{fds[i], POLLIN, 0};
     map[n++] = peer;
   }
-  int rc = poll(pfds, n, timeoutMs);
+  timespec ts{static_cast<time_t>(timeoutUs / 1000000), static_cast<long>(timeoutUs % 1000000) * 1000};
+  int rc = ppoll(pfds, n, &ts, nullptr);
   if (rc <= 0) return;
   if (pfds[0].revents != 0) {
     uint64_t v;
@@ -554,8 +574,16 @@ void Engine::bgLoop() {
   setLogRank(comm_->rank);
   int64_t idleSince = nowNs();
   int64_t lastControl = 0;
+  bool justWoke = false;
   while (!stop_.load(std::memory_order_acquire)) {
     const bool work = activeCount_.load(std::memory_order_acquire) > 0;
+    if (work && justWoke) {
+      // A nonblocking post woke us. Most callers wait soon after posting, and a waiter drives its
+      // own progress: give it kWakeGraceUs before competing with it for the lock and the core.
+      justWoke = false;
+      serveControl(kWakeGraceUs);
+      continue;
+    }
     if (work && waiters_.load(std::memory_order_acquire) == 0) {
       bool progressed = false;
       if (tryLock()) {
@@ -572,7 +600,7 @@ void Engine::bgLoop() {
       if (now - idleSince < 1000000) {
         backoff(idleSince);
       } else {
-        serveControl(1);  // idle for a while: sleep a millisecond at a time
+        serveControl(1000);  // idle for a while: sleep a millisecond at a time
         lastControl = nowNs();
       }
       continue;
@@ -580,8 +608,9 @@ void Engine::bgLoop() {
     // Announce the sleep, then re-check (both seq_cst): a poster increments activeCount_ and then
     // reads bgSleeping_, so either we see its operation here or it sees us asleep and wakes us.
     bgSleeping_.store(true);
-    if (activeCount_.load() == 0 || waiters_.load() > 0) serveControl(work ? 5 : 200);
+    if (activeCount_.load() == 0 || waiters_.load() > 0) serveControl(work ? 5000 : 200000);
     bgSleeping_.store(false, std::memory_order_release);
+    justWoke = true;
     lastControl = nowNs();
     idleSince = lastControl;
   }

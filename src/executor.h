@@ -134,7 +134,7 @@ class Engine {
   void backoff(int64_t idleSinceNs);
 
   void bgLoop();
-  void serveControl(int timeoutMs);
+  void serveControl(int64_t timeoutUs);
 
   braidComm* comm_;
   std::atomic<bool> lock_{false};
@@ -166,6 +166,9 @@ class Engine {
   uint64_t epoch_ = 0;
   std::vector<uint64_t> sendBlocked_, recvBlocked_, linkDriven_;  // per rank: == epoch_ when set
   uint64_t seq_ = 0;
+  Status linkFailure_;  // a link's error, held back briefly (see progressOnce)
+  int linkFailedPeer_ = -1;
+  int64_t linkFailedAtNs_ = 0;
   uint32_t deadlineTick_ = 0;
 
   std::atomic<int> activeCount_{0};

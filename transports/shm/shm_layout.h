@@ -3,8 +3,8 @@
 // address); cross-process synchronization uses lock-free, address-free std::atomic<uint64_t>.
 //
 // One segment per rank, created by that rank, holding one FIFO per shm peer in which the creator is
-// the SENDER. A FIFO is a ring of `nslots` slots; slot k carries the k-th 64-byte-aligned piece of
-// the byte stream from sender to receiver:
+// the SENDER. A FIFO is a ring of `nslots` slots; the k-th slot filled (k counts from 0 forever) is
+// slot k % nslots and carries the k-th piece of the message stream from sender to receiver:
 //
 //   FIFO:  [ FifoControl: 128 B, written by the receiver only            ]
 //          [ slot 0: SlotHeader (64 B, sender) | payload (slotSize B)    ]
