@@ -121,7 +121,11 @@ const Plan* Engine::planFor(const CollArgs& shape) {
               static_cast<uint8_t>(shape.inPlace),
               static_cast<uint8_t>(shape.avg)};
   auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second.get();
+  if (it != plans_.end()) {
+    BRAID_INFO(kLogPlan, "plan %s/%s rank %d: %zu steps (built earlier, shown then)", collName(shape.coll),
+               it->second->algorithm, shape.rank, it->second->steps.size());
+    return it->second.get();
+  }
   // Bounded: a framework with ever-changing sizes must not grow this without end.
   if (plans_.size() >= 512) plans_.clear();
   auto plan = std::make_unique<Plan>();

@@ -78,6 +78,10 @@ void doInit() {
   if (strcasecmp(level.c_str(), "NONE") == 0 || level == "0") l = static_cast<int>(LogLevel::kNone);
   if (strcasecmp(level.c_str(), "INFO") == 0) l = static_cast<int>(LogLevel::kInfo);
   if (strcasecmp(level.c_str(), "TRACE") == 0) l = static_cast<int>(LogLevel::kTrace);
+  // Naming subsystems without a level means "show me those": INFO for them.
+  const char* lv = getenv("BRAID_DEBUG");
+  const char* ss = getenv("BRAID_DEBUG_SUBSYS");
+  if ((lv == nullptr || lv[0] == '\0') && ss != nullptr && ss[0] != '\0') l = static_cast<int>(LogLevel::kInfo);
   gSubsys.store(parseSubsys(paramString("BRAID_DEBUG_SUBSYS")), std::memory_order_relaxed);
   std::string file = paramString("BRAID_DEBUG_FILE");
   if (!file.empty()) {
