@@ -26,7 +26,7 @@ class TcpLink final : public Link {
  public:
   // `fd` is connected, nonblocking, with TCP_NODELAY and the socket buffers already set.
   // `chunkBytes` (BRAID_TCP_CHUNK) caps the bytes of one socket call and sizes the reduce staging
-  // buffer; it must be at least kTcpMinChunk.
+  // buffer; it must be at least kMinChunk.
   TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes);
 
   Status postSend(Xfer* x) override;
@@ -37,24 +37,24 @@ class TcpLink final : public Link {
 
   // The smallest BRAID_TCP_CHUNK accepted: larger than any element size, and small enough that
   // tests can force many pieces per message.
-  static constexpr size_t kTcpMinChunk = 4096;
+  static constexpr size_t kMinChunk = 4096;
 
  private:
   // Most iovec entries one sendmsg/recvmsg carries: a header and a payload for each of up to 16
   // queued messages, so a burst of small messages costs one system call instead of one each.
   static constexpr int kMaxIov = 32;
   static constexpr int kMaxBatch = kMaxIov / 2;
-  // Chunks each direction may move per progress() call before returning, so that one busy link
-  // cannot keep the executor from the others (a fast peer could otherwise refill the socket as
-  // fast as we drain it, forever). Four 512 KiB chunks are ~0.5 ms on loopback.
+  // Socket calls (of up to one chunk) each direction may make per progress() call, so that one
+  // busy link cannot keep the executor from the others (a fast peer could otherwise refill the
+  // socket as fast as we drain it, forever). Four 512 KiB chunks are ~0.5 ms on loopback.
   static constexpr size_t kChunksPerProgress = 4;
 
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
   };
 
-  // One sendmsg / recvmsg of at most one chunk; sets *more when the call was not cut short (the
-  // socket may take or hold more).
+  // One sendmsg / recvmsg of at most one chunk of payload; *more says whether another call could
+  // move more now (the call was not cut short and something is still queued).
   Status sendOnce(bool* more);
   Status recvOnce(bool* more);
   Status checkHeader(uint64_t announced, const Xfer* x);
