@@ -632,6 +632,8 @@ Environment jobEnvironment(const Options& o) {
     env.set("BRAID_ROOT", o.master);
   } else if (!nonEmptyEnv("BRAID_ROOT")) {
     env.set("BRAID_ROOT", "127.0.0.1:" + std::to_string(findFreePort()));
+    // Every rank is on this machine: keep tcp links (BRAID_TRANSPORTS=tcp, --hosts) on loopback too.
+    if (!nonEmptyEnv("BRAID_SOCKET_IFNAME")) env.set("BRAID_SOCKET_IFNAME", "lo");
   }
   if (!nonEmptyEnv("BRAID_SECRET")) {
     if (o.nnodes > 1) {

@@ -15,6 +15,14 @@
 
 namespace braidtest {
 
+namespace {
+// Test traffic stays on loopback (ids created in this process and every rank's tcp links), unless
+// a test or the caller names another interface.
+struct LoopbackByDefault {
+  LoopbackByDefault() { setenv("BRAID_SOCKET_IFNAME", "lo", 0); }
+} gLoopbackByDefault;
+}  // namespace
+
 std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int, int)>& body, int timeoutSec) {
   fflush(stdout);
   fflush(stderr);
