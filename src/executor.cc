@@ -1,7 +1,7 @@
 #include "src/executor.h"
 
-#include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -33,6 +33,10 @@ inline bool depsDone(const Op* op, const Step& s) {
 // braidWait before it starts driving progress itself (see bgLoop).
 constexpr int64_t kWakeGraceUs = 50;
 
+// epoll tags besides control sockets (whose tag is the peer's rank).
+constexpr uint64_t kWakeTag = UINT64_MAX;
+constexpr uint64_t kLinkTag = UINT64_MAX - 1;
+
 // How long a failed link's error waits for a control-plane notice that names the root cause (a
 // rank that died), before the link's own peer is blamed. Notices travel in well under this.
 constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
@@ -63,11 +67,36 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
 Engine::~Engine() {
   stop();
   if (wakeFd_ >= 0) close(wakeFd_);
+  if (epollFd_ >= 0) close(epollFd_);
+  if (epollLinksFd_ >= 0) close(epollLinksFd_);
 }
 
 Status Engine::start() {
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wakeFd_ < 0) return systemError(errno, "eventfd");
+  // Two sets: control only (sleeping while nothing is posted or a caller drives progress), and
+  // control plus the links' descriptors, edge-triggered (sleeping while operations wait on peers:
+  // new data wakes us once, and data nobody has asked for yet cannot keep us spinning).
+  for (int* ep : {&epollFd_, &epollLinksFd_}) {
+    *ep = epoll_create1(EPOLL_CLOEXEC);
+    if (*ep < 0) return systemError(errno, "epoll_create1");
+  }
+  auto watch = [](int ep, int fd, uint64_t tag, uint32_t events) -> Status {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = tag;
+    if (fd >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return systemError(errno, "epoll_ctl");
+    return okStatus();
+  };
+  // Control sockets: rank 0 watches one per rank, the others the one to rank 0. A socket closed
+  // later (goodbye) leaves both sets by itself.
+  std::vector<int> ctrl = comm_->boot->ctrlFds();
+  for (int ep : {epollFd_, epollLinksFd_}) {
+    BRAID_TRY(watch(ep, wakeFd_, kWakeTag, EPOLLIN));
+    for (size_t i = 0; i < ctrl.size(); ++i) BRAID_TRY(watch(ep, ctrl[i], comm_->rank == 0 ? i : 0, EPOLLIN));
+  }
+  for (const auto& link : comm_->links)
+    if (link != nullptr) BRAID_TRY(watch(epollLinksFd_, link->waitFd(), kLinkTag, EPOLLIN | EPOLLET));
   try {
     bg_ = std::thread([this] { bgLoop(); });
   } catch (const std::system_error& e) {
@@ -503,30 +532,29 @@ void Engine::waitDeparted(Deadline deadline) {
 }
 
 // Reads the control sockets: goodbyes, abort notices, and closed connections (a dead process).
-void Engine::serveControl(int64_t timeoutUs) {
-  std::vector<int> fds = comm_->boot->ctrlFds();
-  pollfd pfds[1024];
-  int map[1024];
-  int n = 0;
-  pfds[n] = pollfd{wakeFd_, POLLIN, 0};
-  map[n++] = -1;
-  for (size_t i = 0; i < fds.size() && n < 1024; ++i) {
-    int peer = comm_->rank == 0 ? static_cast<int>(i) : 0;
-    if (fds[i] < 0 || gone_[peer]) continue;
-    pfds[n] = pollfd{fds[i], POLLIN, 0};
-    map[n++] = peer;
+// Sleeps in epoll (control sockets, the wake eventfd, the links' descriptors) for up to timeoutUs,
+// then serves what arrived on the control sockets. Data on a link just ends the sleep: the caller
+// drives progress next.
+void Engine::serveControl(int64_t timeoutUs, bool withLinks) {
+  if (timeoutUs > 0 && timeoutUs < 1000) {
+    // Below epoll's millisecond resolution: sleep, then look without waiting.
+    timespec ts{0, static_cast<long>(timeoutUs) * 1000};
+    nanosleep(&ts, nullptr);
+    timeoutUs = 0;
   }
-  timespec ts{static_cast<time_t>(timeoutUs / 1000000), static_cast<long>(timeoutUs % 1000000) * 1000};
-  int rc = ppoll(pfds, n, &ts, nullptr);
-  if (rc <= 0) return;
-  if (pfds[0].revents != 0) {
-    uint64_t v;
-    ssize_t r = read(wakeFd_, &v, sizeof(v));
-    (void)r;
-  }
-  for (int i = 1; i < n; ++i) {
-    if (pfds[i].revents == 0) continue;
-    const int peer = map[i];
+  epoll_event events[64];
+  int rc = epoll_wait(withLinks ? epollLinksFd_ : epollFd_, events, 64, static_cast<int>(timeoutUs / 1000));
+  for (int i = 0; i < rc; ++i) {
+    const uint64_t tag = events[i].data.u64;
+    if (tag == kWakeTag) {
+      uint64_t v;
+      ssize_t r = read(wakeFd_, &v, sizeof(v));
+      (void)r;
+      continue;
+    }
+    if (tag == kLinkTag) continue;
+    const int peer = static_cast<int>(tag);
+    if (gone_[peer]) continue;
     for (;;) {
       bool got = false, eof = false;
       Bootstrap::CtrlMsg msg;
@@ -604,7 +632,7 @@ void Engine::bgLoop() {
       if (now - idleSince < 1000000) {
         backoff(idleSince);
       } else {
-        serveControl(1000);  // idle for a while: sleep a millisecond at a time
+        serveControl(1000, true);  // idle for a while: sleep until data arrives, a millisecond at most
         lastControl = nowNs();
       }
       continue;

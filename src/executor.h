@@ -134,7 +134,7 @@ class Engine {
   void backoff(int64_t idleSinceNs);
 
   void bgLoop();
-  void serveControl(int64_t timeoutUs);
+  void serveControl(int64_t timeoutUs, bool withLinks = false);
 
   braidComm* comm_;
   std::atomic<bool> lock_{false};
@@ -181,6 +181,8 @@ class Engine {
   std::atomic<int> departed_{0};
   std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)
   int wakeFd_ = -1;
+  int epollFd_ = -1;       // wakeFd_ and control sockets
+  int epollLinksFd_ = -1;  // the same plus the links' waitFd()s (edge-triggered)
   std::thread bg_;
   int64_t spinNs_ = 50000;
   double timeoutSec_ = 300;
