@@ -1,5 +1,7 @@
 // Nonblocking requests, several operations in flight, several communicators, point-to-point and
 // groups, barrier, and initialization from a launcher's environment.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -183,4 +185,38 @@ TEST_CASE("braidCommInitFromEnv reads braidrun's and torchrun's variables", "[mp
     INFO("form " << form << "\n" << describe(res));
     REQUIRE(allOk(res));
   }
+}
+
+TEST_CASE("braidCommAbort from another thread unblocks a waiter on every rank", "[mp][requests][abort]") {
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(3, {{"BRAID_TIMEOUT", "60"}}, [&](int rank, int size) {
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+    std::vector<float> buf(1000, 1.0f);
+    if (rank != 0) {
+      // Ranks 1 and 2 post an AllReduce that rank 0 never joins, and block in braidWait.
+      braidRequest_t req;
+      CHECK_BRAID(rank,
+                  braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr, &req));
+      braidResult_t r = braidWait(req);
+      if (r != braidRemoteError) return fail(rank, "wait returned %s", braidGetErrorString(r));
+      if (strstr(braidGetLastError(), "rank 0") == nullptr) return fail(rank, "no culprit: %s", braidGetLastError());
+      braidCommAbort(comm);
+      return 0;
+    }
+    // Rank 0: a thread blocks in braidWait on its own stuck operation (a receive nobody sends),
+    // and the main thread aborts the communicator under it.
+    braidRequest_t req;
+    CHECK_BRAID(rank, braidIRecv(buf.data(), buf.size(), braidFloat32, 1, comm, nullptr, &req));
+    braidResult_t waited = braidSuccess;
+    std::thread waiter([&] { waited = braidWait(req); });
+    usleep(300 * 1000);
+    CHECK_BRAID(rank, braidCommAbort(comm));
+    waiter.join();
+    if (waited != braidRemoteError) return fail(rank, "the blocked wait returned %s", braidGetErrorString(waited));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }
