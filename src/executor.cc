@@ -433,11 +433,14 @@ void Engine::backoff(int64_t idleSinceNs) {
   sched_yield();
 }
 
-Status Engine::wait(Op* op) {
+// Drives progress in the calling thread until done() holds. Ops time out through checkDeadline()
+// inside progressOnce(), so this loop needs no deadline of its own.
+template <class Done>
+void Engine::driveUntil(Done done) {
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   int64_t idleSince = 0;
   int idle = 0;
-  while (op->state.load(std::memory_order_acquire) != Op::kDone) {
+  while (!done()) {
     bool progressed = false;
     if (tryLock()) {
       progressed = progressOnce();
@@ -450,9 +453,22 @@ Status Engine::wait(Op* op) {
     if (idle++ == 0) idleSince = nowNs();
     backoff(idleSince);
   }
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+// The result of a finished op; the op goes back to the pool.
+Status Engine::finish(Op* op) {
   Status result = op->result == braidSuccess ? okStatus() : Status(op->result, op->error);
   releaseOp(op);
-  // Last: braidCommAbort frees the engine once no waiter is left inside it.
+  return result;
+}
+
+Status Engine::wait(Op* op) {
+  // Counted as a waiter until the op is released: braidCommAbort frees the engine once no waiter
+  // is left inside it.
+  waiters_.fetch_add(1, std::memory_order_acq_rel);
+  driveUntil([op] { return op->state.load(std::memory_order_acquire) == Op::kDone; });
+  Status result = finish(op);
   waiters_.fetch_sub(1, std::memory_order_acq_rel);
   return result;
 }
@@ -469,36 +485,12 @@ Status Engine::test(Op* op, bool* done) {
     progressOnce();
     unlock();
   }
-  if (op->state.load(std::memory_order_acquire) != Op::kDone) {
-    *done = false;
-    return okStatus();
-  }
-  *done = true;
-  Status result = op->result == braidSuccess ? okStatus() : Status(op->result, op->error);
-  releaseOp(op);
-  return result;
+  *done = op->state.load(std::memory_order_acquire) == Op::kDone;
+  return *done ? finish(op) : okStatus();
 }
 
 Status Engine::drain() {
-  Deadline deadline = Deadline::afterSeconds(timeoutSec_);
-  waiters_.fetch_add(1, std::memory_order_acq_rel);
-  int64_t idleSince = nowNs();
-  while (activeCount_.load(std::memory_order_acquire) > 0 && !failed()) {
-    bool progressed = false;
-    if (tryLock()) {
-      progressed = progressOnce();
-      unlock();
-    }
-    if (progressed) {
-      idleSince = nowNs();
-    } else {
-      if (deadline.expired()) break;
-      backoff(idleSince);
-    }
-  }
-  waiters_.fetch_sub(1, std::memory_order_acq_rel);
-  if (activeCount_.load() > 0 && !failed())
-    return errorf(braidTimeout, "destroy: %d operations still pending after %.0f s", activeCount_.load(), timeoutSec_);
+  driveUntil([this] { return activeCount_.load(std::memory_order_acquire) == 0 || failed(); });
   return okStatus();
 }
 

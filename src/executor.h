@@ -99,7 +99,8 @@ class Engine {
   Status wait(Op* op);
   // One step of progress; *done when finished, in which case the op is released.
   Status test(Op* op, bool* done);
-  // Waits until every posted operation finished (destroy). Bounded by BRAID_TIMEOUT.
+  // Waits until every posted operation finished or failed (destroy). Bounded by the operations'
+  // own deadlines (BRAID_TIMEOUT).
   Status drain();
 
   // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
@@ -132,6 +133,9 @@ class Engine {
   void failAll();
   void checkDeadline();
   void backoff(int64_t idleSinceNs);
+  template <class Done>
+  void driveUntil(Done done);
+  Status finish(Op* op);
 
   void bgLoop();
   void serveControl(int64_t timeoutUs, bool withLinks = false);

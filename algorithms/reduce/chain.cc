@@ -21,10 +21,8 @@ void buildChainReduce(const CollArgs& a, Plan* plan) {
   plan->algorithm = "chain";
   if (total == 0) return;
   const bool isRoot = r == a.root;
-  if (n == 1) {
-    int32_t dep = -1;
-    if (!a.inPlace) dep = plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), total, {-1, -1}});
-    (void)dep;  // dividing by one rank changes nothing: no scale step
+  if (n == 1) {  // dividing by one rank changes nothing: no scale step
+    if (!a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), total, {-1, -1}});
     return;
   }
   const int pos = ringPeer(r, -a.root - 1, n);  // 0 = first in the chain, n-1 = root

@@ -77,7 +77,7 @@ std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int
 }
 
 std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(braidComm_t, int, int)>& body,
-                                int timeoutSec) {
+                                int timeoutSec, const std::function<void(int)>& beforeInit) {
   braidUniqueId id;
   if (braidGetUniqueId(&id) != braidSuccess) {
     fprintf(stderr, "harness: braidGetUniqueId failed: %s\n", braidGetLastError());
@@ -86,6 +86,7 @@ std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(b
   return forkRanks(
       n, env,
       [&](int rank, int size) {
+        if (beforeInit) beforeInit(rank);
         braidComm_t comm = nullptr;
         CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
         int rc = body(comm, rank, size);

@@ -26,9 +26,10 @@ std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int
                                   int timeoutSec = 240);
 
 // As forkRanks, with a communicator built by braidCommInitRank before body and destroyed after.
+// beforeInit, when given, runs in each rank first (per-rank environment such as BRAID_HOSTID).
 std::vector<RankResult> runComm(int n, const Env& env,
-                                const std::function<int(braidComm_t comm, int rank, int n)>& body,
-                                int timeoutSec = 240);
+                                const std::function<int(braidComm_t comm, int rank, int n)>& body, int timeoutSec = 240,
+                                const std::function<void(int rank)>& beforeInit = {});
 
 // True when every rank exited 0.
 bool allOk(const std::vector<RankResult>& r);

@@ -188,20 +188,10 @@ TEST_CASE("collectives over tcp: every type, op, count and placement", "[mp][tcp
 TEST_CASE("collectives across emulated hosts mix shm and tcp links", "[mp][hosts]") {
   const int n = GENERATE(4, 5);
   // Ranks 0..1 on one emulated host, the rest on another: shm inside, tcp across.
-  braidUniqueId id;
-  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
-  auto r2 = forkRanks(n, {{"BRAID_TIMEOUT", "120"}}, [&](int rank, int size) {
-    setenv("BRAID_HOSTID", rank < 2 ? "emuhostA" : "emuhostB", 1);
-    braidComm_t comm = nullptr;
-    CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
-    int rc = sweep(comm, rank, size, false);
-    if (rc != 0) {
-      braidCommAbort(comm);
-      return rc;
-    }
-    CHECK_BRAID(rank, braidCommDestroy(comm));
-    return 0;
-  });
-  INFO(describe(r2));
-  REQUIRE(allOk(r2));
+  auto res = runComm(
+      n, {{"BRAID_TIMEOUT", "120"}},
+      [](braidComm_t comm, int rank, int size) { return sweep(comm, rank, size, false); }, 240,
+      [](int rank) { setenv("BRAID_HOSTID", rank < 2 ? "emuhostA" : "emuhostB", 1); });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }
