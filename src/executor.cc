@@ -33,6 +33,13 @@ inline bool depsDone(const Op* op, const Step& s) {
 // braidWait before it starts driving progress itself (see bgLoop).
 constexpr int64_t kWakeGraceUs = 50;
 
+// Nonblocking posts that send at least this many bytes wake the background thread (worthWaking).
+// Measured here (2 ranks, 2 cores): each wake costs the op ~40 us, half of a 512 KiB AllReduce.
+constexpr uint64_t kWakeMinBytes = 1 << 20;
+// The background thread's longest sleep: how late it may notice a small nonblocking op that
+// nobody waits for.
+constexpr int64_t kIdleSleepUs = 10000;
+
 // epoll tags besides control sockets (whose tag is the peer's rank).
 constexpr uint64_t kWakeTag = UINT64_MAX;
 constexpr uint64_t kLinkTag = UINT64_MAX - 1;
@@ -209,9 +216,22 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
              static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(a.shape.count),
              dtypeName(a.dtype), a.shape.root, op->plan->algorithm, op->plan->steps.size());
   unlock();
-  if (userOwned && bgSleeping_.load()) wake();
+  if (userOwned && worthWaking(op) && bgSleeping_.load()) wake();
   *out = op;
   return okStatus();
+}
+
+// Whether a nonblocking op is big enough to wake the background thread for. A wake costs the
+// sleeping thread a core for a moment, which on a full machine can push two spinning ranks onto
+// one core; small ops are finished by the caller's wait within microseconds, or by the background
+// thread's periodic look (kIdleSleepUs) when the caller computes for longer.
+bool Engine::worthWaking(const Op* op) const {
+  uint64_t bytes = 0;  // what this rank ships
+  for (const Step& s : op->plan->steps) {
+    if (s.kind == StepKind::kSend) bytes += s.bytes;
+    if (bytes >= kWakeMinBytes) return true;
+  }
+  return false;
 }
 
 Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
@@ -228,7 +248,7 @@ Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
   op->reduceSpec = ReduceSpec{};
   prepare(op, userOwned);
   unlock();
-  if (userOwned && bgSleeping_.load()) wake();
+  if (userOwned && worthWaking(op) && bgSleeping_.load()) wake();
   *out = op;
   return okStatus();
 }
@@ -469,7 +489,8 @@ Status Engine::wait(Op* op) {
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   driveUntil([op] { return op->state.load(std::memory_order_acquire) == Op::kDone; });
   Status result = finish(op);
-  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  // Operations left behind get the background thread back (seq_cst pair with bgSleeping_).
+  if (waiters_.fetch_sub(1) == 1 && activeCount_.load() > 0 && bgSleeping_.load()) wake();
   return result;
 }
 
@@ -527,7 +548,7 @@ void Engine::waitDeparted(Deadline deadline) {
 // Sleeps in epoll (control sockets, the wake eventfd, the links' descriptors) for up to timeoutUs,
 // then serves what arrived on the control sockets. Data on a link just ends the sleep: the caller
 // drives progress next.
-void Engine::serveControl(int64_t timeoutUs, bool withLinks) {
+bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
   if (timeoutUs > 0 && timeoutUs < 1000) {
     // Below epoll's millisecond resolution: sleep, then look without waiting.
     timespec ts{0, static_cast<long>(timeoutUs) * 1000};
@@ -536,12 +557,14 @@ void Engine::serveControl(int64_t timeoutUs, bool withLinks) {
   }
   epoll_event events[64];
   int rc = epoll_wait(withLinks ? epollLinksFd_ : epollFd_, events, 64, static_cast<int>(timeoutUs / 1000));
+  bool woken = false;
   for (int i = 0; i < rc; ++i) {
     const uint64_t tag = events[i].data.u64;
     if (tag == kWakeTag) {
       uint64_t v;
       ssize_t r = read(wakeFd_, &v, sizeof(v));
       (void)r;
+      woken = true;
       continue;
     }
     if (tag == kLinkTag) continue;
@@ -592,6 +615,7 @@ void Engine::serveControl(int64_t timeoutUs, bool withLinks) {
       break;
     }
   }
+  return woken;
 }
 
 void Engine::bgLoop() {
@@ -631,10 +655,13 @@ void Engine::bgLoop() {
     }
     // Announce the sleep, then re-check (both seq_cst): a poster increments activeCount_ and then
     // reads bgSleeping_, so either we see its operation here or it sees us asleep and wakes us.
+    // Long sleeps: a post wakes us through the eventfd, a caller leaving braidWait with operations
+    // still pending does too, and the control sockets wake us themselves.
     bgSleeping_.store(true);
-    if (activeCount_.load() == 0 || waiters_.load() > 0) serveControl(work ? 5000 : 200000);
+    bool woken = false;
+    if (activeCount_.load() == 0 || waiters_.load() > 0) woken = serveControl(kIdleSleepUs);
     bgSleeping_.store(false, std::memory_order_release);
-    justWoke = true;
+    justWoke = woken;
     lastControl = nowNs();
     idleSince = lastControl;
   }

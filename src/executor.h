@@ -133,12 +133,14 @@ class Engine {
   void failAll();
   void checkDeadline();
   void backoff(int64_t idleSinceNs);
+  bool worthWaking(const Op* op) const;
   template <class Done>
   void driveUntil(Done done);
   Status finish(Op* op);
 
   void bgLoop();
-  void serveControl(int64_t timeoutUs, bool withLinks = false);
+  // Returns whether the wake eventfd fired (a post or a departing waiter).
+  bool serveControl(int64_t timeoutUs, bool withLinks = false);
 
   braidComm* comm_;
   std::atomic<bool> lock_{false};
@@ -188,7 +190,7 @@ class Engine {
   int epollFd_ = -1;       // wakeFd_ and control sockets
   int epollLinksFd_ = -1;  // the same plus the links' waitFd()s (edge-triggered)
   std::thread bg_;
-  int64_t spinNs_ = 50000;
+  int64_t spinNs_ = 50000;  // BRAID_SPIN_US; 0 when ranks outnumber cores
   double timeoutSec_ = 300;
   uint64_t chunkBytes_ = 1 << 18;
 };
