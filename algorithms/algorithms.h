@@ -9,11 +9,28 @@
 
 namespace braid {
 
+// The algorithms a caller can choose (BRAID_ALGO, `-A`, braid-topo). Not every collective has every
+// algorithm: algoAvailable() says which pairs exist. AllToAll (pairwise exchange) and Barrier
+// (dissemination) have one algorithm each, reported under the name kRing.
+enum class Algo : uint8_t {
+  kRing,               // ring (AllReduce/AllGather/ReduceScatter), pipelined chain (Broadcast/Reduce)
+  kTree,               // double binary tree, pipelined (AllReduce/Broadcast/Reduce)
+  kRabenseifner,       // recursive-halving reduce-scatter + recursive-doubling all-gather (AllReduce)
+  kRecursiveDoubling,  // log2(n) full-buffer exchanges (AllReduce)
+  kHierarchical,       // intra-host reduce-scatter, inter-host allreduce of shards, intra-host all-gather
+  kGossip,             // K rounds of one-peer exponential averaging (AllReduce avg, approximate comms)
+};
+constexpr int kNumAlgos = 6;
+const char* algoName(Algo a);                 // "ring", "tree", ...
+bool parseAlgo(const char* name, Algo* out);  // exact lower-case names above
+bool algoAvailable(Coll coll, Algo a);        // whether a builder exists for the pair
+
 // The shape of a call, everything a plan depends on. Counts are in elements, as in the API:
 // AllReduce/Broadcast/Reduce: the buffer; AllGather: per rank (sendcount); ReduceScatter: per rank
 // (recvcount); AllToAll: per peer.
 struct CollArgs {
   Coll coll = Coll::kAllReduce;
+  Algo algo = Algo::kRing;
   int rank = 0;
   int nranks = 1;
   uint64_t count = 0;
@@ -22,18 +39,28 @@ struct CollArgs {
   bool inPlace = false;
   bool avg = false;               // append kScale steps (braidAvg)
   uint64_t chunkBytes = 1 << 18;  // pipelining granularity
+  // The host of each rank, as dense indices 0..nhosts-1 (hierarchical). Owned by the communicator
+  // and constant for its life; null means every rank on one host.
+  const int* hostOf = nullptr;
+  int gossipRounds = 0;  // kGossip: rounds to run; 0 = until exact where the graph allows it
 };
 
 void buildRingAllReduce(const CollArgs& a, Plan* plan);
+void buildTreeAllReduce(const CollArgs& a, Plan* plan);
+void buildRabenseifnerAllReduce(const CollArgs& a, Plan* plan);
+void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan);
+void buildHierarchicalAllReduce(const CollArgs& a, Plan* plan);
+void buildGossipAllReduce(const CollArgs& a, Plan* plan);
 void buildRingAllGather(const CollArgs& a, Plan* plan);
 void buildRingReduceScatter(const CollArgs& a, Plan* plan);
 void buildChainBroadcast(const CollArgs& a, Plan* plan);
+void buildTreeBroadcast(const CollArgs& a, Plan* plan);
 void buildChainReduce(const CollArgs& a, Plan* plan);
+void buildTreeReduce(const CollArgs& a, Plan* plan);
 void buildPairwiseAllToAll(const CollArgs& a, Plan* plan);
 void buildDisseminationBarrier(const CollArgs& a, Plan* plan);
 
-// The algorithm for a call. Today one per collective; the cost-model selector (topology/) takes
-// over this choice. Calls plan->finalize().
+// Builds the plan of a.algo for a.coll (which must be available: algoAvailable) and finalizes it.
 void buildPlan(const CollArgs& a, Plan* plan);
 
 }  // namespace braid

@@ -155,7 +155,8 @@ const Plan* Engine::planFor(const CollArgs& shape) {
               shape.root,
               static_cast<uint8_t>(shape.coll),
               static_cast<uint8_t>(shape.inPlace),
-              static_cast<uint8_t>(shape.avg)};
+              static_cast<uint8_t>(shape.avg),
+              static_cast<uint8_t>(shape.algo)};
   auto it = plans_.find(key);
   if (it != plans_.end()) {
     BRAID_INFO(kLogPlan, "plan %s/%s rank %d: %zu steps (built earlier, shown then)", collName(shape.coll),

@@ -157,15 +157,16 @@ class Engine {
     uint8_t coll;
     uint8_t inPlace;
     uint8_t avg;
+    uint8_t algo;
     bool operator==(const PlanKey& o) const {
       return count == o.count && elemSize == o.elemSize && root == o.root && coll == o.coll && inPlace == o.inPlace &&
-             avg == o.avg;
+             avg == o.avg && algo == o.algo;
     }
   };
   struct PlanKeyHash {
     size_t operator()(const PlanKey& k) const {
       return std::hash<uint64_t>()(k.count * 1000003u ^ (k.elemSize << 40) ^ (static_cast<uint64_t>(k.root) << 20) ^
-                                   (k.coll << 8) ^ (k.inPlace << 4) ^ k.avg);
+                                   (k.coll << 8) ^ (k.algo << 12) ^ (k.inPlace << 4) ^ k.avg);
     }
   };
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;

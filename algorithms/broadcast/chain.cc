@@ -12,7 +12,7 @@ void buildChainBroadcast(const CollArgs& a, Plan* plan) {
   const int n = a.nranks, r = a.rank;
   const uint64_t es = a.elemSize, total = a.count * es;
   plan->coll = Coll::kBroadcast;
-  plan->algorithm = "chain";
+  plan->algorithm = "ring";  // a pipelined chain: the ring without its closing link
   if (total == 0) return;
   const int pos = ringPeer(r, -a.root, n);  // distance from the root along the chain
   const int next = pos + 1 < n ? ringPeer(r, 1, n) : -1;

@@ -18,7 +18,7 @@ void buildChainReduce(const CollArgs& a, Plan* plan) {
   const int n = a.nranks, r = a.rank;
   const uint64_t es = a.elemSize, total = a.count * es;
   plan->coll = Coll::kReduce;
-  plan->algorithm = "chain";
+  plan->algorithm = "ring";  // a pipelined chain: the ring without its closing link
   if (total == 0) return;
   const bool isRoot = r == a.root;
   if (n == 1) {  // dividing by one rank changes nothing: no scale step
