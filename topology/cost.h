@@ -1,0 +1,68 @@
+// The cost model: how long each algorithm takes for a collective of S bytes on a cluster, from
+// per-link-class alpha (latency per message), beta (1 / bandwidth) and gamma (1 / local reduction
+// throughput). The selector (select.h) evaluates it once per communicator into a table; braid-topo
+// --plan prints it for clusters that do not exist here. Formulas and constants: topology/cost.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "src/status.h"
+
+namespace braid::topo {
+
+// Per link class. alpha: microseconds per message step; gbps: sustained bytes per ns (GB/s) one
+// rank can push over that class while its peers do the same.
+struct LinkCost {
+  double alphaUs = 0;
+  double gbps = 0;
+};
+
+struct CostParams {
+  LinkCost intra;           // ranks on one host (shared memory, NVLink)
+  LinkCost inter;           // ranks on different hosts (the network)
+  double reduceGbps = 0;    // bytes of one input a rank reduces per ns
+  double oversubUs = 0;     // extra per message step when a host runs more ranks than cores
+  double chunkBytes = 0;    // pipelining chunk the algorithms use (BRAID_CHUNK_SIZE)
+
+  // Defaults calibrated on the development machine (see topology/cost.cc), then overridden by a
+  // topology file's cost line, then by BRAID_COST_* variables.
+  static CostParams defaults();
+  // Applies BRAID_COST_* overrides; a malformed value is braidInvalidArgument naming it.
+  Status applyEnv();
+};
+
+// The fields by name, for the topology file's `cost` line and braid-topo --json. Stable names:
+// intra_alpha_us intra_gbps inter_alpha_us inter_gbps reduce_gbps oversub_us chunk_bytes.
+struct CostField {
+  const char* name;
+  double CostParams::*member;
+};
+const std::vector<CostField>& costFields();
+const LinkCost* linkOf(const CostParams& p, bool inter);
+
+// The cluster a communicator spans, as the cost model sees it.
+struct ClusterShape {
+  int nranks = 1;
+  std::vector<int> hostOf;     // rank -> dense host index 0..nhosts-1
+  int nhosts = 1;
+  std::vector<int> hostSize;   // ranks per host
+  std::vector<int> hostCores;  // cores per host (0 = unknown)
+
+  // Every rank on one host; `cores` per host.
+  static ClusterShape single(int nranks, int cores);
+  // `hosts` hosts, ranks assigned in blocks of nranks/hosts (the last hosts get fewer when it does
+  // not divide), `cores` each: the layout braidrun --hosts gives.
+  static ClusterShape blocks(int nranks, int hosts, int cores);
+  bool oversubscribed() const;  // some host runs more ranks than it has cores
+  int maxHostSize() const;
+};
+
+// Predicted microseconds for `coll` of `bytes` (the call's buffer: AllReduce/Broadcast/Reduce the
+// whole buffer, AllGather/ReduceScatter the gathered total, AllToAll the per-rank total) with `algo`;
+// +infinity when the algorithm does not apply (algoAvailable false, or gossip on an exact comm).
+double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, const CostParams& p);
+
+}  // namespace braid::topo

@@ -1,0 +1,2 @@
+// STUB: replaced this session.
+#include "topology/select.h"
