@@ -22,6 +22,7 @@ enum class Algo : uint8_t {
 };
 constexpr int kNumAlgos = 6;
 const char* algoName(Algo a);                 // "ring", "tree", ...
+const char* algoNameFor(Coll c, Algo a);      // as algoName, but "pairwise"/"dissemination" for AllToAll/Barrier
 bool parseAlgo(const char* name, Algo* out);  // exact lower-case names above
 bool algoAvailable(Coll coll, Algo a);        // whether a builder exists for the pair
 

@@ -16,6 +16,12 @@ const char* algoName(Algo a) {
   return i >= 0 && i < kNumAlgos ? kAlgoNames[i] : "?";
 }
 
+const char* algoNameFor(Coll c, Algo a) {
+  if (c == Coll::kAllToAll) return "pairwise";
+  if (c == Coll::kBarrier) return "dissemination";
+  return algoName(a);
+}
+
 bool parseAlgo(const char* name, Algo* out) {
   for (int i = 0; i < kNumAlgos; ++i) {
     if (strcmp(name, kAlgoNames[i]) == 0) {

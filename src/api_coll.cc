@@ -94,6 +94,13 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
   p.shape.inPlace = inPlace;
   p.shape.avg = reducing && a.op == braidAvg;
   p.shape.chunkBytes = a.comm->chunkBytes;
+  // The selector prices the whole buffer (AllGather/ReduceScatter/AllToAll: all ranks' pieces).
+  const uint64_t callBytes = static_cast<uint64_t>(a.count) * es * std::max(sendMul, recvMul);
+  const bool avgFloat = p.shape.avg && (a.dtype == braidFloat16 || a.dtype == braidBfloat16 ||
+                                        a.dtype == braidFloat32 || a.dtype == braidFloat64);
+  p.shape.algo = a.comm->selector.pick(a.coll, callBytes, avgFloat);
+  p.shape.hostOf = a.comm->cluster.hostOf.data();
+  p.shape.gossipRounds = a.comm->gossipRounds;
   p.send = a.send;
   p.recv = a.recv;
   p.dtype = a.dtype;

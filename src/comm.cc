@@ -157,6 +157,7 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, braidComm** out) {
   BRAID_TRY(Bootstrap::init(id, rank, nranks, me, deadline, &comm->boot, &comm->peers));
   for (const PeerInfo& p : comm->peers)
     if (strcmp(p.hostId, me.hostId) == 0 && p.rank != rank) comm->localRanks++;
+  BRAID_TRY(setupTopology(comm.get(), deadline));
   BRAID_TRY(connectLinks(comm.get(), deadline, id.secret));
   comm->engine = std::make_unique<Engine>(comm.get());
   BRAID_TRY(comm->engine->start());

@@ -7,6 +7,7 @@
 
 #include "src/bootstrap.h"
 #include "src/executor.h"
+#include "topology/select.h"
 #include "transports/transport.h"
 
 constexpr uint64_t kCommMagic = 0x6272616964636f6dULL;  // "braidcom"
@@ -24,7 +25,11 @@ struct braidComm {
   std::unique_ptr<braid::Engine> engine;
   double timeoutSec = 300;
   uint64_t chunkBytes = 1 << 18;
-  int localRanks = 1;  // ranks on this host
+  int localRanks = 1;                 // ranks on this host
+  braid::topo::ClusterShape cluster;  // hosts of the ranks (hostOf feeds the hierarchical plans)
+  braid::topo::Selector selector;     // (collective, bytes) -> algorithm
+  bool approximate = false;           // BRAID_APPROXIMATE: avg AllReduce may gossip
+  int gossipRounds = 0;
 
   // "rank 3 (host h1, pid 1234)"
   std::string describeRank(int r) const;
@@ -37,6 +42,8 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, braidComm** out);
 // Reads the launcher's environment (BRAID_*, torchrun, Open MPI, Slurm, PMI).
 Status commInitFromEnv(braidComm** out);
 Status commDestroy(braidComm* comm);
+// Gathers the ranks' hosts and machines and builds the selector (src/comm_topo.cc).
+Status setupTopology(braidComm* comm, Deadline deadline);
 void commAbort(braidComm* comm);
 
 }  // namespace braid

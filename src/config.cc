@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,6 +29,18 @@ static const std::vector<ParamInfo> kParams = {
     {"BRAID_SHM_CMA_MIN", "1M", "smallest message that uses the single-copy path"},
     {"BRAID_TCP_CHUNK", "512K", "bytes per socket write/read for large tcp messages"},
     {"BRAID_TCP_SOCKBUF", "4M", "SO_SNDBUF/SO_RCVBUF of tcp data sockets (0 = kernel default)"},
+    // Topology, cost model and algorithm choice.
+    {"BRAID_TOPO_FILE", "", "load the machine and cost constants from this topology file instead of detecting"},
+    {"BRAID_TOPO_DUMP_FILE", "", "write the detected topology here at init (%r = rank, %h = host; else rank 0 only)"},
+    {"BRAID_ALGO", "", "force algorithms: a name for all (ring) or per collective (allreduce:tree;broadcast:ring)"},
+    {"BRAID_APPROXIMATE", "0", "1 = AllReduce with op avg on floats may use approximate gossip averaging"},
+    {"BRAID_GOSSIP_ROUNDS", "0", "gossip AllReduce rounds; 0 = until exact where the graph allows (log2 n)"},
+    {"BRAID_COST_INTRA_ALPHA_US", "0.6", "cost model: microseconds per message step between ranks of one host"},
+    {"BRAID_COST_INTRA_GBPS", "12", "cost model: GB/s a rank moves in and out at once within a host"},
+    {"BRAID_COST_INTER_ALPHA_US", "10", "cost model: microseconds per message step between hosts"},
+    {"BRAID_COST_INTER_GBPS", "2", "cost model: GB/s a rank moves in and out at once between hosts"},
+    {"BRAID_COST_REDUCE_GBPS", "20", "cost model: GB/s of one input a rank reduces"},
+    {"BRAID_COST_OVERSUB_US", "12", "cost model: extra microseconds per step per extra rank sharing a core"},
     // Algorithms and executor.
     {"BRAID_CHUNK_SIZE", "256K", "pipelining chunk of the ring and chain algorithms, in bytes"},
     {"BRAID_SPIN_US", "50", "microseconds a waiter spins before yielding the CPU"},
@@ -99,6 +112,28 @@ Status paramInt(const char* name, int64_t* value) {
 int64_t paramIntOr(const char* name, int64_t fallback) {
   int64_t v = 0;
   return paramInt(name, &v).ok() ? v : fallback;
+}
+
+Status paramDouble(const char* name, double* value) {
+  std::string text = paramString(name);
+  errno = 0;
+  char* end = nullptr;
+  double v = strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || !std::isfinite(v))
+    return errorf(braidInvalidArgument, "%s=%s is not a number", name, text.c_str());
+  *value = v;
+  return okStatus();
+}
+
+const char* paramDefault(const char* name) {
+  const ParamInfo* p = findParam(name);
+  assert(p != nullptr && "undeclared BRAID_* parameter");
+  return p != nullptr ? p->defaultValue : "";
+}
+
+bool paramIsSet(const char* name) {
+  const char* env = getenv(name);
+  return env != nullptr && env[0] != '\0';
 }
 
 Status paramSize(const char* name, size_t* value) {

@@ -27,6 +27,12 @@ Status paramInt(const char* name, int64_t* value);
 // Convenience for knobs whose value was validated at init: the default on a parse failure.
 int64_t paramIntOr(const char* name, int64_t fallback);
 
+// Floating-point knobs; not a finite number -> braidInvalidArgument naming the variable.
+Status paramDouble(const char* name, double* value);
+// The declared default ("" = unset) and whether the environment sets the knob.
+const char* paramDefault(const char* name);
+bool paramIsSet(const char* name);
+
 // Size knobs accept K/M/G suffixes ("256K").
 Status paramSize(const char* name, size_t* value);
 

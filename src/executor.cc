@@ -156,7 +156,8 @@ const Plan* Engine::planFor(const CollArgs& shape) {
               static_cast<uint8_t>(shape.coll),
               static_cast<uint8_t>(shape.inPlace),
               static_cast<uint8_t>(shape.avg),
-              static_cast<uint8_t>(shape.algo)};
+              static_cast<uint8_t>(shape.algo),
+              shape.gossipRounds};
   auto it = plans_.find(key);
   if (it != plans_.end()) {
     BRAID_INFO(kLogPlan, "plan %s/%s rank %d: %zu steps (built earlier, shown then)", collName(shape.coll),
@@ -233,6 +234,34 @@ bool Engine::worthWaking(const Op* op) const {
     if (bytes >= kWakeMinBytes) return true;
   }
   return false;
+}
+
+Status Engine::postPlan(const Plan* shared, Plan* owned, const void* send, void* recv, braidDataType_t dtype,
+                        bool userOwned, Op** out) {
+  lock();
+  if (failed()) {
+    unlock();
+    return failure();
+  }
+  Op* op = takeOp();
+  const Plan* plan = shared;
+  if (owned != nullptr) {
+    std::swap(op->ownedPlan, *owned);
+    plan = &op->ownedPlan;
+  }
+  op->plan = plan;
+  op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(send));
+  op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(recv);
+  op->dtype = dtype;
+  op->kernel = reduceKernel(dtype, braidSum);
+  op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, dtypeSize(dtype)};
+  prepare(op, userOwned);
+  BRAID_INFO(kLogColl, "%s #%llu: %s %s, %zu steps", collName(plan->coll), static_cast<unsigned long long>(op->seq),
+             dtypeName(dtype), plan->algorithm, plan->steps.size());
+  unlock();
+  if (userOwned && worthWaking(op) && bgSleeping_.load()) wake();
+  *out = op;
+  return okStatus();
 }
 
 Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
@@ -335,6 +364,10 @@ bool Engine::reapAndRunLocals(Op* op) {
       char* dst = resolve(op, s.dst);
       const char* src = resolve(op, s.src);
       if (dst != src) memmove(dst, src, s.bytes);
+    } else if (s.kind == StepKind::kScaleBy) {
+      scaleBy(op->dtype, resolve(op, s.dst), resolve(op, s.src), s.bytes / dtypeSize(op->dtype), s.weight);
+    } else if (s.kind == StepKind::kAxpy) {
+      axpy(op->dtype, resolve(op, s.dst), resolve(op, s.src), s.bytes / dtypeSize(op->dtype), s.weight);
     } else {
       size_t es = dtypeSize(op->dtype);
       scaleDivide(op->dtype, resolve(op, s.dst), s.bytes / es, plan->nranks);

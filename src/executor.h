@@ -94,6 +94,12 @@ class Engine {
   Status post(const PostArgs& args, bool userOwned, Op** out);
   // Posts a point-to-point group; `plan` steps use Buf::kAbsolute addresses. Swapped into the op.
   Status postGroup(Plan* plan, bool userOwned, Op** out);
+  // Posts a finalized plan built outside the engine (gossip graphs cache theirs per shape), with
+  // `send` and `recv` as its kSend and kRecv buffers and `dtype` for its reductions and weighted
+  // steps. Exactly one of `shared` and `owned` is set: `shared` is borrowed, not copied, and must
+  // stay alive and unchanged until the op completed; `owned` is swapped into the op (as postGroup).
+  Status postPlan(const Plan* shared, Plan* owned, const void* send, void* recv, braidDataType_t dtype, bool userOwned,
+                  Op** out);
 
   // Drives progress until `op` completed or failed; releases it. Returns its result.
   Status wait(Op* op);
@@ -158,9 +164,10 @@ class Engine {
     uint8_t inPlace;
     uint8_t avg;
     uint8_t algo;
+    int32_t gossipRounds;
     bool operator==(const PlanKey& o) const {
       return count == o.count && elemSize == o.elemSize && root == o.root && coll == o.coll && inPlace == o.inPlace &&
-             avg == o.avg && algo == o.algo;
+             avg == o.avg && algo == o.algo && gossipRounds == o.gossipRounds;
     }
   };
   struct PlanKeyHash {

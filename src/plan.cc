@@ -49,6 +49,8 @@ void Plan::finalize() {
         break;
       case StepKind::kCopy:
       case StepKind::kScale:
+      case StepKind::kScaleBy:
+      case StepKind::kAxpy:
         locals.push_back(static_cast<int32_t>(i));
         break;
     }
@@ -67,6 +69,10 @@ static const char* kindName(StepKind k) {
       return "copy";
     case StepKind::kScale:
       return "scale";
+    case StepKind::kScaleBy:
+      return "scale_by";
+    case StepKind::kAxpy:
+      return "axpy";
   }
   return "?";
 }
@@ -102,6 +108,14 @@ std::string Plan::describe() const {
         break;
       case StepKind::kScale:
         where = refName(s.dst);
+        break;
+      case StepKind::kScaleBy:
+        snprintf(line, sizeof(line), "%.9g * ", s.weight);
+        where = line + refName(s.src) + " -> " + refName(s.dst);
+        break;
+      case StepKind::kAxpy:
+        snprintf(line, sizeof(line), " += %.9g * ", s.weight);
+        where = refName(s.dst) + line + refName(s.src);
         break;
     }
     snprintf(line, sizeof(line), "  %4zu %-11s %8llu B  %s  deps %d %d\n", i, kindName(s.kind),

@@ -23,6 +23,8 @@ enum class StepKind : uint8_t {
   kRecvReduce,  // receive bytes from peer; dst = src op incoming (src may equal dst)
   kCopy,        // dst = src (local)
   kScale,       // dst /= nranks (local; braidAvg)
+  kScaleBy,     // dst = weight * src (local; src may equal dst; gossip)
+  kAxpy,        // dst += weight * src (local; gossip)
 };
 
 enum class Buf : uint8_t {
@@ -45,6 +47,7 @@ struct Step {
   BufRef src;
   uint64_t bytes = 0;
   int32_t deps[2] = {-1, -1};  // indices of earlier steps that must be complete first
+  double weight = 0;           // kScaleBy, kAxpy: applied in the call's datatype (fp16/bf16 via fp32)
 };
 
 enum class Coll : uint8_t {

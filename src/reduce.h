@@ -28,6 +28,16 @@ void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const
 // round-to-nearest-even; integers: truncation toward zero). Used for braidAvg.
 void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor);
 
+// Weighted steps of gossip plans (StepKind::kScaleBy, kAxpy), i < count:
+//   scaleBy: dst[i] = weight * src[i]      (dst may alias src exactly)
+//   axpy:    dst[i] = dst[i] + weight * src[i]
+// float64 computes in double, float32 in float (weight rounded to float once); fp16/bf16 widen to
+// fp32, compute, and round back to nearest even once per element and call. Integers (no gossip
+// plan uses them; defined so that a forced algorithm cannot reach undefined behaviour) compute in
+// double and round to nearest, saturating at the type's range.
+void scaleBy(braidDataType_t dt, void* dst, const void* src, size_t count, double weight);
+void axpy(braidDataType_t dt, void* dst, const void* src, size_t count, double weight);
+
 // fp16 / bf16 <-> fp32, round to nearest even, NaN preserved (quiet), overflow to infinity.
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);

@@ -1,2 +1,274 @@
-// STUB: replaced this session.
+// The cost model. Each algorithm's time is a sum of message steps on a critical path (alpha each),
+// bytes moved through one rank (beta: a rank sends and receives at once, so beta prices a byte in
+// plus a byte out) and bytes it reduces (gamma). Steps between hosts use the inter-host constants;
+// an algorithm whose critical path crosses hosts at every step (ring, trees over ranks) is priced
+// wholly at the inter-host rate once the communicator spans hosts.
+//
+// Sharing a core: when a host runs f = ranks / cores > 1 ranks per core, every rank gets 1/f of a
+// core's memory bandwidth and reduction throughput, and each message step waits on average for
+// (f - 1) other ranks to be scheduled: alpha grows by oversubUs * (f - 1).
+//
+// Default constants were fitted on the development VM (2 cores, shared memory, TCP over loopback
+// for emulated hosts); the fit and the measurements it came from are in perf/results/. A topology
+// file's cost line replaces them, and BRAID_COST_* replaces both.
 #include "topology/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <string>
+
+#include "src/config.h"
+
+namespace braid::topo {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The knob of each of the first six fields of costFields(); chunk_bytes comes from BRAID_CHUNK_SIZE.
+const char* const kEnvFields[] = {"BRAID_COST_INTRA_ALPHA_US", "BRAID_COST_INTRA_GBPS",  "BRAID_COST_INTER_ALPHA_US",
+                                  "BRAID_COST_INTER_GBPS",     "BRAID_COST_REDUCE_GBPS", "BRAID_COST_OVERSUB_US"};
+
+int ceilLog2(int n) {
+  int d = 0;
+  while ((1 << d) < n) ++d;
+  return d;
+}
+
+// Per-call view of the cluster: the rates a step runs at.
+struct Rates {
+  double alphaUs;  // per message step
+  double betaUs;   // per byte moved in and out
+  double gammaUs;  // per byte reduced
+};
+
+class Model {
+ public:
+  Model(const ClusterShape& c, const CostParams& p) : c_(c), p_(p) {
+    share_ = 1.0;
+    for (int h = 0; h < c.nhosts; ++h)
+      if (h < static_cast<int>(c.hostCores.size()) && c.hostCores[h] > 0 && h < static_cast<int>(c.hostSize.size()))
+        share_ = std::max(share_, static_cast<double>(c.hostSize[h]) / c.hostCores[h]);
+  }
+
+  Rates rates(bool inter) const {
+    const LinkCost l = p_.link(inter);
+    return Rates{l.alphaUs + p_.oversubUs * (share_ - 1.0), share_ / (l.gbps * 1e3), share_ / (p_.reduceGbps * 1e3)};
+  }
+  bool multiHost() const { return c_.nhosts > 1; }
+  // Whether some rank's partner at distance `d` (XOR) lives on another host.
+  bool crossesHosts(int d) const {
+    for (int r = 0; r < c_.nranks; ++r) {
+      int q = r ^ d;
+      if (q < c_.nranks && c_.hostOf[r] != c_.hostOf[q]) return true;
+    }
+    return false;
+  }
+  int n() const { return c_.nranks; }
+  double chunk() const { return std::max(64.0, p_.chunkBytes); }
+
+  double ring(Coll coll, double S) const {
+    const int p = n();
+    const Rates r = rates(multiHost());
+    const double seg = S / p;
+    switch (coll) {
+      case Coll::kAllReduce:
+        return 2.0 * (p - 1) * (r.alphaUs + seg * r.betaUs) + (p - 1) * seg * r.gammaUs;
+      case Coll::kReduceScatter:
+        return (p - 1) * (r.alphaUs + seg * (r.betaUs + r.gammaUs));
+      case Coll::kAllGather:
+      case Coll::kAllToAll:
+        return (p - 1) * (r.alphaUs + seg * r.betaUs);
+      case Coll::kBroadcast:
+      case Coll::kReduce: {  // pipelined chain: (n - 1) hops to fill, then one chunk per step
+        const double k = std::max(1.0, std::ceil(S / chunk())), c = S / k;
+        const double g = coll == Coll::kReduce ? c * r.gammaUs : 0;
+        return (p - 2 + k) * (r.alphaUs + c * r.betaUs + g);
+      }
+      case Coll::kBarrier:
+        return ceilLog2(p) * r.alphaUs;
+      case Coll::kSendRecv:
+        return kInf;
+    }
+    return kInf;
+  }
+
+  // Two pipelined binary trees, half the data each; each rank is inner in at most one of them.
+  double tree(Coll coll, double S) const {
+    const int p = n();
+    const Rates r = rates(multiHost());
+    const int d = std::max(1, ceilLog2(p + 1) - 1);  // depth of a binary tree of p nodes
+    const double half = S / 2, k = std::max(1.0, std::ceil(half / chunk())), c = half / k;
+    switch (coll) {
+      case Coll::kAllReduce:  // up and down overlap: per chunk 4c in and out; 2d hops to fill
+        return 2 * d * (r.alphaUs + 2 * c * r.betaUs) + (k - 1) * (r.alphaUs + 4 * c * r.betaUs) + S * r.gammaUs;
+      case Coll::kBroadcast:
+        return (d + k - 1) * (r.alphaUs + 2 * c * r.betaUs);
+      case Coll::kReduce:
+        return (d + k - 1) * (r.alphaUs + 2 * c * (r.betaUs + r.gammaUs));
+      default:
+        return kInf;
+    }
+  }
+
+  // Extra cost of folding n down to the power of two below it and back (recursive algorithms).
+  double fold(double S) const {
+    const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
+    if (p == pof2) return 0;
+    const Rates r = rates(multiHost());
+    return 2 * (r.alphaUs + S * r.betaUs) + S * r.gammaUs;
+  }
+
+  double recursiveDoubling(double S) const {
+    const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
+    double t = fold(S);
+    for (int d = 1; d < pof2; d <<= 1) {
+      const Rates r = rates(crossesHosts(d));
+      t += r.alphaUs + S * (r.betaUs + r.gammaUs);
+    }
+    return t;
+  }
+
+  // Reduce-scatter by recursive halving (largest piece to the nearest partner first), then the
+  // all-gather in reverse: every round moves half of the previous one.
+  double rabenseifner(double S) const {
+    const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
+    double t = fold(S), piece = S;
+    for (int d = 1; d < pof2; d <<= 1) {
+      piece /= 2;
+      const Rates r = rates(crossesHosts(d));
+      t += 2 * r.alphaUs + piece * (2 * r.betaUs + r.gammaUs);
+    }
+    return t;
+  }
+
+  double hierarchical(double S) const {
+    if (!multiHost()) return kInf;  // one host: it is the ring with extra steps
+    int m = c_.nranks, big = 0;
+    for (int s : c_.hostSize) {
+      m = std::min(m, s);
+      big = std::max(big, s);
+    }
+    const int H = c_.nhosts;
+    const Rates in = rates(false), out = rates(true);
+    const double shard = S / m;
+    double t = 2.0 * (m - 1) * (in.alphaUs + shard * in.betaUs) + (m - 1) * shard * in.gammaUs;  // RS + AG
+    t += 2.0 * (H - 1) * (out.alphaUs + shard / H * out.betaUs) + (H - 1) * shard / H * out.gammaUs;
+    if (big > m) t += 2 * (in.alphaUs + S * in.betaUs) + S * in.gammaUs;  // extras fold in and get it back
+    return t;
+  }
+
+  double gossip(double S, int rounds) const {
+    const int k = rounds > 0 ? rounds : ceilLog2(n());
+    const Rates r = rates(multiHost());
+    return k * (r.alphaUs + S * (r.betaUs + 2 * r.gammaUs));
+  }
+
+ private:
+  const ClusterShape& c_;
+  const CostParams& p_;
+  double share_;
+};
+
+}  // namespace
+
+CostParams CostParams::defaults() {
+  CostParams p;
+  for (size_t i = 0; i < std::size(kEnvFields); ++i)
+    p.*(costFields()[i].member) = strtod(paramDefault(kEnvFields[i]), nullptr);
+  p.gossipRounds = static_cast<int>(paramIntOr("BRAID_GOSSIP_ROUNDS", 0));
+  p.chunkBytes = static_cast<double>(1 << 18);
+  size_t chunk = 0;
+  if (paramSize("BRAID_CHUNK_SIZE", &chunk).ok() && chunk >= 64) p.chunkBytes = static_cast<double>(chunk);
+  return p;
+}
+
+Status CostParams::applyEnv() {
+  CostParams next = *this;
+  for (size_t i = 0; i < std::size(kEnvFields); ++i) {
+    if (!paramIsSet(kEnvFields[i])) continue;
+    double v = 0;
+    BRAID_TRY(paramDouble(kEnvFields[i], &v));
+    const bool rate = std::string(costFields()[i].name).find("gbps") != std::string::npos;
+    if (v < 0 || (rate && v <= 0))
+      return errorf(braidInvalidArgument, "%s=%g: must be %s", kEnvFields[i], v, rate ? "positive" : "non-negative");
+    next.*(costFields()[i].member) = v;
+  }
+  if (paramIsSet("BRAID_CHUNK_SIZE")) {
+    size_t chunk = 0;
+    BRAID_TRY(paramSize("BRAID_CHUNK_SIZE", &chunk));
+    next.chunkBytes = static_cast<double>(chunk);
+  }
+  if (paramIsSet("BRAID_GOSSIP_ROUNDS")) {
+    int64_t k = 0;
+    BRAID_TRY(paramInt("BRAID_GOSSIP_ROUNDS", &k));
+    if (k < 0 || k > 64) return errorf(braidInvalidArgument, "BRAID_GOSSIP_ROUNDS=%lld: must be 0..64", (long long)k);
+    next.gossipRounds = static_cast<int>(k);
+  }
+  *this = next;
+  return okStatus();
+}
+
+const std::vector<CostField>& costFields() {
+  // Order matches kEnvFields for the first six.
+  static const std::vector<CostField> fields = {
+      {"intra_alpha_us", &CostParams::intraAlphaUs}, {"intra_gbps", &CostParams::intraGbps},
+      {"inter_alpha_us", &CostParams::interAlphaUs}, {"inter_gbps", &CostParams::interGbps},
+      {"reduce_gbps", &CostParams::reduceGbps},      {"oversub_us", &CostParams::oversubUs},
+      {"chunk_bytes", &CostParams::chunkBytes},
+  };
+  return fields;
+}
+
+ClusterShape ClusterShape::single(int nranks, int cores) { return blocks(nranks, 1, cores); }
+
+ClusterShape ClusterShape::blocks(int nranks, int hosts, int cores) {
+  ClusterShape c;
+  c.nranks = std::max(1, nranks);
+  hosts = std::clamp(hosts, 1, c.nranks);
+  const int per = (c.nranks + hosts - 1) / hosts;  // braidrun --hosts: blocks of ceil(n / hosts)
+  c.hostOf.resize(c.nranks);
+  for (int r = 0; r < c.nranks; ++r) c.hostOf[r] = r / per;
+  c.nhosts = c.hostOf.back() + 1;
+  c.hostSize.assign(c.nhosts, 0);
+  for (int h : c.hostOf) c.hostSize[h]++;
+  c.hostCores.assign(c.nhosts, cores);
+  return c;
+}
+
+bool ClusterShape::oversubscribed() const {
+  for (int h = 0; h < nhosts; ++h)
+    if (h < static_cast<int>(hostCores.size()) && hostCores[h] > 0 && hostSize[h] > hostCores[h]) return true;
+  return false;
+}
+
+int ClusterShape::maxHostSize() const {
+  return hostSize.empty() ? nranks : *std::max_element(hostSize.begin(), hostSize.end());
+}
+
+double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, const CostParams& p) {
+  if (!algoAvailable(coll, algo)) return kInf;
+  if (c.nranks <= 1) return 0;
+  const Model m(c, p);
+  const double S = static_cast<double>(bytes);
+  switch (algo) {
+    case Algo::kRing:
+      return m.ring(coll, S);
+    case Algo::kTree:
+      return m.tree(coll, S);
+    case Algo::kRabenseifner:
+      return coll == Coll::kAllReduce ? m.rabenseifner(S) : kInf;
+    case Algo::kRecursiveDoubling:
+      return coll == Coll::kAllReduce ? m.recursiveDoubling(S) : kInf;
+    case Algo::kHierarchical:
+      return coll == Coll::kAllReduce ? m.hierarchical(S) : kInf;
+    case Algo::kGossip:
+      return coll == Coll::kAllReduce ? m.gossip(S, p.gossipRounds) : kInf;
+  }
+  return kInf;
+}
+
+}  // namespace braid::topo

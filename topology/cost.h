@@ -13,22 +13,28 @@
 
 namespace braid::topo {
 
-// Per link class. alpha: microseconds per message step; gbps: sustained bytes per ns (GB/s) one
-// rank can push over that class while its peers do the same.
+// Constants per link class (intra: ranks on one host, over shared memory or NVLink; inter: ranks on
+// different hosts). alpha: microseconds per message step; gbps: GB/s (bytes per ns) a rank moves in
+// and out at once while its peers do the same.
 struct LinkCost {
   double alphaUs = 0;
   double gbps = 0;
 };
 
 struct CostParams {
-  LinkCost intra;           // ranks on one host (shared memory, NVLink)
-  LinkCost inter;           // ranks on different hosts (the network)
-  double reduceGbps = 0;    // bytes of one input a rank reduces per ns
-  double oversubUs = 0;     // extra per message step when a host runs more ranks than cores
-  double chunkBytes = 0;    // pipelining chunk the algorithms use (BRAID_CHUNK_SIZE)
+  double intraAlphaUs = 0, intraGbps = 0;
+  double interAlphaUs = 0, interGbps = 0;
+  double reduceGbps = 0;  // bytes of one input a rank reduces per ns
+  double oversubUs = 0;   // extra per message step per extra rank sharing a core
+  double chunkBytes = 0;  // pipelining chunk the algorithms use (BRAID_CHUNK_SIZE)
+  int gossipRounds = 0;   // BRAID_GOSSIP_ROUNDS (not a cost; changes gossip's price)
 
-  // Defaults calibrated on the development machine (see topology/cost.cc), then overridden by a
-  // topology file's cost line, then by BRAID_COST_* variables.
+  LinkCost link(bool inter) const {
+    return inter ? LinkCost{interAlphaUs, interGbps} : LinkCost{intraAlphaUs, intraGbps};
+  }
+
+  // Defaults calibrated on the development machine (the BRAID_COST_* defaults in src/config.cc),
+  // then overridden by a topology file's cost line, then by BRAID_COST_* variables.
   static CostParams defaults();
   // Applies BRAID_COST_* overrides; a malformed value is braidInvalidArgument naming it.
   Status applyEnv();
@@ -41,12 +47,11 @@ struct CostField {
   double CostParams::*member;
 };
 const std::vector<CostField>& costFields();
-const LinkCost* linkOf(const CostParams& p, bool inter);
 
 // The cluster a communicator spans, as the cost model sees it.
 struct ClusterShape {
   int nranks = 1;
-  std::vector<int> hostOf;     // rank -> dense host index 0..nhosts-1
+  std::vector<int> hostOf;  // rank -> dense host index 0..nhosts-1
   int nhosts = 1;
   std::vector<int> hostSize;   // ranks per host
   std::vector<int> hostCores;  // cores per host (0 = unknown)

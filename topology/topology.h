@@ -17,31 +17,31 @@ enum class NodeKind : uint8_t { kMachine, kPackage, kNuma, kCache, kCore, kPciBr
 const char* nodeKindName(NodeKind k);  // "machine", "package", "numa", "cache", "core", "bridge", "pci", "gpu", "nic"
 
 struct Node {
-  int id = 0;                // index in Machine::nodes
+  int id = 0;  // index in Machine::nodes
   NodeKind kind = NodeKind::kMachine;
-  int parent = -1;           // index in Machine::nodes; -1 for the machine
-  int index = -1;            // OS index (package, NUMA, core), cache level, GPU/NIC ordinal
-  std::string name;          // "eth0", "NVIDIA H100 80GB HBM3", "L3"
-  std::string busId;         // PCI "0000:3b:00.0" for PCI objects
+  int parent = -1;    // index in Machine::nodes; -1 for the machine
+  int index = -1;     // OS index (package, NUMA, core), cache level, GPU/NIC ordinal
+  std::string name;   // "eth0", "NVIDIA H100 80GB HBM3", "L3"
+  std::string busId;  // PCI "0000:3b:00.0" for PCI objects
   uint32_t pciClass = 0, vendor = 0, device = 0;
-  uint64_t bytes = 0;        // NUMA memory, cache size, GPU memory
-  double gbps = 0;           // NIC: link speed in Gbit/s (0 = unknown); bridge: link bandwidth if known
-  int numa = -1;             // NUMA node (OS index) a device hangs off, -1 = unknown
-  std::string cpus;          // cpuset as a list, e.g. "0-15,32-47" (packages, NUMA, cores)
+  uint64_t bytes = 0;  // NUMA memory, cache size, GPU memory
+  double gbps = 0;     // NIC: link speed in Gbit/s (0 = unknown); bridge: link bandwidth if known
+  int numa = -1;       // NUMA node (OS index) a device hangs off, -1 = unknown
+  std::string cpus;    // cpuset as a list, e.g. "0-15,32-47" (packages, NUMA, cores)
 };
 
 enum class LinkKind : uint8_t { kNvlink, kPcie, kNet };
 struct Link {
   int a = -1, b = -1;  // node ids (GPUs, NICs)
   LinkKind kind = LinkKind::kNvlink;
-  int count = 1;       // e.g. number of NVLinks
-  double gbps = 0;     // GB/s per direction, all `count` together
+  int count = 1;    // e.g. number of NVLinks
+  double gbps = 0;  // GB/s per direction, all `count` together
 };
 
 struct Machine {
   std::string hostname;
-  int cores = 0, pus = 0;          // physical cores, hardware threads
-  std::vector<Node> nodes;          // nodes[0] is the machine; parents come before children
+  int cores = 0, pus = 0;   // physical cores, hardware threads
+  std::vector<Node> nodes;  // nodes[0] is the machine; parents come before children
   std::vector<Link> links;
   std::vector<std::string> missing;  // what detection could not find, one line each (never guessed)
 
@@ -57,12 +57,19 @@ Status detectMachine(Machine* out);
 // layout the dump was taken in (ranks and their hosts), so a load reproduces the same choices.
 struct TopoFile {
   int version = 1;
+  // The '#' lines right after the version line, without the '#': kept through load and dump (other
+  // comments are dropped).
+  std::vector<std::string> comments;
   Machine machine;
   bool hasCost = false;
   CostParams cost;
   bool hasCluster = false;
   ClusterShape cluster;
 };
+
+// Limits of the parser (hostile input): bigger files or more nodes are braidInvalidArgument.
+constexpr size_t kMaxTopoFileBytes = size_t{4} << 20;
+constexpr int kMaxTopoNodes = 65536;
 
 std::string formatTopoFile(const TopoFile& f);
 // Strict: unknown version, unknown keys, bad numbers, dangling parents or over-long input are
@@ -72,9 +79,9 @@ Status loadTopoFile(const std::string& path, TopoFile* out);
 Status dumpTopoFile(const std::string& path, const TopoFile& f);
 
 // Renderings for braid-topo.
-std::string renderTree(const Machine& m);       // indented tree: packages, NUMA, cores, caches, GPUs, NICs
-std::string renderMatrix(const Machine& m);     // GPU/NIC matrix like `nvidia-smi topo -m` (X NV# PIX PXB PHB NODE SYS)
-std::string renderJson(const TopoFile& f);      // machine + cost (+ cluster)
-std::string renderDot(const Machine& m);        // Graphviz digraph
+std::string renderTree(const Machine& m);    // indented tree: packages, NUMA, cores, caches, GPUs, NICs
+std::string renderMatrix(const Machine& m);  // GPU/NIC matrix like `nvidia-smi topo -m` (X NV# PIX PXB PHB NODE SYS)
+std::string renderJson(const TopoFile& f);   // machine + cost (+ cluster)
+std::string renderDot(const Machine& m);     // Graphviz digraph
 
 }  // namespace braid::topo

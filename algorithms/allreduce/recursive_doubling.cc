@@ -1,8 +1,124 @@
-// STUB (being written this session): falls back to the existing algorithm until replaced.
+// Recursive-doubling AllReduce: log2(p) rounds in which every rank exchanges its whole partial result
+// with the rank whose virtual rank differs in bit k, for the small-message regime.
+//
+// Steps, with p = the largest power of two <= n, L = log2(p) and C = chunks of the buffer (at most
+// chunkBytes each): a power of two n: L sends and L receives per chunk. Otherwise the first 2(n-p)
+// ranks fold in pairs (algorithms/patterns/recursive.h): the odd rank of a pair sends its buffer to the
+// even one before the rounds and receives the result after them (1 send, 1 receive per chunk); the
+// even one adds 1 receive and 1 send per chunk to its rounds. Bytes on the wire per rank: L * S sent
+// and received (S = buffer bytes); folded pairs move S more each way. Valid for any n >= 1 and count
+// >= 0.
+//
+// Both partners of a round combine the same two values (mine op incoming = theirs op mine for the
+// commutative ops, exactly, floats included), so every rank ends with bitwise the same result.
+//
+// Buffers: a round sends the buffer written by the previous round and writes the other, alternating
+// between the receive buffer and scratch (S bytes) so that an incoming message never lands on bytes a
+// posted send still reads; the alternation is arranged to end in the receive buffer. Only in place
+// with no fold and odd L is that impossible (round 0 would write the buffer it sends); the result
+// then lands in scratch and one local copy moves it. Chunks are independent chains, so round k+1 of
+// a chunk starts as soon as round k of that chunk is done.
+#include <array>
+#include <vector>
+
 #include "algorithms/algorithms.h"
+#include "algorithms/patterns/recursive.h"
+#include "algorithms/patterns/subring.h"
 
 namespace braid {
 
-void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) { buildRingAllReduce(a, plan); }
+namespace {
+
+// Per chunk: the step that last wrote it, and per buffer the send that last read it.
+struct ChunkState {
+  int32_t writer = -1;
+  std::array<int32_t, 3> reader{-1, -1, -1};  // indexed by Buf (send, recv, scratch)
+};
+
+int bufIndex(Buf b) { return static_cast<int>(b); }
+
+}  // namespace
+
+void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
+  const int n = a.nranks, r = a.rank;
+  const uint64_t bytes = a.count * a.elemSize;
+  plan->coll = Coll::kAllReduce;
+  plan->algorithm = "recursive_doubling";
+  if (n == 1 || bytes == 0) {
+    if (!a.inPlace && bytes > 0) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), bytes, {-1, -1}});
+    return;
+  }
+  const Buf input = a.inPlace ? Buf::kRecv : Buf::kSend;
+  const uint64_t cell = cellBytesFor(a.elemSize, a.chunkBytes), chunks = (bytes + cell - 1) / cell;
+  auto chunk = [&](uint64_t c) { return Range{c * cell, std::min(bytes, (c + 1) * cell) - c * cell}; };
+  const int partner = foldPartner(r, n), v = foldVrank(r, n);
+
+  if (v < 0) {  // folded away: hand the buffer over, get the result back
+    std::vector<int32_t> sent(chunks);
+    for (uint64_t c = 0; c < chunks; ++c)
+      sent[c] = plan->add(Step{StepKind::kSend, partner, {}, BufRef{input, chunk(c).offset}, chunk(c).count, {-1, -1}});
+    for (uint64_t c = 0; c < chunks; ++c)
+      plan->add(Step{StepKind::kRecv, partner, recvBuf(chunk(c).offset), {}, chunk(c).count, {sent[c], -1}});
+    return;
+  }
+
+  // The buffers written, in order: the fold (if paired), then one per round. The last is the receive
+  // buffer and they alternate backwards from it, unless the first round would write what it sends.
+  const int rounds = log2Floor(n);
+  const bool folded = partner >= 0;
+  const int writes = rounds + (folded ? 1 : 0);
+  const bool viaScratch = !folded && a.inPlace && rounds % 2 == 1;
+  auto target = [&](int w) {  // w = 0 .. writes-1
+    const bool recvLast = (writes - 1 - w) % 2 == 0;
+    return recvLast != viaScratch ? Buf::kRecv : Buf::kScratch;
+  };
+  if (writes > 1 || viaScratch) plan->scratchBytes = bytes;
+
+  std::vector<ChunkState> st(chunks);
+  Buf cur = input;
+  int w = 0;
+  if (folded) {
+    const Buf dst = target(w++);
+    for (uint64_t c = 0; c < chunks; ++c)
+      st[c].writer = plan->add(Step{StepKind::kRecvReduce,
+                                    partner,
+                                    BufRef{dst, chunk(c).offset},
+                                    BufRef{input, chunk(c).offset},
+                                    chunk(c).count,
+                                    {-1, -1}});
+    cur = dst;
+  }
+  for (int k = 0; k < rounds; ++k, ++w) {
+    const int peer = foldRank(v ^ (1 << k), n);
+    const Buf dst = target(w);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const Range ch = chunk(c);
+      ChunkState& s = st[c];
+      const int32_t send = plan->add(Step{StepKind::kSend, peer, {}, BufRef{cur, ch.offset}, ch.count, {s.writer, -1}});
+      // dst was last sent by the previous round (and written the round before, which that send
+      // waited for): waiting for that send covers both.
+      s.writer = plan->add(Step{StepKind::kRecvReduce,
+                                peer,
+                                BufRef{dst, ch.offset},
+                                BufRef{cur, ch.offset},
+                                ch.count,
+                                {s.writer, s.reader[bufIndex(dst)]}});
+      s.reader[bufIndex(cur)] = send;
+    }
+    cur = dst;
+  }
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const Range ch = chunk(c);
+    ChunkState& s = st[c];
+    if (viaScratch)
+      s.writer = plan->add(
+          Step{StepKind::kCopy, -1, recvBuf(ch.offset), scratchBuf(ch.offset), ch.count, {s.writer, s.reader[1]}});
+    if (a.avg) s.writer = plan->add(Step{StepKind::kScale, -1, recvBuf(ch.offset), {}, ch.count, {s.writer, -1}});
+  }
+  if (folded) {
+    for (uint64_t c = 0; c < chunks; ++c)
+      plan->add(Step{StepKind::kSend, partner, {}, recvBuf(chunk(c).offset), chunk(c).count, {st[c].writer, -1}});
+  }
+}
 
 }  // namespace braid

@@ -1,8 +1,77 @@
-// STUB (being written this session): falls back to the existing algorithm until replaced.
+// Double binary tree Reduce, the mirror of the tree Broadcast: each of two complementary binary trees
+// over the n - 1 ranks other than the root (rooted variant in algorithms/patterns/tree.h) reduces one
+// half of the buffer up to the root, pipelined in chunks of at most a.chunkBytes.
+//
+// Steps per chunk of each half: a leaf sends one; an interior rank (in one tree only) receives and
+// reduces one per child (at most two) and sends one; the root receives one per tree and scales it
+// (avg). Bytes on the wire per rank: the root receives S; the others send S and receive at most S.
+// Time ~ (chunks + log2 n) chunk times. Valid for any n >= 1, any root and any count (zero-byte chunks
+// are skipped on every rank).
+//
+// Only the root's receive buffer is significant, so interior ranks keep partial sums in a scratch
+// ring of kSlots chunks per tree where they are interior; a slot is reused once its previous chunk
+// was sent, which is the first receive's dependency. Chunks are emitted in (chunk, tree) order on
+// every rank, so both ends of a link see its messages in the same order; every dependency points to
+// an earlier step of the same chunk or to an earlier chunk.
+#include "algorithms/patterns/tree.h"
+
 #include "algorithms/algorithms.h"
+#include "algorithms/patterns/ring.h"
 
 namespace braid {
 
-void buildTreeReduce(const CollArgs& a, Plan* plan) { buildChainReduce(a, plan); }
+namespace {
+constexpr uint64_t kSlots = 4;
+}
+
+void buildTreeReduce(const CollArgs& a, Plan* plan) {
+  const int n = a.nranks, r = a.rank;
+  const uint64_t es = a.elemSize, total = a.count * es;
+  plan->coll = Coll::kReduce;
+  plan->algorithm = "tree";
+  if (total == 0) return;
+  const bool isRoot = r == a.root;
+  if (n == 1) {  // dividing by one rank changes nothing: no scale step
+    if (!a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), total, {-1, -1}});
+    return;
+  }
+  const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
+  const uint64_t perChunk = partition(partition(a.count, 2, 0).count, chunks, 0).count * es;  // the largest
+  TreeLinks links[2] = {rootedDtreeLinks(r, n, a.root, 0), rootedDtreeLinks(r, n, a.root, 1)};
+  uint64_t slotBase[2] = {0, 0};  // where each tree's scratch ring starts
+  if (!isRoot) {
+    for (int t = 0; t < 2; ++t) {
+      slotBase[t] = plan->scratchBytes;
+      if (links[t].numChildren > 0) plan->scratchBytes += std::min<uint64_t>(chunks, kSlots) * perChunk;
+    }
+  }
+  std::vector<int32_t> sent[2] = {std::vector<int32_t>(chunks, -1), std::vector<int32_t>(chunks, -1)};
+  for (uint64_t c = 0; c < chunks; ++c) {
+    for (int t = 0; t < 2; ++t) {
+      const TreeLinks& l = links[t];
+      Range half = partition(a.count, 2, t);
+      Range ch = partition(half.count, chunks, c);
+      const uint64_t off = (half.offset + ch.offset) * es, bytes = ch.count * es;
+      if (bytes == 0) continue;
+      if (isRoot) {  // one child per tree: the root of the tree below
+        int32_t got =
+            plan->add(Step{StepKind::kRecvReduce, l.children[0], recvBuf(off), sendBuf(off), bytes, {-1, -1}});
+        if (a.avg) plan->add(Step{StepKind::kScale, -1, recvBuf(off), {}, bytes, {got, -1}});
+        continue;
+      }
+      if (l.numChildren == 0) {  // a leaf: send the contribution as is
+        sent[t][c] = plan->add(Step{StepKind::kSend, l.parent, {}, sendBuf(off), bytes, {-1, -1}});
+        continue;
+      }
+      BufRef slot = scratchBuf(slotBase[t] + (c % kSlots) * perChunk);
+      int32_t acc = c >= kSlots ? sent[t][c - kSlots] : -1;  // the slot's previous chunk is out
+      for (int k = 0; k < l.numChildren; ++k) {
+        BufRef src = k == 0 ? sendBuf(off) : slot;
+        acc = plan->add(Step{StepKind::kRecvReduce, l.children[k], slot, src, bytes, {acc, -1}});
+      }
+      sent[t][c] = plan->add(Step{StepKind::kSend, l.parent, {}, slot, bytes, {acc, -1}});
+    }
+  }
+}
 
 }  // namespace braid

@@ -219,6 +219,70 @@ braidResult_t braidWait(braidRequest_t request);
  * request is released. */
 braidResult_t braidWaitAll(int n, braidRequest_t* requests);
 
+/* ---- Gossip (decentralized averaging) ------------------------------------------------------------
+ * A graph tells each rank which ranks it receives from (its in-neighbours) and with which weights.
+ * braidNeighborAllReduce replaces every rank's vector by the weighted sum of its own and its
+ * in-neighbours' vectors: one step of decentralized averaging, as in D-PSGD and gossip SGD. A rank
+ * exchanges data with its neighbours only, so the cost of a step does not grow with the rank count.
+ * Repeated steps converge to the global average when the graph is connected and its weights form a
+ * doubly stochastic matrix (the named graphs below do). A graph belongs to the communicator it was
+ * created with. */
+
+typedef struct braidGraph* braidGraph_t;
+
+/* Creates a graph from this rank's in-neighbours: this rank receives from neighbors[i] with weight
+ * weights[i], i < nNeighbors, and weighs its own vector with selfWeight. Neighbours must be ranks of
+ * comm other than this one, without duplicates. Weights must be finite and
+ * selfWeight + sum(weights) must be 1 within 1e-9; negative weights are allowed (some accelerated
+ * mixing matrices use them). nNeighbors may be 0 (neighbors and weights may then be NULL). Graphs
+ * may be asymmetric: a rank sends to every rank that lists it, which this call finds out.
+ * Collective and blocking: every rank of comm calls it with its own list, in the same order as its
+ * other collectives on comm; the lists are exchanged (one AllGather of n bits per rank). When any
+ * rank's input is invalid, every rank returns braidInvalidArgument and no graph is created: the
+ * rank at fault says why, the others name it. A NULL or dead comm fails at once without taking part
+ * (the other ranks then wait until BRAID_TIMEOUT). On success *graph is set; release it with
+ * braidGraphDestroy. Not part of groups: between braidGroupStart and braidGroupEnd it runs at once.
+ * Thread-safe as the collectives are. */
+braidResult_t braidGraphCreate(braidComm_t comm, int nNeighbors, const int* neighbors, const double* weights,
+                               double selfWeight, braidGraph_t* graph);
+
+/* Creates a named graph on comm's n ranks (r = this rank, L = ceil(log2 n)):
+ *   "ring"          receive from r-1 and r+1, weights 1/3, self 1/3 (n == 2: the other rank, 1/2)
+ *   "exp2"          static exponential graph: receive from r - 2^k, send to r + 2^k (mod n), k < L;
+ *                   uniform weights 1/(L+1), self included
+ *   "hypercube"     exchange with r XOR 2^k, k < log2 n, uniform weights 1/(log2 n + 1); n must be a
+ *                   power of two
+ *   "onepeer_exp2"  one-peer exponential graph (dynamic): at this graph's t-th call (t from 0),
+ *                   receive from r - 2^(t mod L) and send to r + 2^(t mod L), weights 1/2 and 1/2. The
+ *                   rotation advances by one per braidNeighborAllReduce / braidINeighborAllReduce.
+ *                   For n a power of two, any L consecutive calls give every rank the exact average.
+ * n == 1 gives the graph with no neighbours (self weight 1). An unknown name, or hypercube on a rank
+ * count that is not a power of two, is braidInvalidArgument. Not collective and never blocks: each
+ * rank derives its own side; but every rank must create the same name (different graphs on
+ * different ranks wait for messages that never come, until BRAID_TIMEOUT). On success *graph is
+ * set; release it with braidGraphDestroy. Thread-safe. */
+braidResult_t braidGraphCreateNamed(braidComm_t comm, const char* name, braidGraph_t* graph);
+
+/* Frees a graph and its cached plans. Operations posted with it must have completed first (as for
+ * their buffers). May be called before or after its communicator is destroyed. NULL or an already
+ * destroyed graph is braidInvalidArgument. Not collective, never blocks. */
+braidResult_t braidGraphDestroy(braidGraph_t graph);
+
+/* recvbuff[i] = selfWeight * sendbuff[i] + sum over in-neighbours j of w_j * (rank j's sendbuff[i]),
+ * for i < count, with the graph's weights at this call (see braidGraphCreateNamed for onepeer_exp2).
+ * Floating types only (braidFloat16, braidBfloat16, braidFloat32, braidFloat64); other types are
+ * braidInvalidArgument. float64 is computed in double, float32 in float; fp16 and bf16 in fp32,
+ * rounded to the type once per weighted term. In place (sendbuff == recvbuff) is allowed. Every rank
+ * passes the same count. The graph must belong to comm (braidInvalidArgument otherwise). Calls with
+ * one graph must be issued in the same order on every rank and not from two threads at once.
+ * Blocking and nonblocking forms as for the other collectives; not part of groups: between
+ * braidGroupStart and braidGroupEnd it is issued at once, not at braidGroupEnd. */
+braidResult_t braidNeighborAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                                     braidGraph_t graph, braidComm_t comm, braidStream_t stream);
+braidResult_t braidINeighborAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                                      braidGraph_t graph, braidComm_t comm, braidStream_t stream,
+                                      braidRequest_t* request);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

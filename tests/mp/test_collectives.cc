@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "tests/mp/harness.h"
@@ -138,18 +139,26 @@ int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRed
   return 0;
 }
 
-int sweep(braidComm_t comm, int rank, int n, bool large) {
+// Which calls a sweep makes: every collective, type and op by default.
+struct SweepSet {
+  std::vector<C> colls{C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll};
+  std::vector<braidDataType_t> types{std::begin(kTypes), std::end(kTypes)};
+  size_t largeCount = kLargeCount;
+};
+
+int sweep(braidComm_t comm, int rank, int n, bool large, const SweepSet& set = SweepSet{}) {
   Buffers b;
   int rootPick = 0;
-  for (C c : {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll}) {
+  for (C c : set.colls) {
     const bool reducing = c == C::kAllReduce || c == C::kReduce || c == C::kReduceScatter;
-    for (braidDataType_t dt : kTypes) {
+    for (braidDataType_t dt : set.types) {
       for (braidRedOp_t op : kOps) {
         if (!reducing && op != braidSum) continue;
         std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
         // The large count: every type with sum, every op with float32 (keeps the suite in budget).
         if (large && (op == braidSum || dt == braidFloat32)) {
-          size_t perRank = c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast ? kLargeCount : kLargeCount / n;
+          size_t perRank =
+              c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast ? set.largeCount : set.largeCount / n;
           counts.push_back(perRank);
         }
         for (size_t count : counts) {
@@ -194,4 +203,28 @@ TEST_CASE("collectives across emulated hosts mix shm and tcp links", "[mp][hosts
       [](int rank) { setenv("BRAID_HOSTID", rank < 2 ? "emuhostA" : "emuhostB", 1); });
   INFO(describe(res));
   REQUIRE(allOk(res));
+}
+
+TEST_CASE("every algorithm is exact on 1..8 ranks, on one host and on 2 and 3 emulated hosts", "[mp][algos]") {
+  // {ranks, hosts}: blocks of ceil(n / hosts) ranks per host, as braidrun --hosts gives; a negative
+  // host count interleaves the hosts (rank r on host r % |hosts|), so hosts have unequal sizes and
+  // non-contiguous ranks.
+  const std::pair<int, int> layouts[] = {{1, 1}, {2, 1}, {3, 1}, {4, 2}, {5, 2}, {6, 3}, {7, 3}, {8, 2}, {5, -2}};
+  const char* algo = GENERATE("ring", "tree", "rabenseifner", "recursive_doubling", "hierarchical");
+  SweepSet set;
+  set.colls = {C::kAllReduce, C::kReduce, C::kBroadcast};
+  set.types = {braidInt8, braidInt32, braidUint64, braidFloat16, braidBfloat16, braidFloat32, braidFloat64};
+  set.largeCount = 70001;  // several pipelining chunks at 4 KiB
+  for (auto [n, hosts] : layouts) {
+    INFO("BRAID_ALGO=" << algo << " ranks " << n << " hosts " << hosts);
+    auto res = runComm(
+        n, {{"BRAID_TIMEOUT", "120"}, {"BRAID_ALGO", algo}, {"BRAID_CHUNK_SIZE", "4K"}},
+        [&](braidComm_t comm, int rank, int size) { return sweep(comm, rank, size, true, set); }, 240,
+        [n = n, hosts = hosts](int rank) {
+          int h = hosts < 0 ? rank % -hosts : rank / ((n + hosts - 1) / hosts);
+          setenv("BRAID_HOSTID", ("emuhost" + std::to_string(h)).c_str(), 1);
+        });
+    INFO(describe(res));
+    REQUIRE(allOk(res));
+  }
 }

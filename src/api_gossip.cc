@@ -1,0 +1,302 @@
+// The C API of gossip: graphs (explicit and named) and the neighbour AllReduce. Argument checks
+// follow src/api_coll.cc: nothing is touched when one fails.
+//
+// A graph keeps one side of the mixing per rotation (one for static graphs, ceil(log2 n) for
+// onepeer_exp2) and caches the plans of the shapes it has seen, keyed by (count, element size,
+// in place, rotation). The plans are posted to the engine borrowed (Engine::postPlan), so a call of
+// a known shape allocates nothing.
+#include <sched.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "algorithms/mixing.h"
+#include "algorithms/patterns/graph.h"
+#include "braid/braid.h"
+#include "src/api.h"
+#include "src/comm.h"
+
+using namespace braid;
+
+namespace {
+
+constexpr uint64_t kGraphMagic = 0x6272616964677068ULL;  // "braidgph"
+// |selfWeight + sum(weights) - 1| allowed: row sums of doubles computed by the caller.
+constexpr double kWeightSumTolerance = 1e-9;
+// Shapes whose plans a graph keeps. Beyond this a call builds its plan and hands it to the op, which
+// is correct but allocates: frameworks call gossip with a few bucket sizes, far fewer than this.
+constexpr size_t kMaxCachedPlans = 256;
+
+struct PlanKey {
+  uint64_t count;
+  uint32_t elemSize;
+  uint32_t rotation;
+  bool inPlace;
+  bool operator==(const PlanKey& o) const {
+    return count == o.count && elemSize == o.elemSize && rotation == o.rotation && inPlace == o.inPlace;
+  }
+};
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    return std::hash<uint64_t>()(k.count * 1000003u ^ (static_cast<uint64_t>(k.elemSize) << 40) ^
+                                 (static_cast<uint64_t>(k.rotation) << 48) ^ static_cast<uint64_t>(k.inPlace));
+  }
+};
+
+}  // namespace
+
+struct braidGraph {
+  uint64_t magic = kGraphMagic;
+  braidComm* comm = nullptr;
+  std::vector<graph::Topology> sides;  // this rank's side per rotation (size 1 for static graphs)
+  // Guarded by `lock`: the rotation of the next call and the plan cache. A spinlock held only to
+  // look up (or build, once per shape) and post, never across a wait.
+  std::atomic<bool> lock{false};
+  uint64_t calls = 0;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+};
+
+namespace {
+
+class GraphLock {
+ public:
+  explicit GraphLock(braidGraph* g) : g_(g) {
+    while (g_->lock.exchange(true, std::memory_order_acquire)) sched_yield();
+  }
+  ~GraphLock() { g_->lock.store(false, std::memory_order_release); }
+  GraphLock(const GraphLock&) = delete;
+  GraphLock& operator=(const GraphLock&) = delete;
+
+ private:
+  braidGraph* g_;
+};
+
+Status checkComm(braidComm_t comm) {
+  if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
+  if (comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
+  return okStatus();
+}
+
+Status checkGraph(braidGraph_t graph) {
+  if (graph == nullptr) return errorf(braidInvalidArgument, "graph is NULL");
+  if (graph->magic != kGraphMagic) return errorf(braidInvalidArgument, "graph is not a live graph (destroyed?)");
+  return okStatus();
+}
+
+bool isFloatType(braidDataType_t dt) {
+  return dt == braidFloat16 || dt == braidBfloat16 || dt == braidFloat32 || dt == braidFloat64;
+}
+
+// This rank's input to braidGraphCreate, checked without the other ranks. Reads neighbors and
+// weights only when the pointers and count allow it.
+Status checkLocalGraph(braidComm_t comm, int nNeighbors, const int* neighbors, const double* weights, double selfWeight,
+                       braidGraph_t* graph) {
+  const int n = comm->nranks, rank = comm->rank;
+  if (graph == nullptr) return errorf(braidInvalidArgument, "graph is NULL");
+  if (nNeighbors < 0) return errorf(braidInvalidArgument, "nNeighbors %d is negative", nNeighbors);
+  if (nNeighbors > n - 1)
+    return errorf(braidInvalidArgument, "nNeighbors %d exceeds the %d other ranks of the communicator", nNeighbors,
+                  n - 1);
+  if (nNeighbors > 0 && neighbors == nullptr) return errorf(braidInvalidArgument, "neighbors is NULL");
+  if (nNeighbors > 0 && weights == nullptr) return errorf(braidInvalidArgument, "weights is NULL");
+  if (!std::isfinite(selfWeight)) return errorf(braidInvalidArgument, "selfWeight %g is not finite", selfWeight);
+  std::vector<int> seenAt(n, -1);
+  double sum = selfWeight;
+  for (int i = 0; i < nNeighbors; ++i) {
+    const int peer = neighbors[i];
+    if (peer < 0 || peer >= n)
+      return errorf(braidInvalidArgument, "neighbors[%d] = %d is out of range [0, %d)", i, peer, n);
+    if (peer == rank)
+      return errorf(braidInvalidArgument, "neighbors[%d] = %d is this rank (its share is selfWeight)", i, peer);
+    if (seenAt[peer] >= 0)
+      return errorf(braidInvalidArgument, "neighbors[%d] = %d repeats neighbors[%d]", i, peer, seenAt[peer]);
+    seenAt[peer] = i;
+    if (!std::isfinite(weights[i]))
+      return errorf(braidInvalidArgument, "weights[%d] = %g is not finite", i, weights[i]);
+    sum += weights[i];
+  }
+  if (!(std::fabs(sum - 1.0) <= kWeightSumTolerance))
+    return errorf(braidInvalidArgument, "selfWeight + sum(weights) = %.17g, must be 1 (within %g)", sum,
+                  kWeightSumTolerance);
+  return okStatus();
+}
+
+// Every rank's record of braidGraphCreate: a validity byte, then a bitmap of the ranks it receives
+// from. Gathered with one AllGather so each rank learns who receives from it.
+struct Records {
+  size_t bytes = 0;  // per rank, a multiple of 8
+  std::vector<uint8_t> all;
+  bool valid(int r) const { return all[r * bytes] != 0; }
+  bool listens(int r, int peer) const { return (all[r * bytes + 8 + peer / 8] >> (peer % 8)) & 1; }
+};
+
+Status gatherRecords(braidComm_t comm, bool valid, int nNeighbors, const int* neighbors, Records* out) {
+  const int n = comm->nranks;
+  out->bytes = 8 + (static_cast<size_t>(n) + 63) / 64 * 8;
+  std::vector<uint8_t> mine(out->bytes, 0);
+  mine[0] = valid ? 1 : 0;
+  for (int i = 0; valid && i < nNeighbors; ++i)
+    mine[8 + neighbors[i] / 8] |= static_cast<uint8_t>(1u << (neighbors[i] % 8));
+  out->all.assign(out->bytes * n, 0);
+  PostArgs p;
+  p.shape.coll = Coll::kAllGather;
+  p.shape.algo = Algo::kRing;
+  p.shape.rank = comm->rank;
+  p.shape.nranks = n;
+  p.shape.count = out->bytes;
+  p.shape.elemSize = 1;
+  p.shape.chunkBytes = comm->chunkBytes;
+  p.send = mine.data();
+  p.recv = out->all.data();
+  p.dtype = braidUint8;
+  Op* op = nullptr;
+  BRAID_TRY(comm->engine->post(p, false, &op));
+  return comm->engine->wait(op).withContext("exchanging the neighbour lists");
+}
+
+Status createGraph(braidComm_t comm, int nNeighbors, const int* neighbors, const double* weights, double selfWeight,
+                   braidGraph_t* graph) {
+  BRAID_TRY(checkComm(comm));
+  Status local = checkLocalGraph(comm, nNeighbors, neighbors, weights, selfWeight, graph);
+  Records rec;
+  BRAID_TRY(gatherRecords(comm, local.ok(), nNeighbors, neighbors, &rec));
+  if (!local.ok()) return local;
+  for (int r = 0; r < comm->nranks; ++r)
+    if (!rec.valid(r))
+      return errorf(braidInvalidArgument, "rank %d passed an invalid graph (its error says why); no graph was created",
+                    r);
+  graph::Topology side;
+  side.selfWeight = selfWeight;
+  for (int i = 0; i < nNeighbors; ++i) side.in.push_back({neighbors[i], weights[i]});
+  for (int r = 0; r < comm->nranks; ++r)
+    if (r != comm->rank && rec.listens(r, comm->rank)) side.out.push_back(r);
+  auto g = std::make_unique<braidGraph>();
+  g->comm = comm;
+  g->sides.push_back(std::move(side));
+  *graph = g.release();
+  return okStatus();
+}
+
+Status createNamed(braidComm_t comm, const char* name, braidGraph_t* graph) {
+  BRAID_TRY(checkComm(comm));
+  if (name == nullptr) return errorf(braidInvalidArgument, "name is NULL");
+  if (graph == nullptr) return errorf(braidInvalidArgument, "graph is NULL");
+  graph::Named kind;
+  if (!graph::parseNamed(name, &kind))
+    return errorf(braidInvalidArgument, "unknown graph '%s' (valid: %s)", name, graph::kNamedList);
+  const int n = comm->nranks;
+  if (!graph::namedValid(kind, n))
+    return errorf(braidInvalidArgument, "graph '%s' needs a power-of-two rank count, not %d", name, n);
+  auto g = std::make_unique<braidGraph>();
+  g->comm = comm;
+  const int period = graph::rotationPeriod(kind, n);
+  for (int t = 0; t < period; ++t) g->sides.push_back(graph::named(kind, comm->rank, n, static_cast<uint64_t>(t)));
+  *graph = g.release();
+  return okStatus();
+}
+
+bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return abytes > 0 && bbytes > 0 && x < y + bbytes && y < x + abytes;
+}
+
+// Looks up (or builds) the plan of this call's shape and posts it, advancing the rotation. Graph lock
+// held, so the rotation follows the posting order of this graph's calls.
+Status postNeighbor(braidGraph* g, const void* send, void* recv, size_t count, braidDataType_t dt, bool inPlace,
+                    bool userOwned, Op** op) {
+  braidComm* comm = g->comm;
+  const uint32_t rotation = static_cast<uint32_t>(g->calls % g->sides.size());
+  const PlanKey key{count, static_cast<uint32_t>(dtypeSize(dt)), rotation, inPlace};
+  auto it = g->plans.find(key);
+  if (it == g->plans.end()) {
+    auto plan = std::make_unique<Plan>();
+    const MixArgs args{comm->rank, comm->nranks, count, dtypeSize(dt), inPlace, comm->chunkBytes};
+    buildNeighborAllReduce(args, g->sides[rotation], plan.get());
+    BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
+    if (g->plans.size() >= kMaxCachedPlans) {
+      BRAID_TRY(comm->engine->postPlan(nullptr, plan.get(), send, recv, dt, userOwned, op));
+      ++g->calls;
+      return okStatus();
+    }
+    it = g->plans.emplace(key, std::move(plan)).first;
+  }
+  BRAID_TRY(comm->engine->postPlan(it->second.get(), nullptr, send, recv, dt, userOwned, op));
+  ++g->calls;
+  return okStatus();
+}
+
+Status neighborAllReduce(const void* send, void* recv, size_t count, braidDataType_t dt, braidGraph_t graph,
+                         braidComm_t comm, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
+  BRAID_TRY(checkComm(comm));
+  if (!validDtype(dt)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", dt);
+  if (!isFloatType(dt))
+    return errorf(braidInvalidArgument, "datatype %s: neighbour allreduce takes floating types only", dtypeName(dt));
+  if (stream != nullptr)
+    return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
+  BRAID_TRY(checkGraph(graph));
+  if (graph->comm != comm) return errorf(braidInvalidArgument, "graph belongs to another communicator");
+  if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
+  const size_t es = dtypeSize(dt);
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / es)
+    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
+  const size_t bytes = count * es;
+  if (bytes > 0 && send == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
+  if (bytes > 0 && recv == nullptr) return errorf(braidInvalidArgument, "recvbuff is NULL");
+  const bool inPlace = send == recv && send != nullptr;
+  if (!inPlace && overlaps(send, bytes, recv, bytes))
+    return errorf(braidInvalidArgument, "sendbuff and recvbuff overlap without being the same buffer");
+  Op* op = nullptr;
+  {
+    GraphLock hold(graph);
+    BRAID_TRY(postNeighbor(graph, send, recv, count, dt, inPlace, nonblocking, &op));
+  }
+  if (nonblocking) {
+    *request = op;
+    return okStatus();
+  }
+  return comm->engine->wait(op);
+}
+
+}  // namespace
+
+#pragma GCC visibility push(default)
+
+braidResult_t braidGraphCreate(braidComm_t comm, int nNeighbors, const int* neighbors, const double* weights,
+                               double selfWeight, braidGraph_t* graph) {
+  return guard(__func__, [&] { return createGraph(comm, nNeighbors, neighbors, weights, selfWeight, graph); });
+}
+
+braidResult_t braidGraphCreateNamed(braidComm_t comm, const char* name, braidGraph_t* graph) {
+  return guard(__func__, [&] { return createNamed(comm, name, graph); });
+}
+
+braidResult_t braidGraphDestroy(braidGraph_t graph) {
+  return guard(__func__, [&] {
+    BRAID_TRY(checkGraph(graph));
+    graph->magic = 0;
+    delete graph;
+    return okStatus();
+  });
+}
+
+braidResult_t braidNeighborAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                                     braidGraph_t graph, braidComm_t comm, braidStream_t stream) {
+  return guard(__func__, [&] {
+    return neighborAllReduce(sendbuff, recvbuff, count, datatype, graph, comm, stream, nullptr, false);
+  });
+}
+
+braidResult_t braidINeighborAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                                      braidGraph_t graph, braidComm_t comm, braidStream_t stream,
+                                      braidRequest_t* request) {
+  return guard(__func__, [&] {
+    return neighborAllReduce(sendbuff, recvbuff, count, datatype, graph, comm, stream, request, true);
+  });
+}
+
+#pragma GCC visibility pop

@@ -1,0 +1,122 @@
+// The communicator's view of the cluster, built at init: each rank's machine (detected once per
+// process, or loaded from BRAID_TOPO_FILE), gathered per host; the cost constants; and the
+// selector's table. Every rank must arrive at the same table, or two ranks could run different
+// algorithms for one call: a table that differs is an init error naming the rank.
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "src/comm.h"
+#include "src/config.h"
+#include "src/log.h"
+#include "topology/topology.h"
+
+namespace braid {
+
+namespace {
+
+// Detection walks sysfs and the PCI tree (tens of milliseconds): once per process.
+const topo::Machine& localMachine(Status* st) {
+  static std::once_flag once;
+  static topo::Machine machine;
+  static Status status;
+  std::call_once(once, [] { status = topo::detectMachine(&machine); });
+  *st = status;
+  return machine;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+// BRAID_TOPO_DUMP_FILE with %r (rank) and %h (hostname) expanded.
+std::string dumpPath(const std::string& pattern, int rank, const char* host) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && (pattern[i + 1] == 'r' || pattern[i + 1] == 'h')) {
+      out += pattern[i + 1] == 'r' ? std::to_string(rank) : std::string(host);
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status setupTopology(braidComm* comm, Deadline deadline) {
+  topo::TopoFile local;
+  std::string file = paramString("BRAID_TOPO_FILE");
+  local.cost = topo::CostParams::defaults();
+  if (!file.empty()) {
+    topo::TopoFile loaded;
+    BRAID_TRY(topo::loadTopoFile(file, &loaded).withContext("BRAID_TOPO_FILE"));
+    local.machine = loaded.machine;
+    if (loaded.hasCost) local.cost = loaded.cost;
+    BRAID_INFO(kLogTopo, "machine and costs loaded from %s", file.c_str());
+  } else {
+    Status st;
+    local.machine = localMachine(&st);
+    if (!st.ok()) BRAID_WARN(kLogTopo, "topology detection failed, assuming one core: %s", st.message().c_str());
+  }
+  BRAID_TRY(local.cost.applyEnv());
+  local.hasCost = true;
+  int64_t approx = 0;
+  BRAID_TRY(paramInt("BRAID_APPROXIMATE", &approx));
+  comm->approximate = approx != 0;
+  comm->gossipRounds = local.cost.gossipRounds;
+
+  // Hosts, densely numbered in order of their first rank; cores as that rank reports them.
+  const int n = comm->nranks;
+  int32_t myCores = local.machine.cores;
+  std::vector<int32_t> cores(n);
+  BRAID_TRY(comm->boot->allGather(&myCores, sizeof(myCores), cores.data(), deadline));
+  topo::ClusterShape& c = comm->cluster;
+  c.nranks = n;
+  c.hostOf.assign(n, -1);
+  c.nhosts = 0;
+  for (int r = 0; r < n; ++r) {
+    if (c.hostOf[r] >= 0) continue;
+    c.hostOf[r] = c.nhosts;
+    c.hostCores.push_back(cores[r]);
+    for (int q = r + 1; q < n; ++q)
+      if (strcmp(comm->peers[q].hostId, comm->peers[r].hostId) == 0) c.hostOf[q] = c.nhosts;
+    c.nhosts++;
+  }
+  c.hostSize.assign(c.nhosts, 0);
+  for (int h : c.hostOf) c.hostSize[h]++;
+
+  BRAID_TRY(comm->selector.init(c, local.cost, paramString("BRAID_ALGO"), comm->approximate));
+  const std::string table = comm->selector.describe();
+  uint64_t mine = fnv1a(table);
+  std::vector<uint64_t> all(n);
+  BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
+  for (int r = 0; r < n; ++r)
+    if (all[r] != mine)
+      return errorf(braidInvalidUsage,
+                    "rank %d chose a different algorithm table than rank %d: BRAID_ALGO, BRAID_COST_*, "
+                    "BRAID_TOPO_FILE and BRAID_CHUNK_SIZE must be the same on every rank",
+                    r, comm->rank);
+  if (comm->rank == 0)
+    BRAID_INFO(kLogTune, "algorithm table for %d ranks on %d hosts%s:\n%s", n, c.nhosts,
+               c.oversubscribed() ? " (more ranks than cores)" : "", table.c_str());
+
+  std::string dump = paramString("BRAID_TOPO_DUMP_FILE");
+  if (!dump.empty() && (comm->rank == 0 || dump.find("%r") != std::string::npos)) {
+    local.hasCluster = true;
+    local.cluster = c;
+    std::string path = dumpPath(dump, comm->rank, comm->peers[comm->rank].hostname);
+    BRAID_TRY(topo::dumpTopoFile(path, local).withContext("BRAID_TOPO_DUMP_FILE"));
+    BRAID_INFO(kLogTopo, "topology written to %s", path.c_str());
+  }
+  return okStatus();
+}
+
+}  // namespace braid

@@ -1,0 +1,141 @@
+// The cost model and the selector: BRAID_ALGO parsing and its errors, the table lookup, and the
+// model's orderings that the table depends on.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+
+#include "topology/select.h"
+
+using namespace braid;
+using namespace braid::topo;
+
+namespace {
+
+Selector make(const ClusterShape& c, const std::string& spec = "", bool approximate = false) {
+  Selector s;
+  Status st = s.init(c, CostParams::defaults(), spec, approximate);
+  INFO(st.message());
+  REQUIRE(st.ok());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("BRAID_ALGO: a global name, per-collective entries, and clear errors", "[unit][select]") {
+  std::array<Algo, 8> algo{};
+  std::array<bool, 8> set{};
+  const int ar = static_cast<int>(Coll::kAllReduce), bc = static_cast<int>(Coll::kBroadcast),
+            ag = static_cast<int>(Coll::kAllGather), rd = static_cast<int>(Coll::kReduce);
+
+  REQUIRE(parseAlgoSpec("ring", &algo, &set).ok());
+  CHECK(set[ar]);
+  CHECK(set[bc]);
+  CHECK(set[ag]);
+  CHECK(algo[bc] == Algo::kRing);
+
+  REQUIRE(parseAlgoSpec(" allreduce : tree ; broadcast:ring", &algo, &set).ok());
+  CHECK(algo[ar] == Algo::kTree);
+  CHECK(algo[bc] == Algo::kRing);
+  CHECK_FALSE(set[ag]);
+
+  // A global name applies only where it exists; per-collective entries win wherever written.
+  REQUIRE(parseAlgoSpec("allreduce:rabenseifner,tree", &algo, &set).ok());
+  CHECK(algo[ar] == Algo::kRabenseifner);
+  CHECK(algo[rd] == Algo::kTree);
+  CHECK_FALSE(set[ag]);
+
+  Status s = parseAlgoSpec("allreduce:fastest", &algo, &set);
+  CHECK(s.code() == braidInvalidArgument);
+  CHECK(s.message().find("unknown algorithm 'fastest'") != std::string::npos);
+  CHECK(s.message().find("recursive_doubling") != std::string::npos);  // lists the known names
+  s = parseAlgoSpec("allreduse:ring", &algo, &set);
+  CHECK(s.message().find("unknown collective 'allreduse'") != std::string::npos);
+  s = parseAlgoSpec("broadcast:rabenseifner", &algo, &set);
+  CHECK(s.message().find("broadcast has no algorithm 'rabenseifner' (it has: ring, tree)") != std::string::npos);
+  CHECK(parseAlgoSpec("", &algo, &set).ok());
+  CHECK_FALSE(set[ar]);
+}
+
+TEST_CASE("the selector honours BRAID_ALGO, refuses gossip on exact comms, and looks up by size", "[unit][select]") {
+  const ClusterShape one = ClusterShape::single(8, 8);
+  Selector forced = make(one, "allreduce:tree");
+  for (uint64_t bytes : {0ull, 1ull, 8ull, 4096ull, 1ull << 30, 1ull << 50})
+    CHECK(forced.pick(Coll::kAllReduce, bytes) == Algo::kTree);
+  CHECK(forced.overridden(Coll::kAllReduce));
+  CHECK_FALSE(forced.overridden(Coll::kBroadcast));
+  CHECK(forced.describe().find("[BRAID_ALGO]") != std::string::npos);
+
+  Selector bad;
+  Status st = bad.init(one, CostParams::defaults(), "allreduce:gossip", false);
+  CHECK(st.code() == braidInvalidArgument);
+  CHECK(st.message().find("BRAID_APPROXIMATE") != std::string::npos);
+
+  // Gossip serves avg on floats only; every other call keeps an exact algorithm.
+  Selector approx = make(one, "allreduce:gossip", true);
+  CHECK(approx.pick(Coll::kAllReduce, 1 << 20, true) == Algo::kGossip);
+  CHECK(approx.pick(Coll::kAllReduce, 1 << 20, false) != Algo::kGossip);
+
+  // Buckets: (2^(b-1), 2^b].
+  CHECK(Selector::bucket(0) == 0);
+  CHECK(Selector::bucket(1) == 0);
+  CHECK(Selector::bucket(2) == 1);
+  CHECK(Selector::bucket(3) == 2);
+  CHECK(Selector::bucket(4096) == 12);
+  CHECK(Selector::bucket(4097) == 13);
+  CHECK(Selector::bucket(~0ull) == Selector::kMaxLog2);
+}
+
+TEST_CASE("the model: latency-bound algorithms win small calls, bandwidth-bound ones large calls", "[unit][select]") {
+  const CostParams p = CostParams::defaults();
+  const ClusterShape c = ClusterShape::single(8, 8);
+  // Recursive doubling takes log2(8) = 3 steps, the ring 14: small calls go to recursive doubling.
+  CHECK(predictUs(Coll::kAllReduce, Algo::kRecursiveDoubling, 8, c, p) <
+        predictUs(Coll::kAllReduce, Algo::kRing, 8, c, p));
+  // At 1 GiB recursive doubling moves the whole buffer three times; the ring moves it 2 * 7/8 times.
+  CHECK(predictUs(Coll::kAllReduce, Algo::kRing, 1ull << 30, c, p) <
+        predictUs(Coll::kAllReduce, Algo::kRecursiveDoubling, 1ull << 30, c, p));
+  Selector s = make(c);
+  CHECK(s.pick(Coll::kAllReduce, 8) == Algo::kRecursiveDoubling);
+  CHECK(s.pick(Coll::kAllReduce, 1ull << 30) != Algo::kRecursiveDoubling);
+  // Not applicable: infinite. Hierarchical on one host, and pairs that have no builder.
+  CHECK(std::isinf(predictUs(Coll::kAllReduce, Algo::kHierarchical, 1 << 20, c, p)));
+  CHECK(std::isinf(predictUs(Coll::kBroadcast, Algo::kRabenseifner, 1 << 20, c, p)));
+  // Time grows with size for every algorithm.
+  for (int a = 0; a < kNumAlgos; ++a)
+    for (uint64_t b = 1; b < (1ull << 34); b <<= 4) {
+      double t0 = predictUs(Coll::kAllReduce, static_cast<Algo>(a), b, c, p),
+             t1 = predictUs(Coll::kAllReduce, static_cast<Algo>(a), b << 4, c, p);
+      if (!std::isinf(t0)) CHECK(t1 >= t0);
+    }
+}
+
+TEST_CASE("across hosts with a slow network, hierarchical keeps most bytes on the fast links", "[unit][select]") {
+  CostParams p = CostParams::defaults();
+  p.interGbps = p.intraGbps / 10;
+  const ClusterShape c = ClusterShape::blocks(16, 2, 16);  // 2 hosts x 8 ranks
+  CHECK(c.nhosts == 2);
+  CHECK(c.hostSize[0] == 8);
+  CHECK(predictUs(Coll::kAllReduce, Algo::kHierarchical, 1ull << 28, c, p) <
+        predictUs(Coll::kAllReduce, Algo::kRing, 1ull << 28, c, p));
+  // Uneven blocks: 5 ranks on 2 hosts -> 3 + 2.
+  const ClusterShape u = ClusterShape::blocks(5, 2, 4);
+  CHECK(u.hostSize[0] == 3);
+  CHECK(u.hostSize[1] == 2);
+  CHECK_FALSE(u.oversubscribed());
+  CHECK(ClusterShape::single(8, 2).oversubscribed());
+}
+
+TEST_CASE("cost overrides from the environment are validated", "[unit][select]") {
+  CostParams p = CostParams::defaults();
+  setenv("BRAID_COST_INTER_GBPS", "0", 1);
+  Status st = p.applyEnv();
+  CHECK(st.code() == braidInvalidArgument);
+  CHECK(st.message().find("BRAID_COST_INTER_GBPS") != std::string::npos);
+  CHECK(p.interGbps == CostParams::defaults().interGbps);  // unchanged on failure
+  setenv("BRAID_COST_INTER_GBPS", "fast", 1);
+  CHECK_FALSE(p.applyEnv().ok());
+  setenv("BRAID_COST_INTER_GBPS", "25.5", 1);
+  REQUIRE(p.applyEnv().ok());
+  CHECK(p.interGbps == 25.5);
+  unsetenv("BRAID_COST_INTER_GBPS");
+}

@@ -1,0 +1,209 @@
+// braid-topo: shows the machine as braid sees it (tree, GPU/NIC matrix, what detection could not
+// find), as JSON or Graphviz, and writes or reads topology files (topology/FORMAT.md) so that a
+// machine we do not have can be inspected and planned for.
+//
+// main() parses the command line into Options and dispatches to one run* function per mode. The
+// lead's modes (--plan, --config) have their hooks below: runPlan and runConfig.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "topology/topology.h"
+
+namespace braid::topo {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;  // detection or a write failed
+constexpr int kExitUsage = 2;   // bad option, unreadable or malformed file
+
+const char kUsage[] =
+    "usage: braid-topo [options]\n"
+    "Shows this machine as braid sees it: the hardware tree, the GPU/NIC connectivity matrix and\n"
+    "what detection could not find.\n"
+    "  --load FILE     read a topology file (topology/FORMAT.md) instead of detecting\n"
+    "  --dump FILE     write the machine, with the cost constants in effect, to FILE\n"
+    "  --json          print the machine as JSON instead of text\n"
+    "  --dot           print the machine as a Graphviz digraph instead of text\n"
+    "  --plan          predicted cost of each algorithm for a cluster (--ranks N [--hosts H] [--coll C])\n"
+    "  --config        list every BRAID_* variable with its default and help\n"
+    "  -h, --help      this text\n"
+    "Exit status: 0 ok, 1 detection or writing failed, 2 bad usage or unreadable/malformed file.\n";
+
+enum class Mode { kShow, kJson, kDot, kPlan, kConfig, kHelp };
+
+struct Options {
+  Mode mode = Mode::kShow;
+  std::string load;  // --load FILE: the machine comes from this file
+  std::string dump;  // --dump FILE
+  // --plan (the lead's): the cluster to plan for. 0 = not given.
+  int ranks = 0;
+  int hosts = 0;
+  std::string coll;
+};
+
+// Fails with a message on stderr naming the problem; true on success.
+bool parseInt(const char* opt, const char* s, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < 1 || v > (1 << 24)) {
+    fprintf(stderr, "braid-topo: %s wants a positive integer, got '%s'\n", opt, s);
+    return false;
+  }
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool setMode(Options* o, Mode m, const char* opt) {
+  if (o->mode != Mode::kShow && o->mode != m) {
+    fprintf(stderr, "braid-topo: %s cannot be combined with the other output options\n", opt);
+    return false;
+  }
+  o->mode = m;
+  return true;
+}
+
+bool parseOptions(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&](const char** v) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "braid-topo: %s wants a value\n", argv[i]);
+        return false;
+      }
+      *v = argv[++i];
+      return true;
+    };
+    const char* v = nullptr;
+    if (a == "-h" || a == "--help") {
+      o->mode = Mode::kHelp;
+      return true;
+    } else if (a == "--json") {
+      if (!setMode(o, Mode::kJson, argv[i])) return false;
+    } else if (a == "--dot") {
+      if (!setMode(o, Mode::kDot, argv[i])) return false;
+    } else if (a == "--plan") {
+      if (!setMode(o, Mode::kPlan, argv[i])) return false;
+    } else if (a == "--config") {
+      if (!setMode(o, Mode::kConfig, argv[i])) return false;
+    } else if (a == "--load") {
+      if (!value(&v)) return false;
+      o->load = v;
+    } else if (a == "--dump") {
+      if (!value(&v)) return false;
+      o->dump = v;
+    } else if (a == "--ranks") {
+      if (!value(&v) || !parseInt("--ranks", v, &o->ranks)) return false;
+    } else if (a == "--hosts") {
+      if (!value(&v) || !parseInt("--hosts", v, &o->hosts)) return false;
+    } else if (a == "--coll") {
+      if (!value(&v)) return false;
+      o->coll = v;
+    } else {
+      fprintf(stderr, "braid-topo: unknown option '%s' (try --help)\n", argv[i]);
+      return false;
+    }
+  }
+  if (o->mode != Mode::kPlan && (o->ranks || o->hosts || !o->coll.empty())) {
+    fprintf(stderr, "braid-topo: --ranks, --hosts and --coll go with --plan\n");
+    return false;
+  }
+  return true;
+}
+
+// The machine to show: loaded (with the file's cost and cluster) or detected. The cost in effect is
+// the file's cost line, else CostParams::defaults(), then BRAID_COST_* overrides either way.
+// Returns an exit status.
+int loadOrDetect(const Options& o, TopoFile* f) {
+  if (!o.load.empty()) {
+    Status s = loadTopoFile(o.load, f);
+    if (!s.ok()) {
+      fprintf(stderr, "braid-topo: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  } else {
+    Status s = detectMachine(&f->machine);
+    if (!s.ok()) {
+      fprintf(stderr, "braid-topo: detecting this machine: %s\n", s.message().c_str());
+      return kExitFailed;
+    }
+    f->comments = {" braid-topo --dump of host " + f->machine.hostname + "; format: topology/FORMAT.md"};
+  }
+  if (!f->hasCost) f->cost = CostParams::defaults();
+  f->hasCost = true;
+  Status s = f->cost.applyEnv();
+  if (!s.ok()) {
+    fprintf(stderr, "braid-topo: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+int runShow(const TopoFile& f) {
+  const Machine& m = f.machine;
+  std::string out = renderTree(m) + "\n" + renderMatrix(m);
+  if (!m.missing.empty()) {
+    out += "\nmissing:\n";
+    for (const std::string& s : m.missing) out += "  " + s + "\n";
+  }
+  fputs(out.c_str(), stdout);
+  return kExitOk;
+}
+
+// ---- hooks for the lead: replace these two ----
+
+// --plan --ranks N [--hosts H] [--coll C]: the cost model's prediction per algorithm for that
+// cluster on this (or the loaded) machine.
+int runPlan(const Options& o, const TopoFile& f) {
+  fprintf(stderr, "braid-topo: --plan: not yet\n");
+  return kExitFailed;
+}
+
+// --config: every BRAID_* knob (src/config.h allParams()) with default and help.
+int runConfig(const Options& o) {
+  fprintf(stderr, "braid-topo: --config: not yet\n");
+  return kExitFailed;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  if (!parseOptions(argc, argv, &o)) return kExitUsage;
+  if (o.mode == Mode::kHelp) {
+    fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (o.mode == Mode::kConfig) return runConfig(o);
+  TopoFile f;
+  if (int rc = loadOrDetect(o, &f); rc != kExitOk) return rc;
+  if (!o.dump.empty()) {
+    Status s = dumpTopoFile(o.dump, f);
+    if (!s.ok()) {
+      fprintf(stderr, "braid-topo: %s\n", s.message().c_str());
+      return kExitFailed;
+    }
+    fprintf(stderr, "braid-topo: wrote %s (%zu nodes)\n", o.dump.c_str(), f.machine.nodes.size());
+  }
+  switch (o.mode) {
+    case Mode::kJson:
+      fputs(renderJson(f).c_str(), stdout);
+      return kExitOk;
+    case Mode::kDot:
+      fputs(renderDot(f.machine).c_str(), stdout);
+      return kExitOk;
+    case Mode::kPlan:
+      return runPlan(o, f);
+    case Mode::kShow:
+      return o.dump.empty() ? runShow(f) : kExitOk;  // --dump alone only writes
+    default:
+      return kExitOk;
+  }
+}
+
+}  // namespace
+}  // namespace braid::topo
+
+int main(int argc, char** argv) { return braid::topo::run(argc, argv); }
