@@ -2,8 +2,8 @@
 // find), as JSON or Graphviz, and writes or reads topology files (topology/FORMAT.md) so that a
 // machine we do not have can be inspected and planned for.
 //
-// main() parses the command line into Options and dispatches to one run* function per mode. The
-// lead's modes (--plan, --config) have their hooks below: runPlan and runConfig.
+// main() parses the command line into Options and dispatches to one run* function per mode; --plan
+// and --config print through tools/braid_topo_plan.cc.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "tools/braid_topo_plan.h"
 #include "topology/topology.h"
 
 namespace braid::topo {
@@ -28,7 +29,8 @@ const char kUsage[] =
     "  --dump FILE     write the machine, with the cost constants in effect, to FILE\n"
     "  --json          print the machine as JSON instead of text\n"
     "  --dot           print the machine as a Graphviz digraph instead of text\n"
-    "  --plan          predicted cost of each algorithm for a cluster (--ranks N [--hosts H] [--coll C])\n"
+    "  --plan          the algorithm the selector picks per size for a cluster, its predicted time and\n"
+    "                  busbw, and the runner-up (--ranks N [--hosts H] [--coll C]; BRAID_ALGO applies)\n"
     "  --config        list every BRAID_* variable with its default and help\n"
     "  -h, --help      this text\n"
     "Exit status: 0 ok, 1 detection or writing failed, 2 bad usage or unreadable/malformed file.\n";
@@ -154,20 +156,26 @@ int runShow(const TopoFile& f) {
   return kExitOk;
 }
 
-// ---- hooks for the lead: replace these two ----
-
-// --plan --ranks N [--hosts H] [--coll C]: the cost model's prediction per algorithm for that
-// cluster on this (or the loaded) machine.
+// --plan --ranks N [--hosts H] [--coll C]: what the selector picks at each size for that cluster of
+// this (or the loaded) machine, with the same cost constants and BRAID_ALGO the library would use.
+// Without --ranks, a loaded file's cluster line gives the cluster.
 int runPlan(const Options& o, const TopoFile& f) {
-  fprintf(stderr, "braid-topo: --plan: not yet\n");
-  return kExitFailed;
+  ClusterShape cluster;
+  if (o.ranks > 0) {
+    cluster = ClusterShape::blocks(o.ranks, o.hosts > 0 ? o.hosts : 1, f.machine.cores);
+  } else if (f.hasCluster) {
+    cluster = f.cluster;
+  } else {
+    fprintf(stderr, "braid-topo: --plan wants --ranks N (or --load a file with a cluster line)\n");
+    return kExitUsage;
+  }
+  const char* approx = getenv("BRAID_APPROXIMATE");
+  const char* algo = getenv("BRAID_ALGO");
+  return tools::printPlan(cluster, f.cost, o.coll.empty() ? "allreduce" : o.coll, algo != nullptr ? algo : "",
+                          approx != nullptr && strcmp(approx, "0") != 0 && approx[0] != '\0');
 }
 
-// --config: every BRAID_* knob (src/config.h allParams()) with default and help.
-int runConfig(const Options& o) {
-  fprintf(stderr, "braid-topo: --config: not yet\n");
-  return kExitFailed;
-}
+int runConfig(const Options&) { return tools::printConfig(); }
 
 int run(int argc, char** argv) {
   Options o;

@@ -18,6 +18,7 @@
 // with no fold and odd L is that impossible (round 0 would write the buffer it sends); the result
 // then lands in scratch and one local copy moves it. Chunks are independent chains, so round k+1 of
 // a chunk starts as soon as round k of that chunk is done.
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -52,13 +53,14 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
   const uint64_t cell = cellBytesFor(a.elemSize, a.chunkBytes), chunks = (bytes + cell - 1) / cell;
   auto chunk = [&](uint64_t c) { return Range{c * cell, std::min(bytes, (c + 1) * cell) - c * cell}; };
   const int partner = foldPartner(r, n), v = foldVrank(r, n);
-
+  auto add = [&](StepKind kind, int peer, BufRef dst, BufRef src, uint64_t c, int32_t dep0, int32_t dep1) {
+    return plan->add(Step{kind, peer, dst, src, chunk(c).count, {dep0, dep1}});
+  };
+  auto at = [&](Buf b, uint64_t c) { return BufRef{b, chunk(c).offset}; };
   if (v < 0) {  // folded away: hand the buffer over, get the result back
     std::vector<int32_t> sent(chunks);
-    for (uint64_t c = 0; c < chunks; ++c)
-      sent[c] = plan->add(Step{StepKind::kSend, partner, {}, BufRef{input, chunk(c).offset}, chunk(c).count, {-1, -1}});
-    for (uint64_t c = 0; c < chunks; ++c)
-      plan->add(Step{StepKind::kRecv, partner, recvBuf(chunk(c).offset), {}, chunk(c).count, {sent[c], -1}});
+    for (uint64_t c = 0; c < chunks; ++c) sent[c] = add(StepKind::kSend, partner, {}, at(input, c), c, -1, -1);
+    for (uint64_t c = 0; c < chunks; ++c) add(StepKind::kRecv, partner, at(Buf::kRecv, c), {}, c, sent[c], -1);
     return;
   }
 
@@ -80,44 +82,31 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
   if (folded) {
     const Buf dst = target(w++);
     for (uint64_t c = 0; c < chunks; ++c)
-      st[c].writer = plan->add(Step{StepKind::kRecvReduce,
-                                    partner,
-                                    BufRef{dst, chunk(c).offset},
-                                    BufRef{input, chunk(c).offset},
-                                    chunk(c).count,
-                                    {-1, -1}});
+      st[c].writer = add(StepKind::kRecvReduce, partner, at(dst, c), at(input, c), c, -1, -1);
     cur = dst;
   }
   for (int k = 0; k < rounds; ++k, ++w) {
     const int peer = foldRank(v ^ (1 << k), n);
     const Buf dst = target(w);
     for (uint64_t c = 0; c < chunks; ++c) {
-      const Range ch = chunk(c);
       ChunkState& s = st[c];
-      const int32_t send = plan->add(Step{StepKind::kSend, peer, {}, BufRef{cur, ch.offset}, ch.count, {s.writer, -1}});
-      // dst was last sent by the previous round (and written the round before, which that send
-      // waited for): waiting for that send covers both.
-      s.writer = plan->add(Step{StepKind::kRecvReduce,
-                                peer,
-                                BufRef{dst, ch.offset},
-                                BufRef{cur, ch.offset},
-                                ch.count,
-                                {s.writer, s.reader[bufIndex(dst)]}});
+      const int32_t send = add(StepKind::kSend, peer, {}, at(cur, c), c, s.writer, -1);
+      // dst was written two rounds ago and, in the previous round, sent (reader) and read as the
+      // source of the write (writer): waiting for those two covers all three.
+      s.writer = add(StepKind::kRecvReduce, peer, at(dst, c), at(cur, c), c, s.writer, s.reader[bufIndex(dst)]);
       s.reader[bufIndex(cur)] = send;
     }
     cur = dst;
   }
   for (uint64_t c = 0; c < chunks; ++c) {
-    const Range ch = chunk(c);
     ChunkState& s = st[c];
     if (viaScratch)
-      s.writer = plan->add(
-          Step{StepKind::kCopy, -1, recvBuf(ch.offset), scratchBuf(ch.offset), ch.count, {s.writer, s.reader[1]}});
-    if (a.avg) s.writer = plan->add(Step{StepKind::kScale, -1, recvBuf(ch.offset), {}, ch.count, {s.writer, -1}});
+      s.writer = add(StepKind::kCopy, -1, at(Buf::kRecv, c), at(Buf::kScratch, c), c, s.writer,
+                     s.reader[bufIndex(Buf::kRecv)]);
+    if (a.avg) s.writer = add(StepKind::kScale, -1, at(Buf::kRecv, c), {}, c, s.writer, -1);
   }
   if (folded) {
-    for (uint64_t c = 0; c < chunks; ++c)
-      plan->add(Step{StepKind::kSend, partner, {}, recvBuf(chunk(c).offset), chunk(c).count, {st[c].writer, -1}});
+    for (uint64_t c = 0; c < chunks; ++c) add(StepKind::kSend, partner, {}, at(Buf::kRecv, c), c, st[c].writer, -1);
   }
 }
 

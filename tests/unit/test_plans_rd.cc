@@ -2,6 +2,7 @@
 // (algorithms/patterns/recursive.h, hosts.h) checked alone, and their plans checked without a network
 // by the simulator (plan_sim.h): a byte reduced twice, a size mismatch, a race, a deadlock or a wrong
 // final buffer fails the test.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <set>

@@ -184,12 +184,12 @@ TEST_CASE("detectMachine sees this machine", "[unit][topo]") {
   CHECK(m.count(NodeKind::kNuma) >= 1);
   CHECK(m.cores >= 1);
   CHECK(m.pus >= m.cores);
+  if (m.count(NodeKind::kGpu) == 0) {  // said, not silently left out
+    CHECK(std::find(m.missing.begin(), m.missing.end(), "no GPUs found") != m.missing.end());
+  }
 #else
   CHECK(!m.missing.empty());
 #endif
-  if (m.count(NodeKind::kGpu) == 0) {
-    CHECK(std::find(m.missing.begin(), m.missing.end(), "no GPUs found") != m.missing.end());
-  }
   CHECK(renderTree(m).rfind("Machine", 0) == 0);
 }
 

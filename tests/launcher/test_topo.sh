@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016  # check() evaluates its single-quoted conditions later
+# Behaviour checks for braid-topo: the tree and matrix, --json, --dot, --config, --dump/--load, and
+# --plan (a dump loaded back plans exactly as the detected machine; a 128-host example plans every
+# size), plus its errors. Usage: test_topo.sh path/to/braid-topo SOURCE_DIR. Runs in about 2 s.
+set -euo pipefail
+
+if [[ $# -ne 2 || ! -x $1 || ! -d $2/topology/examples ]]; then
+  echo "usage: $0 path/to/braid-topo SOURCE_DIR" >&2
+  exit 2
+fi
+BT=$1
+EX=$2/topology/examples
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+unset BRAID_ALGO BRAID_APPROXIMATE BRAID_TOPO_FILE BRAID_CHUNK_SIZE
+for v in $(env | grep -o '^BRAID_COST_[A-Z_]*'); do unset "$v"; done
+
+passed=0
+failed=0
+check() {
+  if eval "$2"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $1 [$2] rc=$rc" >&2
+    sed 's/^/  stdout: /' "$TMP/out" | head -20 >&2
+    sed 's/^/  stderr: /' "$TMP/err" | head -20 >&2
+  fi
+}
+run() {
+  set +e
+  "$BT" "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  set -e
+}
+
+run
+check "tree and matrix" '[[ $rc == 0 ]] && grep -q "^Machine" $TMP/out && grep -q "Package" $TMP/out && grep -q "Core" $TMP/out && grep -q "Legend" $TMP/out'
+
+run --json
+check "json parses" '[[ $rc == 0 ]] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d[\"machine\"]" $TMP/out'
+
+run --dot
+check "dot" '[[ $rc == 0 ]] && head -1 $TMP/out | grep -q "^digraph" && tail -1 $TMP/out | grep -q "}"'
+
+BRAID_TIMEOUT=77 run --config
+check "config lists the knobs with value, default and help" '[[ $rc == 0 ]] && grep -Eq "^BRAID_TIMEOUT +300 +77 " $TMP/out && grep -q "^BRAID_ALGO " $TMP/out && grep -q "^BRAID_TOPO_FILE " $TMP/out && grep -q "^BRAID_COST_INTER_GBPS " $TMP/out'
+check "config: one line per declared knob" '[[ $(grep -c "^BRAID_" $TMP/out) == $(grep -c "^ *{\"BRAID_" '"$2"'/src/config.cc) ]]'
+
+run --dump "$TMP/me.topo"
+check "dump" '[[ $rc == 0 ]] && head -1 $TMP/me.topo | grep -qx "braid-topology 1" && grep -q "^cost " $TMP/me.topo'
+for layout in "4 1" "8 1" "6 2" "16 4"; do
+  set -- $layout
+  run --plan --ranks "$1" --hosts "$2"
+  cp "$TMP/out" "$TMP/detected"
+  run --plan --ranks "$1" --hosts "$2" --load "$TMP/me.topo"
+  check "plan from a dump equals plan from detection ($layout)" '[[ $rc == 0 ]] && cmp -s $TMP/out $TMP/detected'
+done
+
+for f in "$EX"/*.topo; do
+  run --load "$f"
+  check "example $(basename "$f") loads and renders" '[[ $rc == 0 ]] && grep -q "^Machine" $TMP/out'
+done
+run --load "$EX/dgx-h100.topo"
+check "dgx matrix: NVLink between GPUs, PIX to the NIC beside each" 'grep -q "NV18" $TMP/out && grep -q "PIX" $TMP/out'
+
+run --plan --load "$EX/dgx-h100.topo" --ranks 1024 --hosts 128
+check "plan for 128 hosts x 8 GPUs: every size 8 B .. 1 GiB" '[[ $rc == 0 ]] && [[ $(grep -cE "^ +[0-9]+ (B|KiB|MiB|GiB) " $TMP/out) == 28 ]] && grep -q "1024 ranks, 128 hosts" $TMP/out'
+run --plan --load "$EX/dgx-h100.topo" --coll broadcast --ranks 16 --hosts 2
+check "plan for broadcast" '[[ $rc == 0 ]] && grep -qE "^ +1 GiB +(ring|tree) " $TMP/out'
+BRAID_ALGO=allreduce:tree run --plan --ranks 8
+check "plan follows BRAID_ALGO" '[[ $rc == 0 ]] && [[ $(grep -cE "^ +[0-9]+ (B|KiB|MiB|GiB) +tree " $TMP/out) == 28 ]]'
+
+run --bogus
+check "unknown option: exit 2" '[[ $rc == 2 ]] && grep -q "bogus" $TMP/err'
+run --load /nonexistent.topo
+check "unreadable file: exit 2" '[[ $rc == 2 ]] && grep -q "nonexistent" $TMP/err'
+printf 'braid-topology 99\n' >"$TMP/bad.topo"
+run --load "$TMP/bad.topo"
+check "bad version: exit 2 naming the line" '[[ $rc == 2 ]] && grep -q "bad.topo:1" $TMP/err'
+BRAID_ALGO=allreduce:nope run --plan --ranks 4
+check "bad BRAID_ALGO: exit 2" '[[ $rc == 2 ]] && grep -q "unknown algorithm" $TMP/err'
+run --plan
+check "--plan without a cluster: exit 2" '[[ $rc == 2 ]] && grep -q "ranks" $TMP/err'
+run --plan --ranks 4 --coll gather
+check "--plan with an unknown collective: exit 2" '[[ $rc == 2 ]] && grep -q "gather" $TMP/err'
+
+echo "braid-topo: $passed passed, $failed failed"
+[[ $failed == 0 ]]

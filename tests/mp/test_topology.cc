@@ -1,0 +1,123 @@
+// The selector on real communicators: a dumped topology loaded back reproduces the algorithm table,
+// BRAID_ALGO errors stop init on every rank, and ranks that would choose differently are refused.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "src/comm.h"
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Writes each rank's table to prefix.<rank>.
+std::vector<RankResult> tables(int n, const Env& env, const std::string& prefix) {
+  return runComm(
+      n, env,
+      [&](braidComm_t comm, int rank, int) {
+        std::ofstream(prefix + "." + std::to_string(rank)) << comm->selector.describe();
+        return 0;
+      },
+      120, [n](int rank) { setenv("BRAID_HOSTID", rank < n / 2 ? "emuA" : "emuB", 1); });
+}
+
+// Runs init on n ranks where rank r's environment is env(r); every rank must fail with `code` and a
+// message containing `needle`.
+void expectInitFailure(int n, const std::function<void(int)>& env, braidResult_t code, const char* needle) {
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(n, {{"BRAID_TIMEOUT", "30"}}, [&](int rank, int size) {
+    env(rank);
+    braidComm_t c = nullptr;
+    braidResult_t r = braidCommInitRank(&c, size, id, rank);
+    if (r != code)
+      return fail(rank, "init gave %s, expected %s: %s", braidGetErrorString(r), braidGetErrorString(code),
+                  braidGetLastError());
+    if (strstr(braidGetLastError(), needle) == nullptr)
+      return fail(rank, "message lacks '%s': %s", needle, braidGetLastError());
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+}  // namespace
+
+TEST_CASE("a dumped topology, loaded back, gives the same algorithm table", "[mp][topo]") {
+  char dir[] = "/tmp/braid-topo-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string d = dir, dump = d + "/machine.topo";
+  auto res = tables(4, {{"BRAID_TOPO_DUMP_FILE", dump}}, d + "/detected");
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+  const std::string file = readFile(dump);
+  REQUIRE(file.rfind("braid-topology 1", 0) == 0);
+  CHECK(file.find("cluster ranks=4") != std::string::npos);
+  res = tables(4, {{"BRAID_TOPO_FILE", dump}}, d + "/loaded");
+  REQUIRE(allOk(res));
+  const std::string detected = readFile(d + "/detected.0");
+  REQUIRE_FALSE(detected.empty());
+  for (int r = 0; r < 4; ++r) {
+    CHECK(readFile(d + "/detected." + std::to_string(r)) == detected);  // every rank agrees
+    CHECK(readFile(d + "/loaded." + std::to_string(r)) == detected);
+  }
+  // A file that says otherwise changes the choice: a network 1000x slower keeps large AllReduces off it.
+  std::string slow = file;
+  size_t at = slow.find("inter_gbps=");
+  REQUIRE(at != std::string::npos);
+  slow.replace(at, slow.find_first_of(" \n", at) - at, "inter_gbps=0.002");
+  std::ofstream(d + "/slow.topo") << slow;
+  res = tables(4, {{"BRAID_TOPO_FILE", d + "/slow.topo"}}, d + "/slow");
+  REQUIRE(allOk(res));
+  CHECK(readFile(d + "/slow.0") != detected);
+  CHECK(system(("rm -rf " + d).c_str()) == 0);
+}
+
+TEST_CASE("BRAID_ALGO: an unknown name fails init on every rank; ranks that disagree are refused", "[mp][topo]") {
+  expectInitFailure(
+      2, [](int) { setenv("BRAID_ALGO", "allreduce:bogus", 1); }, braidInvalidArgument, "unknown algorithm 'bogus'");
+  expectInitFailure(
+      2, [](int) { setenv("BRAID_ALGO", "broadcast:rabenseifner", 1); }, braidInvalidArgument,
+      "broadcast has no algorithm 'rabenseifner'");
+  expectInitFailure(
+      3, [](int rank) { setenv("BRAID_ALGO", rank == 1 ? "allreduce:tree" : "allreduce:ring", 1); }, braidInvalidUsage,
+      "different algorithm table");
+  expectInitFailure(
+      2, [](int) { setenv("BRAID_TOPO_FILE", "/nonexistent/braid.topo", 1); }, braidSystemError,
+      "BRAID_TOPO_FILE: open topology file /nonexistent/braid.topo");
+}
+
+TEST_CASE("the algorithm named by BRAID_ALGO is the one that runs", "[mp][topo]") {
+  for (const char* algo : {"ring", "tree", "rabenseifner", "recursive_doubling"}) {
+    auto res = runComm(3, {{"BRAID_ALGO", std::string("allreduce:") + algo}}, [&](braidComm_t comm, int rank, int) {
+      std::vector<int32_t> buf(1000, rank + 1);
+      CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidInt32, braidSum, comm, nullptr));
+      for (int32_t v : buf)
+        if (v != 6) return fail(rank, "%s: got %d", algo, v);
+      for (uint64_t bytes : {8ull, 4000ull, 1ull << 26})
+        if (comm->selector.pick(braid::Coll::kAllReduce, bytes) != [&] {
+              braid::Algo a;
+              braid::parseAlgo(algo, &a);
+              return a;
+            }())
+          return fail(rank, "%s not picked at %llu bytes", algo, static_cast<unsigned long long>(bytes));
+      return 0;
+    });
+    INFO(algo << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
