@@ -185,6 +185,17 @@ static Status waitFd(int fd, short events, Deadline deadline, const char* what) 
   }
 }
 
+namespace {
+bool connectedToSelf(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t llen = sizeof(local), plen = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0)
+    return false;
+  return llen == plen && memcmp(&local, &peer, llen) == 0;
+}
+}  // namespace
+
 Status connectTo(const SockAddr& addr, Deadline deadline, Fd* fd) {
   int delayMs = 10;
   for (;;) {
@@ -198,7 +209,12 @@ Status connectTo(const SockAddr& addr, Deadline deadline, Fd* fd) {
       socklen_t len = sizeof(err);
       getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     }
-    if (err == 0) {
+    if (err == 0 && connectedToSelf(s.get())) {
+      // TCP simultaneous open: with nobody listening yet, a connect to a local port can pick that
+      // very port as its ephemeral source and connect to itself. Drop it (freeing the port for the
+      // listener) and try again.
+      err = ECONNREFUSED;
+    } else if (err == 0) {
       BRAID_TRY(setNonBlocking(s.get(), false));
       *fd = std::move(s);
       return okStatus();
