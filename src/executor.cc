@@ -143,13 +143,15 @@ Op* Engine::takeOp() {
 
 void Engine::releaseOp(Op* op) {
   lock();
+  if (op->planUsers != nullptr) --*op->planUsers;
+  op->planUsers = nullptr;
   op->state.store(Op::kFree, std::memory_order_relaxed);
   op->error.clear();
   free_.push_back(op);
   unlock();
 }
 
-const Plan* Engine::planFor(const CollArgs& shape) {
+const Plan* Engine::planFor(const CollArgs& shape, uint32_t** users) {
   PlanKey key{shape.count,
               shape.elemSize,
               shape.root,
@@ -161,16 +163,22 @@ const Plan* Engine::planFor(const CollArgs& shape) {
   auto it = plans_.find(key);
   if (it != plans_.end()) {
     BRAID_INFO(kLogPlan, "plan %s/%s rank %d: %zu steps (built earlier, shown then)", collName(shape.coll),
-               it->second->algorithm, shape.rank, it->second->steps.size());
-    return it->second.get();
+               it->second.plan->algorithm, shape.rank, it->second.plan->steps.size());
+    *users = &it->second.users;
+    ++it->second.users;
+    return it->second.plan.get();
   }
-  // Bounded: a framework with ever-changing sizes must not grow this without end.
-  if (plans_.size() >= 512) plans_.clear();
+  // Bounded: a framework with ever-changing sizes must not grow this without end. Plans that an op
+  // still runs stay (map references survive other erasures).
+  if (plans_.size() >= kMaxCachedPlans) std::erase_if(plans_, [](const auto& kv) { return kv.second.users == 0; });
   auto plan = std::make_unique<Plan>();
   buildPlan(shape, plan.get());
   BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
   const Plan* p = plan.get();
-  plans_.emplace(key, std::move(plan));
+  CachedPlan& entry = plans_[key];
+  entry.plan = std::move(plan);
+  entry.users = 1;
+  *users = &entry.users;
   return p;
 }
 
@@ -207,7 +215,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
     return failure();
   }
   Op* op = takeOp();
-  op->plan = planFor(a.shape);
+  op->plan = planFor(a.shape, &op->planUsers);
   op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(a.send));
   op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(a.recv);
   op->dtype = a.dtype;

@@ -45,7 +45,8 @@ struct braidRequest {
 
   // Execution state (engine lock).
   const braid::Plan* plan = nullptr;
-  braid::Plan ownedPlan;  // point-to-point groups build their plan per call
+  braid::Plan ownedPlan;          // point-to-point groups build their plan per call
+  uint32_t* planUsers = nullptr;  // the cache entry's count of ops running its plan
   braid::Coll coll = braid::Coll::kAllReduce;
   uint64_t seq = 0;
   braid::Deadline deadline;
@@ -129,7 +130,8 @@ class Engine {
 
   Op* takeOp();
   void releaseOp(Op* op);
-  const Plan* planFor(const CollArgs& shape);
+  // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
+  const Plan* planFor(const CollArgs& shape, uint32_t** users);
   void prepare(Op* op, bool userOwned);
   void wake();
 
@@ -176,7 +178,12 @@ class Engine {
                                    (k.coll << 8) ^ (k.algo << 12) ^ (k.inPlace << 4) ^ k.avg);
     }
   };
-  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  struct CachedPlan {
+    std::unique_ptr<Plan> plan;
+    uint32_t users = 0;  // ops posted with it and not yet released
+  };
+  static constexpr size_t kMaxCachedPlans = 512;
+  std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
   uint64_t epoch_ = 0;
   std::vector<uint64_t> sendBlocked_, recvBlocked_, linkDriven_;  // per rank: == epoch_ when set
   uint64_t seq_ = 0;
