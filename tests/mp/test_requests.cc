@@ -190,7 +190,9 @@ TEST_CASE("braidCommInitFromEnv reads braidrun's and torchrun's variables", "[mp
 TEST_CASE("braidCommAbort from another thread unblocks a waiter on every rank", "[mp][requests][abort]") {
   braidUniqueId id;
   REQUIRE(braidGetUniqueId(&id) == braidSuccess);
-  auto res = forkRanks(3, {{"BRAID_TIMEOUT", "60"}}, [&](int rank, int size) {
+  // The ring pins who talks to whom: rank 1 sends only to rank 2, so rank 0's stuck receive from rank
+  // 1 cannot match one of the AllReduce's messages (with a tree, rank 1 would send to rank 0).
+  auto res = forkRanks(3, {{"BRAID_TIMEOUT", "60"}, {"BRAID_ALGO", "allreduce:ring"}}, [&](int rank, int size) {
     braidComm_t comm = nullptr;
     CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
     std::vector<float> buf(1000, 1.0f);
