@@ -77,19 +77,33 @@ def main():
     ap.add_argument("-f", dest="factor", type=int, default=4)
     ap.add_argument("-n", dest="iters", type=int, default=10)
     ap.add_argument("-w", dest="warmup", type=int, default=3)
+    ap.add_argument("--save", help="write the raw timings (JSON) here")
+    ap.add_argument("--load", help="use raw timings saved earlier instead of measuring (re-evaluates the picks)")
     args = ap.parse_args()
+    saved = {}
+    if args.load:
+        with open(args.load) as f:
+            saved = json.load(f)
     env = dict(os.environ)
     verdicts = []
     for layout in args.layouts.split(","):
         n, hosts = (int(x) for x in layout.split(":"))
         algos = [a for a in ALGOS if a != "hierarchical" or hosts > 1] + ["auto"]
         times = {a: {} for a in algos}
-        for _ in range(args.reps):
-            for a in algos:
-                for size, t in run_perf(args.build, n, hosts, a, args, env).items():
-                    times[a].setdefault(size, []).append(t)
+        if layout in saved:
+            times = {a: {int(k): v for k, v in d.items()} for a, d in saved[layout].items()}
+        else:
+            for _ in range(args.reps):
+                for a in algos:
+                    for size, t in run_perf(args.build, n, hosts, a, args, env).items():
+                        times[a].setdefault(size, []).append(t)
+            saved[layout] = times
+            if args.save:
+                with open(args.save, "w") as f:
+                    json.dump(saved, f)
         pick = picks(args.build, n, hosts, env)
-        print(f"\n### {n} ranks, {hosts} host{'s' if hosts > 1 else ''} (busbw GB/s, out of place, median of {args.reps})\n")
+        reps = len(next(iter(times["ring"].values())))
+        print(f"\n### {n} ranks, {hosts} host{'s' if hosts > 1 else ''} (busbw GB/s, out of place, median of {reps})\n")
         print("| size | " + " | ".join(algos) + " | selector pick | pick / best |")
         print("|---:|" + "---:|" * len(algos) + "---|---:|")
         factor = 2.0 * (n - 1) / n

@@ -3,8 +3,8 @@
 //
 // A graph keeps one side of the mixing per rotation (one for static graphs, ceil(log2 n) for
 // onepeer_exp2) and caches the plans of the shapes it has seen, keyed by (count, element size,
-// in place, rotation). The plans are posted to the engine borrowed (Engine::postPlan), so a call of
-// a known shape allocates nothing.
+// in place, rotation). The ops share them (Engine::postPlan): a call of a known shape allocates
+// nothing, and a graph destroyed while its nonblocking calls run leaves them their plans.
 #include <sched.h>
 
 #include <atomic>
@@ -58,7 +58,7 @@ struct braidGraph {
   // look up (or build, once per shape) and post, never across a wait.
   std::atomic<bool> lock{false};
   uint64_t calls = 0;
-  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  std::unordered_map<PlanKey, std::shared_ptr<const Plan>, PlanKeyHash> plans;  // ops share them
 };
 
 namespace {
@@ -223,9 +223,9 @@ Status postNeighbor(braidGraph* g, const void* send, void* recv, size_t count, b
       ++g->calls;
       return okStatus();
     }
-    it = g->plans.emplace(key, std::move(plan)).first;
+    it = g->plans.emplace(key, std::shared_ptr<const Plan>(std::move(plan))).first;
   }
-  BRAID_TRY(comm->engine->postPlan(it->second.get(), nullptr, send, recv, dt, userOwned, op));
+  BRAID_TRY(comm->engine->postPlan(it->second, nullptr, send, recv, dt, userOwned, op));
   ++g->calls;
   return okStatus();
 }

@@ -39,7 +39,7 @@ static const std::vector<ParamInfo> kParams = {
     {"BRAID_COST_INTRA_GBPS", "12", "cost model: GB/s a rank moves in and out at once within a host"},
     {"BRAID_COST_INTER_ALPHA_US", "10", "cost model: microseconds per message step between hosts"},
     {"BRAID_COST_INTER_GBPS", "2", "cost model: GB/s a rank moves in and out at once between hosts"},
-    {"BRAID_COST_REDUCE_GBPS", "20", "cost model: GB/s of one input a rank reduces"},
+    {"BRAID_COST_REDUCE_GBPS", "40", "cost model: GB/s of one input a rank reduces"},
     {"BRAID_COST_OVERSUB_US", "12", "cost model: extra microseconds per step per extra rank sharing a core"},
     // Algorithms and executor.
     {"BRAID_CHUNK_SIZE", "256K", "pipelining chunk of the ring and chain algorithms, in bytes"},

@@ -145,6 +145,7 @@ void Engine::releaseOp(Op* op) {
   lock();
   if (op->planUsers != nullptr) --*op->planUsers;
   op->planUsers = nullptr;
+  op->sharedPlan.reset();
   op->state.store(Op::kFree, std::memory_order_relaxed);
   op->error.clear();
   free_.push_back(op);
@@ -244,15 +245,16 @@ bool Engine::worthWaking(const Op* op) const {
   return false;
 }
 
-Status Engine::postPlan(const Plan* shared, Plan* owned, const void* send, void* recv, braidDataType_t dtype,
-                        bool userOwned, Op** out) {
+Status Engine::postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const void* send, void* recv,
+                        braidDataType_t dtype, bool userOwned, Op** out) {
   lock();
   if (failed()) {
     unlock();
     return failure();
   }
   Op* op = takeOp();
-  const Plan* plan = shared;
+  const Plan* plan = shared.get();
+  op->sharedPlan = std::move(shared);
   if (owned != nullptr) {
     std::swap(op->ownedPlan, *owned);
     plan = &op->ownedPlan;

@@ -45,8 +45,9 @@ struct braidRequest {
 
   // Execution state (engine lock).
   const braid::Plan* plan = nullptr;
-  braid::Plan ownedPlan;          // point-to-point groups build their plan per call
-  uint32_t* planUsers = nullptr;  // the cache entry's count of ops running its plan
+  braid::Plan ownedPlan;                          // point-to-point groups build their plan per call
+  uint32_t* planUsers = nullptr;                  // the cache entry's count of ops running its plan
+  std::shared_ptr<const braid::Plan> sharedPlan;  // a plan cached outside the engine (postPlan)
   braid::Coll coll = braid::Coll::kAllReduce;
   uint64_t seq = 0;
   braid::Deadline deadline;
@@ -97,10 +98,10 @@ class Engine {
   Status postGroup(Plan* plan, bool userOwned, Op** out);
   // Posts a finalized plan built outside the engine (gossip graphs cache theirs per shape), with
   // `send` and `recv` as its kSend and kRecv buffers and `dtype` for its reductions and weighted
-  // steps. Exactly one of `shared` and `owned` is set: `shared` is borrowed, not copied, and must
-  // stay alive and unchanged until the op completed; `owned` is swapped into the op (as postGroup).
-  Status postPlan(const Plan* shared, Plan* owned, const void* send, void* recv, braidDataType_t dtype, bool userOwned,
-                  Op** out);
+  // steps. Exactly one of `shared` and `owned` is set: the op holds `shared` until it is released
+  // (so the graph that cached it may be destroyed meanwhile); `owned` is swapped into the op.
+  Status postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const void* send, void* recv, braidDataType_t dtype,
+                  bool userOwned, Op** out);
 
   // Drives progress until `op` completed or failed; releases it. Returns its result.
   Status wait(Op* op);

@@ -263,8 +263,8 @@ braidResult_t braidGraphCreate(braidComm_t comm, int nNeighbors, const int* neig
  * set; release it with braidGraphDestroy. Thread-safe. */
 braidResult_t braidGraphCreateNamed(braidComm_t comm, const char* name, braidGraph_t* graph);
 
-/* Frees a graph and its cached plans. Operations posted with it must have completed first (as for
- * their buffers). May be called before or after its communicator is destroyed. NULL or an already
+/* Frees a graph and its cached plans. Nonblocking operations posted with it may still be running:
+ * they keep what they need. May be called before or after its communicator is destroyed. NULL or an already
  * destroyed graph is braidInvalidArgument. Not collective, never blocks. */
 braidResult_t braidGraphDestroy(braidGraph_t graph);
 
