@@ -42,16 +42,6 @@ PeerInfo localInfo(int rank) {
   return me;
 }
 
-// FNV-1a, for deriving agreed values from agreed strings (not a cryptographic hash).
-uint64_t fnv1a(const std::string& s, uint64_t seed) {
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 Status makeTransports(std::vector<std::unique_ptr<Transport>>* out) {
   std::string list = paramString("BRAID_TRANSPORTS");
   size_t pos = 0;
@@ -144,6 +134,15 @@ Status readSettings(double* timeoutSec, uint64_t* chunk) {
 }
 
 }  // namespace
+
+uint64_t fnv1a(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ULL ^ seed;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
 
 Status commInit(const UniqueIdData& id, int nranks, int rank, braidComm** out) {
   auto comm = std::make_unique<braidComm>();

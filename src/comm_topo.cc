@@ -26,15 +26,6 @@ const topo::Machine& localMachine(Status* st) {
   return machine;
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 // BRAID_TOPO_DUMP_FILE with %r (rank) and %h (hostname) expanded.
 std::string dumpPath(const std::string& pattern, int rank, const char* host) {
   std::string out;
@@ -95,7 +86,7 @@ Status setupTopology(braidComm* comm, Deadline deadline) {
 
   BRAID_TRY(comm->selector.init(c, local.cost, paramString("BRAID_ALGO"), comm->approximate));
   const std::string table = comm->selector.describe();
-  uint64_t mine = fnv1a(table);
+  uint64_t mine = fnv1a(table, 0);
   std::vector<uint64_t> all(n);
   BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
   for (int r = 0; r < n; ++r)
