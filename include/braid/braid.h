@@ -137,6 +137,24 @@ braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
  * message is in braidGetLastError(). */
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
 
+/* The ranks this rank knows to have failed (died, stopped answering heartbeats, or aborted), in
+ * increasing order: up to `max` of them into ranks[], their number into *n. Works on a failed
+ * communicator; never blocks. Feed the list to braidCommShrink. */
+braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* ranks, int max, int* n);
+
+/* Builds a new communicator of every rank of `comm` except excludeRanks[0..nExclude-1], without the
+ * launcher: collective over the survivors, who must pass the same set (in any order); the excluded
+ * ranks do not call it. Ranks keep their relative order (new rank = old rank minus the excluded
+ * ranks below it). Works on a failed communicator (that is its purpose); `comm` stays valid and must
+ * still be destroyed (or aborted). *newcomm is set on success only. */
+braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int nExclude, braidComm_t* newcomm);
+
+/* Splits `comm` into one communicator per color: ranks with the same color form one, ordered by
+ * key, ties by old rank. Collective over every rank of `comm`, which must be healthy. A rank passing
+ * BRAID_SPLIT_NOCOLOR joins none and gets *newcomm = NULL. */
+#define BRAID_SPLIT_NOCOLOR (-1)
+braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
+
 /* ---- Collectives -------------------------------------------------------------------------------
  * Blocking forms return when the result is in recvbuff. Nonblocking forms (braidI...) return at
  * once with *request set; the buffers belong to braid until braidTest reports done or braidWait
