@@ -51,8 +51,9 @@ void dropListener(uint64_t commId);
 // braidRemoteError or braidTimeout; `rank` is the culprit); kHeartbeat carries the sender's last
 // posted operation (8 bytes); kProgress (rank 0 to the others, just before a notice) every rank's
 // last reported operation, run-length encoded.
-enum class CtrlType : uint32_t { kAbort = 1, kBye = 2, kTimeout = 3, kHeartbeat = 4, kProgress = 5 };
-constexpr uint32_t kMaxCtrlType = 5;
+// kUsage is a notice of misuse (braidInvalidUsage: mismatched calls).
+enum class CtrlType : uint32_t { kAbort = 1, kBye = 2, kTimeout = 3, kHeartbeat = 4, kProgress = 5, kUsage = 6 };
+constexpr uint32_t kMaxCtrlType = 6;
 
 class Bootstrap {
  public:

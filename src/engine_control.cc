@@ -106,7 +106,9 @@ void Engine::fail(const Status& s, int culprit, bool notify, int skip) {
     if (first) wake();
     return;
   }
-  const CtrlType type = s.code() == braidTimeout ? CtrlType::kTimeout : CtrlType::kAbort;
+  const CtrlType type = s.code() == braidTimeout        ? CtrlType::kTimeout
+                        : s.code() == braidInvalidUsage ? CtrlType::kUsage
+                                                        : CtrlType::kAbort;
   if (comm_->rank == 0) {
     // A stopped culprit gets the notice too: should it wake up, it learns why it was dropped.
     for (int r = 1; r < n; ++r) {
@@ -184,8 +186,12 @@ void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
       BRAID_INFO(kLogInit, "%s left the communicator", comm_->describeRank(peer).c_str());
       break;
     case CtrlType::kAbort:
-    case CtrlType::kTimeout: {
-      Status s(msg.type == CtrlType::kTimeout ? braidTimeout : braidRemoteError, msg.text);
+    case CtrlType::kTimeout:
+    case CtrlType::kUsage: {
+      Status s(msg.type == CtrlType::kTimeout ? braidTimeout
+               : msg.type == CtrlType::kUsage ? braidInvalidUsage
+                                              : braidRemoteError,
+               msg.text);
       // Rank 0 passes a notice on to everyone but its sender; the others apply it.
       if (comm_->rank == 0)
         fail(s, msg.rank, true, peer);

@@ -62,6 +62,7 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
   timeoutSec_ = comm->timeoutSec;
   chunkBytes_ = comm->chunkBytes;
   spinNs_ = paramIntOr("BRAID_SPIN_US", 50) * 1000;
+  checkMismatch_ = paramIntOr("BRAID_CHECK_MISMATCH", 0) != 0;
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;
@@ -171,6 +172,7 @@ const Plan* Engine::planFor(const CollArgs& shape, uint32_t** users) {
   if (plans_.size() >= kMaxCachedPlans) std::erase_if(plans_, [](const auto& kv) { return kv.second.users == 0; });
   auto plan = std::make_unique<Plan>();
   buildPlan(shape, plan.get());
+  if (checkMismatch_) addMismatchCheck(plan.get());
   BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
   const Plan* p = plan.get();
   CachedPlan& entry = plans_[key];
@@ -202,6 +204,18 @@ void Engine::prepare(Op* op, bool userOwned) {
     op->scratchCap = plan->scratchBytes;
   }
   op->bufs[static_cast<int>(Buf::kScratch)] = op->scratch.get();
+  if (plan->checkAt != UINT64_MAX) {
+    CallHeader h{kCallHeaderMagic,
+                 static_cast<uint8_t>(plan->coll),
+                 static_cast<uint8_t>(op->dtype),
+                 static_cast<uint8_t>(op->redop),
+                 static_cast<uint8_t>(0),
+                 op->root,
+                 0,
+                 op->count,
+                 op->seq};
+    memcpy(op->scratch.get() + plan->checkAt, &h, sizeof(h));
+  }
   op->state.store(Op::kRunning, std::memory_order_release);
   active_.push_back(op);
   activeCount_.fetch_add(1);  // seq_cst: pairs with bgSleeping_ (Dekker-style handshake)
@@ -218,6 +232,9 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
   op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(a.send));
   op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(a.recv);
   op->dtype = a.dtype;
+  op->redop = a.op;
+  op->count = a.shape.count;
+  op->root = a.shape.root;
   op->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
   op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
   prepare(op, userOwned);
@@ -376,6 +393,11 @@ bool Engine::reapAndRunLocals(Op* op) {
       scaleBy(op->dtype, resolve(op, s.dst), resolve(op, s.src), s.bytes / dtypeSize(op->dtype), s.weight);
     } else if (s.kind == StepKind::kAxpy) {
       axpy(op->dtype, resolve(op, s.dst), resolve(op, s.src), s.bytes / dtypeSize(op->dtype), s.weight);
+    } else if (s.kind == StepKind::kCheck) {
+      CallHeader mine, theirs;
+      memcpy(&mine, resolve(op, s.dst), sizeof(mine));
+      memcpy(&theirs, resolve(op, s.src), sizeof(theirs));
+      if (!checkHeaders(mine, theirs)) return true;  // failed: failAll() finishes the op
     } else {
       size_t es = dtypeSize(op->dtype);
       scaleDivide(op->dtype, resolve(op, s.dst), s.bytes / es, plan->nranks);
@@ -390,6 +412,35 @@ bool Engine::reapAndRunLocals(Op* op) {
     any = true;
   }
   return any;
+}
+
+namespace {
+std::string describeCall(const CallHeader& h) {
+  if (h.magic != kCallHeaderMagic) return "something that is not a braid collective";
+  const Coll c = static_cast<Coll>(h.coll);
+  char buf[160];
+  int n = snprintf(buf, sizeof(buf), "%s #%llu (count %llu", collName(c), static_cast<unsigned long long>(h.seq),
+                   static_cast<unsigned long long>(h.count));
+  auto more = [&](const char* fmt, auto v) {
+    if (n >= 0 && n < static_cast<int>(sizeof(buf))) n += snprintf(buf + n, sizeof(buf) - n, fmt, v);
+  };
+  if (c != Coll::kBarrier) more(", %s", dtypeName(static_cast<braidDataType_t>(h.dtype)));
+  if (c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter)
+    more(", %s", redopName(static_cast<braidRedOp_t>(h.redop)));
+  if (c == Coll::kBroadcast || c == Coll::kReduce) more(", root %d", h.root);
+  more("%s", ")");
+  return buf;
+}
+}  // namespace
+
+bool Engine::checkHeaders(const CallHeader& mine, const CallHeader& theirs) {
+  if (memcmp(&mine, &theirs, sizeof(mine)) == 0) return true;
+  const int prev = (comm_->rank + comm_->nranks - 1) % comm_->nranks;
+  fail(errorf(braidInvalidUsage, "mismatched calls: %s called %s, but %s called %s (BRAID_CHECK_MISMATCH)",
+              comm_->describeRank(prev).c_str(), describeCall(theirs).c_str(), comm_->describeRank(comm_->rank).c_str(),
+              describeCall(mine).c_str()),
+       -1, true);
+  return false;
 }
 
 void Engine::failAll() {

@@ -54,6 +54,9 @@ struct braidRequest {
   braid::Deadline deadline;
   char* bufs[braid::kNumBufs] = {};
   braidDataType_t dtype = braidFloat32;
+  braidRedOp_t redop = braidSum;  // for the mismatch check's header
+  uint64_t count = 0;
+  int32_t root = -1;
   braid::ReduceKernel kernel = nullptr;
   braid::ReduceSpec reduceSpec;
   std::vector<braid::Xfer> xfers;
@@ -143,6 +146,8 @@ class Engine {
   bool progressOnce();
   bool postSteps(Op* op);
   bool reapAndRunLocals(Op* op);
+  // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
+  bool checkHeaders(const CallHeader& mine, const CallHeader& theirs);
   void failAll();
   void checkDeadline();
   void backoff(int64_t idleSinceNs);
@@ -235,7 +240,8 @@ class Engine {
   int epollFd_ = -1;       // wakeFd_ and control sockets
   int epollLinksFd_ = -1;  // the same plus the links' waitFd()s (edge-triggered)
   std::thread bg_;
-  int64_t spinNs_ = 50000;  // BRAID_SPIN_US; 0 when ranks outnumber cores
+  int64_t spinNs_ = 50000;      // BRAID_SPIN_US; 0 when ranks outnumber cores
+  bool checkMismatch_ = false;  // BRAID_CHECK_MISMATCH
   double timeoutSec_ = 300;
   uint64_t chunkBytes_ = 1 << 18;
 };

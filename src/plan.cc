@@ -51,10 +51,37 @@ void Plan::finalize() {
       case StepKind::kScale:
       case StepKind::kScaleBy:
       case StepKind::kAxpy:
+      case StepKind::kCheck:
         locals.push_back(static_cast<int32_t>(i));
         break;
     }
   }
+}
+
+void addMismatchCheck(Plan* plan) {
+  if (plan->nranks < 2) return;
+  const uint64_t at = (plan->scratchBytes + 63) / 64 * 64;
+  plan->checkAt = at;
+  plan->scratchBytes = at + 2 * sizeof(CallHeader);
+  const int next = (plan->rank + 1) % plan->nranks;
+  const int prev = (plan->rank + plan->nranks - 1) % plan->nranks;
+  std::vector<Step> steps;
+  steps.reserve(plan->steps.size() + 3);
+  steps.push_back(Step{StepKind::kSend, next, {}, scratchBuf(at), sizeof(CallHeader), {-1, -1}});
+  steps.push_back(Step{StepKind::kRecv, prev, scratchBuf(at + sizeof(CallHeader)), {}, sizeof(CallHeader), {-1, -1}});
+  steps.push_back(
+      Step{StepKind::kCheck, -1, scratchBuf(at), scratchBuf(at + sizeof(CallHeader)), sizeof(CallHeader), {0, 1}});
+  for (Step s : plan->steps) {
+    // Steps without inputs wait for the check; the rest wait through them.
+    if (s.deps[0] < 0 && s.deps[1] < 0)
+      s.deps[0] = 2;
+    else
+      for (int32_t& d : s.deps)
+        if (d >= 0) d += 3;
+    steps.push_back(s);
+  }
+  plan->steps = std::move(steps);
+  plan->finalize();
 }
 
 static const char* kindName(StepKind k) {
@@ -73,6 +100,8 @@ static const char* kindName(StepKind k) {
       return "scale_by";
     case StepKind::kAxpy:
       return "axpy";
+    case StepKind::kCheck:
+      return "check";
   }
   return "?";
 }
@@ -116,6 +145,9 @@ std::string Plan::describe() const {
       case StepKind::kAxpy:
         snprintf(line, sizeof(line), " += %.9g * ", s.weight);
         where = refName(s.dst) + line + refName(s.src);
+        break;
+      case StepKind::kCheck:
+        where = refName(s.src) + " == " + refName(s.dst);
         break;
     }
     snprintf(line, sizeof(line), "  %4zu %-11s %8llu B  %s  deps %d %d\n", i, kindName(s.kind),

@@ -25,6 +25,7 @@ enum class StepKind : uint8_t {
   kScale,       // dst /= nranks (local; braidAvg)
   kScaleBy,     // dst = weight * src (local; src may equal dst; gossip)
   kAxpy,        // dst += weight * src (local; gossip)
+  kCheck,       // compare the call header received into src with ours in dst (BRAID_CHECK_MISMATCH)
 };
 
 enum class Buf : uint8_t {
@@ -68,6 +69,7 @@ struct Plan {
   int rank = 0;
   int nranks = 1;
   uint64_t scratchBytes = 0;
+  uint64_t checkAt = UINT64_MAX;  // scratch offset of the call header (mismatch check), if any
   std::vector<Step> steps;
 
   // Filled by finalize(): the steps of each peer's send and receive queues, in plan order, and the
@@ -88,6 +90,23 @@ struct Plan {
   void finalize();
   std::string describe() const;  // multi-line, for BRAID_DEBUG_SUBSYS=PLAN and test failures
 };
+
+// The call header ranks compare when BRAID_CHECK_MISMATCH=1: 32 bytes at plan.checkAt.
+struct CallHeader {
+  uint32_t magic;
+  uint8_t coll, dtype, redop, algo;
+  int32_t root;
+  uint32_t pad;
+  uint64_t count;
+  uint64_t seq;
+};
+static_assert(sizeof(CallHeader) == 32, "call header is 32 bytes");
+constexpr uint32_t kCallHeaderMagic = 0x4c4c4143;  // "CALL"
+
+// Puts a mismatch check in front of a finalized plan: every rank sends its call header to the next
+// rank of a ring and compares the one from the previous rank before any other step may start (two
+// ranks that disagree are neighbours somewhere on the ring). Re-finalizes the plan.
+void addMismatchCheck(Plan* plan);
 
 // Helpers for algorithm files.
 inline BufRef sendBuf(uint64_t off) { return {Buf::kSend, off}; }
