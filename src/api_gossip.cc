@@ -5,8 +5,15 @@
 // onepeer_exp2) and caches the plans of the shapes it has seen, keyed by (count, element size,
 // in place, rotation). The ops share them (Engine::postPlan): a call of a known shape allocates
 // nothing, and a graph destroyed while its nonblocking calls run leaves them their plans.
+//
+// Failed peers. The call during which a neighbour fails returns its error (braidRemoteError or
+// braidTimeout naming it). The next call on any graph of the communicator moves the graph onto the
+// survivors: a communicator shrunk by the ranks failure detection reported (collective over the
+// survivors, made once and shared by the communicator's graphs), with failed in-neighbours skipped
+// and the remaining weights (self included) scaled back to their original sum.
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -54,6 +61,10 @@ struct braidGraph {
   uint64_t magic = kGraphMagic;
   braidComm* comm = nullptr;
   std::vector<graph::Topology> sides;  // this rank's side per rotation (size 1 for static graphs)
+  // Where calls run: `comm`, or after failures its successor of survivors (owned by `comm`), and
+  // each original rank's rank there (-1: failed).
+  braidComm* runOn = nullptr;
+  std::vector<int> toRun;
   // Guarded by `lock`: the rotation of the next call and the plan cache. A spinlock held only to
   // look up (or build, once per shape) and post, never across a wait.
   std::atomic<bool> lock{false};
@@ -176,7 +187,8 @@ Status createGraph(braidComm_t comm, int nNeighbors, const int* neighbors, const
   for (int r = 0; r < comm->nranks; ++r)
     if (r != comm->rank && rec.listens(r, comm->rank)) side.out.push_back(r);
   auto g = std::make_unique<braidGraph>();
-  g->comm = comm;
+  g->comm = g->runOn = comm;
+  for (int r = 0; r < comm->nranks; ++r) g->toRun.push_back(r);
   g->sides.push_back(std::move(side));
   *graph = g.release();
   return okStatus();
@@ -193,10 +205,71 @@ Status createNamed(braidComm_t comm, const char* name, braidGraph_t* graph) {
   if (!graph::namedValid(kind, n))
     return errorf(braidInvalidArgument, "graph '%s' needs a power-of-two rank count, not %d", name, n);
   auto g = std::make_unique<braidGraph>();
-  g->comm = comm;
+  g->comm = g->runOn = comm;
+  for (int r = 0; r < n; ++r) g->toRun.push_back(r);
   const int period = graph::rotationPeriod(kind, n);
   for (int t = 0; t < period; ++t) g->sides.push_back(graph::named(kind, comm->rank, n, static_cast<uint64_t>(t)));
   *graph = g.release();
+  return okStatus();
+}
+
+// This rank's side of rotation t among the survivors, renumbered for g->runOn: failed neighbours
+// skipped, the weights of the others and of this rank scaled back to the original row sum.
+graph::Topology liveSide(const braidGraph* g, uint32_t t) {
+  const graph::Topology& side = g->sides[t];
+  graph::Topology live;
+  double kept = side.selfWeight, total = side.selfWeight;
+  for (const graph::InEdge& e : side.in) {
+    total += e.weight;
+    if (g->toRun[e.peer] < 0) continue;
+    kept += e.weight;
+    live.in.push_back({g->toRun[e.peer], e.weight});
+  }
+  for (int peer : side.out)
+    if (g->toRun[peer] >= 0) live.out.push_back(g->toRun[peer]);
+  if (std::fabs(kept) < 1e-12) {  // nothing left to scale (signed weights): keep our own value
+    live.selfWeight = total;
+    for (graph::InEdge& e : live.in) e.weight = 0;
+    return live;
+  }
+  const double scale = total / kept;
+  live.selfWeight = side.selfWeight * scale;
+  for (graph::InEdge& e : live.in) e.weight *= scale;
+  return live;
+}
+
+// Before a call: when the communicator the graph runs on has failed because ranks failed, moves
+// the graph onto its successor of survivors (shrinking once per communicator). Graph lock held.
+Status moveToSurvivors(braidGraph* g) {
+  while (g->runOn->engine->failed()) {
+    braidComm* from = g->runOn;
+    std::vector<int> failed = from->engine->failedRanks();
+    if (failed.empty()) return from->engine->failure();  // not a peer failure (abort, misuse)
+    if (from->successor == nullptr) {
+      braidComm* next = nullptr;
+      Status s = commShrink(from, failed.data(), static_cast<int>(failed.size()), &next);
+      if (!s.ok()) return s.withContext("gossip: moving onto the survivors of the failed ranks");
+      from->successor = next;
+      from->successorExcludes = failed;
+    } else if (from->successorExcludes != failed) {
+      return errorf(braidRemoteError,
+                    "gossip: more ranks failed while moving onto the survivors; shrink the communicator yourself");
+    }
+    for (int& r : g->toRun) {
+      if (r < 0) continue;
+      const auto below = std::lower_bound(failed.begin(), failed.end(), r);
+      r = (below != failed.end() && *below == r) ? -1 : r - static_cast<int>(below - failed.begin());
+    }
+    g->runOn = from->successor;
+    g->plans.clear();  // built for the old numbering; running ops keep theirs
+    std::string gone;
+    for (int r : failed) {
+      gone += ' ';
+      gone += std::to_string(r);
+    }
+    BRAID_WARN(kLogColl, "gossip: graph continues on %d survivors (this rank is now %d), without failed rank(s)%s",
+               g->runOn->nranks, g->runOn->rank, gone.c_str());
+  }
   return okStatus();
 }
 
@@ -209,14 +282,15 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
 // held, so the rotation follows the posting order of this graph's calls.
 Status postNeighbor(braidGraph* g, const void* send, void* recv, size_t count, braidDataType_t dt, bool inPlace,
                     bool userOwned, Op** op) {
-  braidComm* comm = g->comm;
+  BRAID_TRY(moveToSurvivors(g));
+  braidComm* comm = g->runOn;
   const uint32_t rotation = static_cast<uint32_t>(g->calls % g->sides.size());
   const PlanKey key{count, static_cast<uint32_t>(dtypeSize(dt)), rotation, inPlace};
   auto it = g->plans.find(key);
   if (it == g->plans.end()) {
     auto plan = std::make_unique<Plan>();
     const MixArgs args{comm->rank, comm->nranks, count, dtypeSize(dt), inPlace, comm->chunkBytes};
-    buildNeighborAllReduce(args, g->sides[rotation], plan.get());
+    buildNeighborAllReduce(args, g->runOn == g->comm ? g->sides[rotation] : liveSide(g, rotation), plan.get());
     BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
     if (g->plans.size() >= kMaxCachedPlans) {
       BRAID_TRY(comm->engine->postPlan(nullptr, plan.get(), send, recv, dt, userOwned, op));
@@ -259,7 +333,7 @@ Status neighborAllReduce(const void* send, void* recv, size_t count, braidDataTy
     *request = op;
     return okStatus();
   }
-  return comm->engine->wait(op);
+  return op->engine->wait(op);
 }
 
 }  // namespace

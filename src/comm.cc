@@ -279,6 +279,8 @@ static void freeComm(braidComm* comm) {
 }
 
 Status commDestroy(braidComm* comm) {
+  if (comm->successor != nullptr) (void)commDestroy(comm->successor);
+  comm->successor = nullptr;
   Status drained = comm->engine->drain();
   if (comm->rank == 0) {
     // Rank 0 carries the failure notices: stay until the others left (or the deadline). Its
@@ -300,6 +302,8 @@ Status commDestroy(braidComm* comm) {
 }
 
 void commAbort(braidComm* comm) {
+  if (comm->successor != nullptr) commAbort(comm->successor);
+  comm->successor = nullptr;
   comm->engine->fail(
       errorf(braidRemoteError, "%s aborted the communicator (braidCommAbort)", comm->describeRank(comm->rank).c_str()),
       comm->rank, true);

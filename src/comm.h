@@ -36,6 +36,10 @@ struct braidComm {
   braid::Fd listener;
   std::vector<braid::SockAddr> listenAddrs;
   uint64_t derived = 0;
+  // Gossip graphs continue on the survivors after a failure: the communicator they share (owned by
+  // this one: destroyed or aborted with it) and the ranks it excludes.
+  braidComm* successor = nullptr;
+  std::vector<int> successorExcludes;
 
   // "rank 3 (host h1, pid 1234)"
   std::string describeRank(int r) const;

@@ -238,6 +238,7 @@ bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
       }
       if (got) {
         lastHeard_[peer] = nowNs();
+        heard_[peer] = 1;
         onControl(peer, msg);
         continue;
       }
@@ -274,7 +275,9 @@ void Engine::heartbeat(int64_t now) {
   for (int r = 0; r < n; ++r) {
     if (r == comm_->rank || gone_[r] || (comm_->rank != 0 && r != 0)) continue;
     (void)comm_->boot->sendCtrl(r, CtrlType::kHeartbeat, comm_->rank, beat);
-    if (now - lastHeard_[r] <= silenceNs_) continue;
+    // Until a peer's first heartbeat, allow for init skew: it may still be connecting its links
+    // (a dead one closes its control socket; a stopped one is caught by the init deadline).
+    if (now - lastHeard_[r] <= (heard_[r] ? silenceNs_ : std::max(silenceNs_, initGraceNs_))) continue;
     gone_[r] = 1;
     fail(errorf(braidTimeout,
                 "%s stopped answering: no heartbeat for %.1f s (BRAID_HEARTBEAT_MS=%lld x "
@@ -299,6 +302,8 @@ Status Engine::readHeartbeatSettings() {
   reportNs_ = comm_->nranks <= 64 ? heartbeatNs_ / 10 : 0;
   const int64_t now = nowNs();
   lastHeard_.assign(comm_->nranks, now);
+  heard_.assign(comm_->nranks, 0);
+  initGraceNs_ = static_cast<int64_t>(comm_->timeoutSec * 1e9);
   // Rank 0 hears every rank's progress (nothing posted yet); the others only from rank 0's notice.
   progress_.assign(comm_->nranks, comm_->rank == 0 ? 0 : kUnknown);
   nextBeatNs_ = now;

@@ -228,8 +228,10 @@ class Engine {
   std::atomic<uint64_t> postedSeq_{0};
   std::vector<uint64_t> progress_;
   std::vector<int64_t> lastHeard_;
-  int64_t heartbeatNs_ = 0;  // BRAID_HEARTBEAT_MS; 0 = off
-  int64_t silenceNs_ = 0;    // heartbeatNs_ * BRAID_HEARTBEAT_MISSES
+  std::vector<uint8_t> heard_;  // a heartbeat (any message) came from the peer since start
+  int64_t initGraceNs_ = 0;     // silence allowed before a peer's first message (BRAID_TIMEOUT)
+  int64_t heartbeatNs_ = 0;     // BRAID_HEARTBEAT_MS; 0 = off
+  int64_t silenceNs_ = 0;       // heartbeatNs_ * BRAID_HEARTBEAT_MISSES
   int64_t nextBeatNs_ = 0;
   int64_t reportNs_ = 0;  // early progress reports (non-root ranks), 0 = off
   int64_t nextReportNs_ = 0;

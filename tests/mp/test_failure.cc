@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -289,4 +290,43 @@ TEST_CASE("BRAID_CHECK_MISMATCH: matching calls run correctly, mismatched ones f
       });
   INFO(describe(res));
   REQUIRE(allOk(res));
+}
+
+TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the next call", "[mp][failure][gossip]") {
+  auto res = runComm(4, {{"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int) {
+    braidGraph_t ring = nullptr;
+    CHECK_BRAID(rank, braidGraphCreateNamed(comm, "ring", &ring));  // left and right, 1/3 each
+    std::vector<float> x(5000), y(5000);
+    for (int i = 0; i < 2; ++i) {
+      std::fill(x.begin(), x.end(), static_cast<float>(rank + 1));
+      CHECK_BRAID(rank, braidNeighborAllReduce(x.data(), y.data(), x.size(), braidFloat32, ring, comm, nullptr));
+    }
+    if (rank == 3) raise(SIGKILL);
+    // The call that meets the failure reports it, naming the rank.
+    braidResult_t r = braidSuccess;
+    for (int i = 0; i < 1000 && r == braidSuccess; ++i)
+      r = braidNeighborAllReduce(x.data(), y.data(), x.size(), braidFloat32, ring, comm, nullptr);
+    if (r != braidRemoteError || strstr(braidGetLastError(), "rank 3 (host") == nullptr)
+      return fail(rank, "expected braidRemoteError naming rank 3: %s", braidGetLastError());
+    // The next calls run on the survivors: rank 1 keeps both neighbours (1/3 each); ranks 0 and 2
+    // lost rank 3, so their remaining weights 1/3 + 1/3 become 1/2 + 1/2.
+    const float want[3] = {0.5f * 1 + 0.5f * 2, (1.0f + 2 + 3) / 3, 0.5f * 3 + 0.5f * 2};
+    for (int call = 0; call < 3; ++call) {
+      std::fill(x.begin(), x.end(), static_cast<float>(rank + 1));
+      CHECK_BRAID(rank, braidNeighborAllReduce(x.data(), y.data(), x.size(), braidFloat32, ring, comm, nullptr));
+      for (size_t i = 0; i < y.size(); ++i)
+        if (std::fabs(y[i] - want[rank]) > 1e-5f)
+          return fail(rank, "call %d: y[%zu] = %g, want %g", call, i, y[i], want[rank]);
+    }
+    // Nonblocking works there too; the communicator itself stays failed for other collectives.
+    braidRequest_t req;
+    CHECK_BRAID(rank, braidINeighborAllReduce(x.data(), x.data(), x.size(), braidFloat32, ring, comm, nullptr, &req));
+    CHECK_BRAID(rank, braidWait(req));
+    if (std::fabs(x[0] - want[rank]) > 1e-5f) return fail(rank, "in place: %g", x[0]);
+    if (braidAllReduce(x.data(), x.data(), 1, braidFloat32, braidSum, comm, nullptr) != braidRemoteError)
+      return fail(rank, "AllReduce on the failed communicator did not fail");
+    CHECK_BRAID(rank, braidGraphDestroy(ring));
+    return 0;
+  });
+  for (int r = 0; r < 4; ++r) CHECK(res[r].status == (r == 3 ? 128 + SIGKILL : 0));
 }
