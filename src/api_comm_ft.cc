@@ -1,30 +1,56 @@
 // The C API for fault tolerance and derived communicators: failed ranks, shrink, split.
+#include <algorithm>
+
 #include "braid/braid.h"
 #include "src/api.h"
 #include "src/comm.h"
 
 using namespace braid;
 
+namespace {
+
+Status checkLiveComm(braidComm_t comm) {
+  if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
+  if (comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
+  return okStatus();
+}
+
+}  // namespace
+
 #pragma GCC visibility push(default)
 
 braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* ranks, int max, int* n) {
   return guard(__func__, [&] {
-    (void)comm, (void)ranks, (void)max, (void)n;
-    return errorf(braidInternalError, "not implemented yet");
+    BRAID_TRY(checkLiveComm(comm));
+    if (n == nullptr) return errorf(braidInvalidArgument, "n is NULL");
+    if (max < 0) return errorf(braidInvalidArgument, "max is negative");
+    if (max > 0 && ranks == nullptr) return errorf(braidInvalidArgument, "ranks is NULL");
+    std::vector<int> failed = comm->engine->failedRanks();
+    std::copy_n(failed.begin(), std::min<size_t>(failed.size(), static_cast<size_t>(max)), ranks);
+    *n = static_cast<int>(failed.size());
+    return okStatus();
   });
 }
 
 braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int nExclude, braidComm_t* newcomm) {
   return guard(__func__, [&] {
-    (void)comm, (void)excludeRanks, (void)nExclude, (void)newcomm;
-    return errorf(braidInternalError, "not implemented yet");
+    BRAID_TRY(checkLiveComm(comm));
+    if (newcomm == nullptr) return errorf(braidInvalidArgument, "newcomm is NULL");
+    braidComm* out = nullptr;
+    BRAID_TRY(commShrink(comm, excludeRanks, nExclude, &out));
+    *newcomm = out;
+    return okStatus();
   });
 }
 
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm) {
   return guard(__func__, [&] {
-    (void)comm, (void)color, (void)key, (void)newcomm;
-    return errorf(braidInternalError, "not implemented yet");
+    BRAID_TRY(checkLiveComm(comm));
+    if (newcomm == nullptr) return errorf(braidInvalidArgument, "newcomm is NULL");
+    braidComm* out = nullptr;
+    BRAID_TRY(commSplit(comm, color, key, &out));
+    *newcomm = out;
+    return okStatus();
   });
 }
 

@@ -139,6 +139,16 @@ Status listenForId(const UniqueIdData& id) {
   return okStatus();
 }
 
+void adoptListener(uint64_t commId, Fd fd) {
+  std::lock_guard<std::mutex> lock(gListenMu);
+  gListeners[commId] = std::move(fd);
+}
+
+void dropListener(uint64_t commId) {
+  std::lock_guard<std::mutex> lock(gListenMu);
+  gListeners.erase(commId);
+}
+
 Bootstrap::~Bootstrap() = default;
 
 // Rank 0: accept hellos until every rank arrived, then send everyone the table.
@@ -291,12 +301,12 @@ std::vector<int> Bootstrap::ctrlFds() const {
 
 Status Bootstrap::sendCtrl(int toRank, CtrlType type, int aboutRank, const std::string& text) {
   int idx = rank_ == 0 ? toRank : 0;
-  if (idx < 0 || idx >= static_cast<int>(socks_.size()) || !socks_[idx].valid()) return okStatus();
   CtrlHeader h{static_cast<uint32_t>(type), aboutRank,
                static_cast<uint32_t>(std::min<size_t>(text.size(), kMaxCtrlText))};
   std::string msg(reinterpret_cast<const char*>(&h), sizeof(h));
   msg.append(text.data(), h.len);
   std::lock_guard<std::mutex> lock(sendMu_);
+  if (idx < 0 || idx >= static_cast<int>(socks_.size()) || !socks_[idx].valid()) return okStatus();
   // Short: a peer that does not drain its control socket must not hold up failure handling.
   return sendAll(socks_[idx].get(), msg.data(), msg.size(), Deadline::afterMs(1000));
 }
@@ -307,41 +317,40 @@ Status Bootstrap::pollCtrl(int fromRank, bool* got, CtrlMsg* msg, bool* eof) {
   int idx = rank_ == 0 ? fromRank : 0;
   if (idx < 0 || idx >= static_cast<int>(socks_.size()) || !socks_[idx].valid()) return okStatus();
   std::string& buf = inbuf_[idx];
-  char tmp[4096];
+  // Reads only what completes the current frame (header, then its text): a backlog of queued
+  // messages stays in the kernel and is delivered one by one, and no sender can make us buffer more
+  // than one frame.
   for (;;) {
-    ssize_t n = recv(socks_[idx].get(), tmp, sizeof(tmp), MSG_DONTWAIT);
+    size_t want = sizeof(CtrlHeader);
+    if (buf.size() >= sizeof(CtrlHeader)) {
+      CtrlHeader h;
+      memcpy(&h, buf.data(), sizeof(h));
+      if (h.len > kMaxCtrlText || h.type == 0 || h.type > kMaxCtrlType)
+        return errorf(braidRemoteError, "malformed control message (type %u, %u bytes)", h.type, h.len);
+      want = sizeof(h) + h.len;
+      if (buf.size() == want) {
+        msg->type = static_cast<CtrlType>(h.type);
+        msg->rank = h.rank;
+        msg->text.assign(buf.data() + sizeof(h), h.len);
+        buf.clear();
+        *got = true;
+        return okStatus();
+      }
+    }
+    char tmp[sizeof(CtrlHeader) + kMaxCtrlText];
+    ssize_t n = recv(socks_[idx].get(), tmp, want - buf.size(), MSG_DONTWAIT);
     if (n > 0) {
-      buf.append(tmp, n);
-      if (buf.size() > 2 * (sizeof(CtrlHeader) + kMaxCtrlText))
-        return errorf(braidRemoteError, "control connection flooded");
+      buf.append(tmp, static_cast<size_t>(n));
       continue;
     }
-    if (n == 0)
-      *eof = true;
-    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      *eof = true;
-    break;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) *eof = true;
+    return okStatus();
   }
-  if (buf.size() >= sizeof(CtrlHeader)) {
-    CtrlHeader h;
-    memcpy(&h, buf.data(), sizeof(h));
-    if (h.len > kMaxCtrlText ||
-        (h.type != static_cast<uint32_t>(CtrlType::kAbort) && h.type != static_cast<uint32_t>(CtrlType::kBye)))
-      return errorf(braidRemoteError, "malformed control message (type %u, %u bytes)", h.type, h.len);
-    if (buf.size() >= sizeof(h) + h.len) {
-      msg->type = static_cast<CtrlType>(h.type);
-      msg->rank = h.rank;
-      msg->text.assign(buf.data() + sizeof(h), h.len);
-      buf.erase(0, sizeof(h) + h.len);
-      *got = true;
-      *eof = false;  // deliver the message first; the close is seen on the next poll
-    }
-  }
-  return okStatus();
 }
 
 void Bootstrap::closeCtrl(int rank) {
   int idx = rank_ == 0 ? rank : 0;
+  std::lock_guard<std::mutex> lock(sendMu_);  // sendCtrl may run in another thread
   if (idx >= 0 && idx < static_cast<int>(socks_.size())) socks_[idx].reset();
 }
 

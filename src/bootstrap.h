@@ -41,9 +41,18 @@ Status createUniqueId(UniqueIdData* out);
 // Registers a listener for `id` bound by this process (used by the environment path, where rank 0
 // binds the agreed address itself).
 Status listenForId(const UniqueIdData& id);
+// Registers an already listening socket for the rank-0 init of `commId` (shrink and split serve
+// their rendezvous on the parent communicator's long-lived listener).
+void adoptListener(uint64_t commId, Fd fd);
+// Closes a listener registered for commId that no init took (an init that failed early).
+void dropListener(uint64_t commId);
 
-// Control message types.
-enum class CtrlType : uint32_t { kAbort = 1, kBye = 2 };
+// Control message types. kAbort and kTimeout are failure notices (the communicator fails with
+// braidRemoteError or braidTimeout; `rank` is the culprit); kHeartbeat carries the sender's last
+// posted operation (8 bytes); kProgress (rank 0 to the others, just before a notice) every rank's
+// last reported operation, run-length encoded.
+enum class CtrlType : uint32_t { kAbort = 1, kBye = 2, kTimeout = 3, kHeartbeat = 4, kProgress = 5 };
+constexpr uint32_t kMaxCtrlType = 5;
 
 class Bootstrap {
  public:

@@ -133,6 +133,23 @@ Status readSettings(double* timeoutSec, uint64_t* chunk) {
   return okStatus();
 }
 
+// Every rank listens for the rendezvous of communicators derived later (shrink, split); the
+// addresses are gathered now, while everyone is alive. Connections are only accepted during such a
+// rendezvous, and are authenticated like any other.
+Status gatherListeners(braidComm* comm, Deadline deadline) {
+  SockAddr local, bound;
+  BRAID_TRY(defaultLocalAddress(&local));
+  BRAID_TRY(listenOn(local, 128, &comm->listener, &bound));
+  comm->listenAddrs.resize(comm->nranks);
+  BRAID_TRY(comm->boot->allGather(&bound, sizeof(bound), comm->listenAddrs.data(), deadline));
+  for (int r = 0; r < comm->nranks; ++r) {
+    const SockAddr& a = comm->listenAddrs[r];
+    if (a.len > sizeof(a.storage) || (a.family() != AF_INET && a.family() != AF_INET6))
+      return errorf(braidRemoteError, "rank %d published a malformed listener address", r);
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 uint64_t fnv1a(const std::string& s, uint64_t seed) {
@@ -154,6 +171,8 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, braidComm** out) {
   Deadline deadline = Deadline::afterSeconds(comm->timeoutSec);
   PeerInfo me = localInfo(rank);
   BRAID_TRY(Bootstrap::init(id, rank, nranks, me, deadline, &comm->boot, &comm->peers));
+  memcpy(comm->secret, id.secret, sizeof(comm->secret));
+  BRAID_TRY(gatherListeners(comm.get(), deadline));
   for (const PeerInfo& p : comm->peers)
     if (strcmp(p.hostId, me.hostId) == 0 && p.rank != rank) comm->localRanks++;
   BRAID_TRY(setupTopology(comm.get(), deadline));
@@ -266,11 +285,15 @@ Status commDestroy(braidComm* comm) {
     // background thread counts the goodbyes.
     if (!comm->engine->failed()) comm->engine->waitDeparted(Deadline::afterSeconds(comm->timeoutSec));
     comm->engine->stop();
+    // Those still here (a failed communicator, or the deadline passed) must not take our leaving
+    // for a death.
+    for (int r = 1; r < comm->nranks; ++r) (void)comm->boot->sendCtrl(r, CtrlType::kBye, 0, "");
   } else {
     // Stop listening first: rank 0 may leave as soon as it has our goodbye, and its closing
-    // connection is no failure then.
+    // connection is no failure then. Also on a failed communicator: survivors that shrink must not
+    // count us among the failed.
     comm->engine->stop();
-    if (!comm->engine->failed()) (void)comm->boot->sendCtrl(0, CtrlType::kBye, comm->rank, "");
+    (void)comm->boot->sendCtrl(0, CtrlType::kBye, comm->rank, "");
   }
   freeComm(comm);
   return drained;

@@ -30,6 +30,12 @@ struct braidComm {
   braid::topo::Selector selector;     // (collective, bytes) -> algorithm
   bool approximate = false;           // BRAID_APPROXIMATE: avg AllReduce may gossip
   int gossipRounds = 0;
+  // Derived communicators (shrink, split): the id's secret, every rank's long-lived listener (the
+  // new rank 0 serves the new rendezvous on its own), and how many were derived so far.
+  uint8_t secret[16] = {};
+  braid::Fd listener;
+  std::vector<braid::SockAddr> listenAddrs;
+  uint64_t derived = 0;
 
   // "rank 3 (host h1, pid 1234)"
   std::string describeRank(int r) const;
@@ -47,5 +53,11 @@ uint64_t fnv1a(const std::string& s, uint64_t seed);
 // Gathers the ranks' hosts and machines and builds the selector (src/comm_topo.cc).
 Status setupTopology(braidComm* comm, Deadline deadline);
 void commAbort(braidComm* comm);
+// A communicator of the parent's ranks `members` (new rank i = members[i]), built over the parent's
+// listeners; collective over the members. `tag` must be the same on all of them and unique per
+// derivation (src/comm_split.cc).
+Status commDerive(braidComm* parent, const std::vector<int>& members, const std::string& tag, braidComm** out);
+Status commShrink(braidComm* comm, const int* exclude, int nExclude, braidComm** out);
+Status commSplit(braidComm* comm, int color, int key, braidComm** out);
 
 }  // namespace braid

@@ -19,6 +19,9 @@ static const std::vector<ParamInfo> kParams = {
     {"BRAID_SECRET", "", "32 hex digits shared by the job's ranks; without it the secret is derived from the job id"},
     {"BRAID_HOSTID", "", "host identity override (default hostname + boot id); emulates several hosts on one"},
     {"BRAID_TIMEOUT", "300", "seconds any wait may last (init, collectives, destroy) before braidTimeout"},
+    {"BRAID_HEARTBEAT_MS", "1000", "liveness heartbeat period between each rank and rank 0, ms (0 = off)"},
+    {"BRAID_HEARTBEAT_MISSES", "5", "heartbeat periods of silence after which a peer is declared stopped"},
+    {"BRAID_CHECK_MISMATCH", "0", "1 = check that all ranks call the same collective, count, type and op"},
     // Transports.
     {"BRAID_TRANSPORTS", "shm,tcp", "transports to use, in order of preference"},
     {"BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"},

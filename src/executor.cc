@@ -40,10 +40,6 @@ constexpr uint64_t kWakeMinBytes = 1 << 20;
 // nobody waits for.
 constexpr int64_t kIdleSleepUs = 10000;
 
-// epoll tags besides control sockets (whose tag is the peer's rank).
-constexpr uint64_t kWakeTag = UINT64_MAX;
-constexpr uint64_t kLinkTag = UINT64_MAX - 1;
-
 // How long a failed link's error waits for a control-plane notice that names the root cause (a
 // rank that died), before the link's own peer is blamed. Notices travel in well under this.
 constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
@@ -79,6 +75,7 @@ Engine::~Engine() {
 }
 
 Status Engine::start() {
+  BRAID_TRY(readHeartbeatSettings());
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wakeFd_ < 0) return systemError(errno, "eventfd");
   // Two sets: control only (sleeping while nothing is posted or a caller drives progress), and
@@ -197,6 +194,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->result = braidSuccess;
   op->userOwned = userOwned;
   op->seq = ++seq_;
+  postedSeq_.store(op->seq, std::memory_order_relaxed);  // heartbeats report it
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   op->coll = plan->coll;
   if (plan->scratchBytes > op->scratchCap) {
@@ -400,9 +398,9 @@ void Engine::failAll() {
     Op* op = active_[i];
     op->result = f.code();
     char ctx[96];
-    snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d]", collName(op->coll), static_cast<unsigned long long>(op->seq),
+    snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d", collName(op->coll), static_cast<unsigned long long>(op->seq),
              comm_->rank);
-    op->error = f.message() + ctx;
+    op->error = f.message() + ctx + reachedText(op->seq) + "]";
     activeCount_.fetch_sub(1, std::memory_order_acq_rel);
     op->state.store(Op::kDone, std::memory_order_release);
   }
@@ -559,115 +557,13 @@ Status Engine::drain() {
   return okStatus();
 }
 
-void Engine::fail(const Status& s, int culprit, bool notify) {
-  {
-    std::lock_guard<std::mutex> g(failMu_);
-    if (failed_.load(std::memory_order_relaxed)) return;
-    failure_ = s;
-    failed_.store(true, std::memory_order_release);
-  }
-  BRAID_WARN(kLogInit, "communicator failed: %s", s.message().c_str());
-  if (!notify || comm_->boot == nullptr) return;
-  // Everyone learns through rank 0: others tell rank 0, rank 0 tells everyone.
-  if (comm_->rank == 0) {
-    for (int r = 1; r < comm_->nranks; ++r)
-      if (r != culprit) (void)comm_->boot->sendCtrl(r, CtrlType::kAbort, culprit, s.message());
-  } else {
-    (void)comm_->boot->sendCtrl(0, CtrlType::kAbort, culprit, s.message());
-  }
-  wake();
-}
-
-Status Engine::failure() const {
-  std::lock_guard<std::mutex> g(failMu_);
-  return failure_;
-}
-
-void Engine::waitDeparted(Deadline deadline) {
-  while (departed_.load(std::memory_order_acquire) < comm_->nranks - 1 && !deadline.expired() && bg_.joinable())
-    usleep(1000);
-}
-
-// Reads the control sockets: goodbyes, abort notices, and closed connections (a dead process).
-// Sleeps in epoll (control sockets, the wake eventfd, the links' descriptors) for up to timeoutUs,
-// then serves what arrived on the control sockets. Data on a link just ends the sleep: the caller
-// drives progress next.
-bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
-  if (timeoutUs > 0 && timeoutUs < 1000) {
-    // Below epoll's millisecond resolution: sleep, then look without waiting.
-    timespec ts{0, static_cast<long>(timeoutUs) * 1000};
-    nanosleep(&ts, nullptr);
-    timeoutUs = 0;
-  }
-  epoll_event events[64];
-  int rc = epoll_wait(withLinks ? epollLinksFd_ : epollFd_, events, 64, static_cast<int>(timeoutUs / 1000));
-  bool woken = false;
-  for (int i = 0; i < rc; ++i) {
-    const uint64_t tag = events[i].data.u64;
-    if (tag == kWakeTag) {
-      uint64_t v;
-      ssize_t r = read(wakeFd_, &v, sizeof(v));
-      (void)r;
-      woken = true;
-      continue;
-    }
-    if (tag == kLinkTag) continue;
-    const int peer = static_cast<int>(tag);
-    if (gone_[peer]) continue;
-    for (;;) {
-      bool got = false, eof = false;
-      Bootstrap::CtrlMsg msg;
-      Status s = comm_->boot->pollCtrl(peer, &got, &msg, &eof);
-      if (!s.ok()) {
-        fail(s.withContext("control connection of " + comm_->describeRank(peer)), peer, true);
-        gone_[peer] = 1;
-        comm_->boot->closeCtrl(peer);
-        break;
-      }
-      if (got && msg.type == CtrlType::kBye) {
-        gone_[peer] = 1;
-        departed_.fetch_add(1, std::memory_order_acq_rel);
-        comm_->boot->closeCtrl(peer);
-        BRAID_INFO(kLogInit, "%s left the communicator", comm_->describeRank(peer).c_str());
-        break;
-      }
-      if (got && msg.type == CtrlType::kAbort) {
-        // Rank 0 relays a notice to everyone but its sender; others just apply it.
-        if (comm_->rank == 0) {
-          {
-            std::lock_guard<std::mutex> g(failMu_);
-            if (!failed_.load()) {
-              failure_ = Status(braidRemoteError, msg.text);
-              failed_.store(true, std::memory_order_release);
-            }
-          }
-          for (int r = 1; r < comm_->nranks; ++r)
-            if (r != peer && !gone_[r]) (void)comm_->boot->sendCtrl(r, CtrlType::kAbort, msg.rank, msg.text);
-        } else {
-          fail(Status(braidRemoteError, msg.text), msg.rank, false);
-        }
-        continue;
-      }
-      if (eof) {
-        gone_[peer] = 1;
-        comm_->boot->closeCtrl(peer);
-        fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
-                    comm_->describeRank(peer).c_str()),
-             peer, true);
-        if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
-      }
-      break;
-    }
-  }
-  return woken;
-}
-
 void Engine::bgLoop() {
   setLogRank(comm_->rank);
   int64_t idleSince = nowNs();
   int64_t lastControl = 0;
   bool justWoke = false;
   while (!stop_.load(std::memory_order_acquire)) {
+    heartbeat(nowNs());
     const bool work = activeCount_.load(std::memory_order_acquire) > 0;
     if (work && justWoke) {
       // A nonblocking post woke us. Most callers wait soon after posting, and a waiter drives its

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "src/bootstrap.h"
 #include "src/clock.h"
 #include "src/plan.h"
 #include "src/reduce.h"
@@ -112,13 +113,16 @@ class Engine {
   Status drain();
 
   // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
-  // the rank at fault (-1 unknown). notify: tell the other ranks through rank 0.
-  void fail(const Status& s, int culprit, bool notify);
+  // the rank at fault (-1 unknown), recorded in failedRanks() even when the communicator had failed
+  // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`).
+  void fail(const Status& s, int culprit, bool notify, int skip = -1);
   // After fail(): completes every pending operation with the failure and returns once no thread
   // is left inside wait() (braidCommAbort frees the engine next).
   void abortWaiters();
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   Status failure() const;
+  // Ranks known to have failed, sorted.
+  std::vector<int> failedRanks() const;
 
   // Ranks that said goodbye (rank 0 lingers in destroy until all did).
   int departed() const { return departed_.load(std::memory_order_acquire); }
@@ -150,6 +154,18 @@ class Engine {
   void bgLoop();
   // Returns whether the wake eventfd fired (a post or a departing waiter).
   bool serveControl(int64_t timeoutUs, bool withLinks = false);
+  // One control message from `peer` (src/engine_control.cc).
+  void onControl(int peer, const Bootstrap::CtrlMsg& msg);
+  // Heartbeats (background thread): sends ours when due and fails the communicator naming a peer
+  // that has been silent for too long.
+  void heartbeat(int64_t now);
+  Status readHeartbeatSettings();
+  // " reached by ranks 0-1,3; not by rank 2 (at #16)" for the op with sequence number seq.
+  std::string reachedText(uint64_t seq) const;
+
+  // epoll tags besides control sockets (whose tag is the peer's rank).
+  static constexpr uint64_t kWakeTag = UINT64_MAX;
+  static constexpr uint64_t kLinkTag = UINT64_MAX - 1;
 
   braidComm* comm_;
   std::atomic<bool> lock_{false};
@@ -200,6 +216,19 @@ class Engine {
   std::atomic<bool> failed_{false};
   mutable std::mutex failMu_;
   Status failure_;
+  std::vector<int> failedRanks_;          // failMu_
+  std::vector<uint64_t> progressAtFail_;  // failMu_: progress_ when the communicator failed
+  // Liveness (background thread). progress_[r]: the last operation rank r reported posting (rank 0
+  // hears it in heartbeats; the others get rank 0's table before a failure notice).
+  std::atomic<uint64_t> postedSeq_{0};
+  std::vector<uint64_t> progress_;
+  std::vector<int64_t> lastHeard_;
+  int64_t heartbeatNs_ = 0;  // BRAID_HEARTBEAT_MS; 0 = off
+  int64_t silenceNs_ = 0;    // heartbeatNs_ * BRAID_HEARTBEAT_MISSES
+  int64_t nextBeatNs_ = 0;
+  int64_t reportNs_ = 0;  // early progress reports (non-root ranks), 0 = off
+  int64_t nextReportNs_ = 0;
+  uint64_t lastReported_ = 0;
   std::atomic<int> departed_{0};
   std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)
   int wakeFd_ = -1;

@@ -1,0 +1,302 @@
+// The executor's control plane: failure notices, goodbyes and heartbeats over the bootstrap star
+// (rank 0 in the middle), and the texts that say who failed and how far every rank had got.
+//
+// Detection. A rank that dies closes its control connection (the kernel does it): rank 0 sees
+// the close at once and tells everyone. A rank that stops (SIGSTOP, a hung machine, a cut cable)
+// closes nothing: heartbeats find it. Every BRAID_HEARTBEAT_MS the others send rank 0 a heartbeat
+// carrying their last posted operation, and rank 0 sends everyone one; a peer silent for
+// BRAID_HEARTBEAT_MISSES periods is declared stopped (braidTimeout). Rank 0 watches every rank,
+// every rank watches rank 0.
+//
+// Propagation. Whoever detects a failure tells rank 0 (or is rank 0); rank 0 sends everyone its
+// table of the ranks' progress, then the notice. Ranks learn within one control-socket wakeup.
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "src/comm.h"
+#include "src/config.h"
+#include "src/executor.h"
+#include "src/log.h"
+
+namespace braid {
+
+namespace {
+
+// kProgress text: runs of {uint64 seq, uint32 count} covering ranks 0.. in order. Truncated runs
+// leave the remaining ranks unknown (UINT64_MAX).
+constexpr size_t kRunBytes = 12;
+constexpr size_t kMaxProgressBytes = 4096;
+constexpr uint64_t kUnknown = UINT64_MAX;
+
+std::string encodeProgress(const std::vector<uint64_t>& p) {
+  std::string out;
+  for (size_t i = 0; i < p.size() && out.size() + kRunBytes <= kMaxProgressBytes;) {
+    size_t j = i + 1;
+    while (j < p.size() && p[j] == p[i]) ++j;
+    uint32_t count = static_cast<uint32_t>(j - i);
+    out.append(reinterpret_cast<const char*>(&p[i]), 8);
+    out.append(reinterpret_cast<const char*>(&count), 4);
+    i = j;
+  }
+  return out;
+}
+
+void decodeProgress(const std::string& text, std::vector<uint64_t>* out) {
+  std::fill(out->begin(), out->end(), kUnknown);
+  size_t at = 0;
+  for (size_t off = 0; off + kRunBytes <= text.size(); off += kRunBytes) {
+    uint64_t seq;
+    uint32_t count;
+    memcpy(&seq, text.data() + off, 8);
+    memcpy(&count, text.data() + off + 8, 4);
+    for (uint32_t k = 0; k < count && at < out->size(); ++k) (*out)[at++] = seq;
+  }
+}
+
+// "0-2,5,7-9"
+std::string rankRanges(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) {
+      out += '-';
+      out += std::to_string(ranks[j]);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Engine::fail(const Status& s, int culprit, bool notify, int skip) {
+  const int n = comm_->nranks;
+  if (culprit < -1 || culprit >= n) culprit = -1;
+  bool first = false, newCulprit = false;
+  std::string progress;
+  {
+    std::lock_guard<std::mutex> g(failMu_);
+    if (culprit >= 0 && culprit != comm_->rank) {
+      auto it = std::lower_bound(failedRanks_.begin(), failedRanks_.end(), culprit);
+      if (it == failedRanks_.end() || *it != culprit) {
+        failedRanks_.insert(it, culprit);
+        newCulprit = true;
+      }
+    }
+    if (!failed_.load(std::memory_order_relaxed)) {
+      failure_ = s;
+      progress_[comm_->rank] = postedSeq_.load(std::memory_order_relaxed);
+      progressAtFail_ = progress_;
+      failed_.store(true, std::memory_order_release);
+      first = true;
+    }
+    if (comm_->rank == 0) progress = encodeProgress(progressAtFail_);
+  }
+  if (first)
+    BRAID_WARN(kLogInit, "communicator failed: %s", s.message().c_str());
+  else if (newCulprit)
+    BRAID_INFO(kLogInit, "also failed: %s", s.message().c_str());
+  if (!notify || comm_->boot == nullptr || (!first && !newCulprit)) {
+    if (first) wake();
+    return;
+  }
+  const CtrlType type = s.code() == braidTimeout ? CtrlType::kTimeout : CtrlType::kAbort;
+  if (comm_->rank == 0) {
+    // A stopped culprit gets the notice too: should it wake up, it learns why it was dropped.
+    for (int r = 1; r < n; ++r) {
+      if (r == skip || (r == culprit && type != CtrlType::kTimeout)) continue;
+      (void)comm_->boot->sendCtrl(r, CtrlType::kProgress, 0, progress);
+      (void)comm_->boot->sendCtrl(r, type, culprit, s.message());
+    }
+  } else {
+    (void)comm_->boot->sendCtrl(0, type, culprit, s.message());
+  }
+  wake();
+}
+
+Status Engine::failure() const {
+  std::lock_guard<std::mutex> g(failMu_);
+  return failure_;
+}
+
+std::vector<int> Engine::failedRanks() const {
+  std::lock_guard<std::mutex> g(failMu_);
+  return failedRanks_;
+}
+
+std::string Engine::reachedText(uint64_t seq) const {
+  std::vector<int> reached, behind;
+  std::string detail;
+  {
+    std::lock_guard<std::mutex> g(failMu_);
+    for (int r = 0; r < static_cast<int>(progressAtFail_.size()); ++r) {
+      uint64_t p = progressAtFail_[r];
+      if (p == kUnknown) continue;
+      if (p >= seq) {
+        reached.push_back(r);
+      } else {
+        behind.push_back(r);
+        if (behind.size() > 8) continue;
+        if (!detail.empty()) detail += ", ";
+        detail += std::to_string(r);
+        detail += " at #";
+        detail += std::to_string(p);
+      }
+    }
+  }
+  if (reached.size() + behind.size() <= 1) return "; the other ranks' progress is unknown";
+  auto ranks = [](const std::vector<int>& v) { return (v.size() == 1 ? "rank " : "ranks ") + rankRanges(v); };
+  std::string out = "; reached by " + (reached.empty() ? std::string("no rank") : ranks(reached));
+  if (!behind.empty()) out += "; the others last reported " + detail + (behind.size() > 8 ? ", ..." : "");
+  return out;
+}
+
+void Engine::waitDeparted(Deadline deadline) {
+  while (departed_.load(std::memory_order_acquire) < comm_->nranks - 1 && !deadline.expired() && bg_.joinable())
+    usleep(1000);
+}
+
+void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
+  switch (msg.type) {
+    case CtrlType::kHeartbeat:
+      if (comm_->rank == 0 && msg.text.size() == 8) {
+        std::lock_guard<std::mutex> g(failMu_);
+        memcpy(&progress_[peer], msg.text.data(), 8);
+      }
+      break;
+    case CtrlType::kProgress:
+      if (comm_->rank != 0) {
+        std::lock_guard<std::mutex> g(failMu_);
+        decodeProgress(msg.text, &progress_);
+      }
+      break;
+    case CtrlType::kBye:
+      // A departure, not a failure (rank 0 says goodbye only once the others left or failed).
+      gone_[peer] = 1;
+      departed_.fetch_add(1, std::memory_order_acq_rel);
+      comm_->boot->closeCtrl(peer);
+      BRAID_INFO(kLogInit, "%s left the communicator", comm_->describeRank(peer).c_str());
+      break;
+    case CtrlType::kAbort:
+    case CtrlType::kTimeout: {
+      Status s(msg.type == CtrlType::kTimeout ? braidTimeout : braidRemoteError, msg.text);
+      // Rank 0 passes a notice on to everyone but its sender; the others apply it.
+      if (comm_->rank == 0)
+        fail(s, msg.rank, true, peer);
+      else
+        fail(s, msg.rank, false);
+      break;
+    }
+  }
+}
+
+// Sleeps in epoll (control sockets, the wake eventfd, the links' descriptors) for up to timeoutUs,
+// then serves what arrived on the control sockets. Data on a link just ends the sleep: the caller
+// drives progress next.
+bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
+  if (timeoutUs > 0 && timeoutUs < 1000) {
+    // Below epoll's millisecond resolution: sleep, then look without waiting.
+    timespec ts{0, static_cast<long>(timeoutUs) * 1000};
+    nanosleep(&ts, nullptr);
+    timeoutUs = 0;
+  }
+  epoll_event events[64];
+  int rc = epoll_wait(withLinks ? epollLinksFd_ : epollFd_, events, 64, static_cast<int>(timeoutUs / 1000));
+  bool woken = false;
+  for (int i = 0; i < rc; ++i) {
+    const uint64_t tag = events[i].data.u64;
+    if (tag == kWakeTag) {
+      uint64_t v;
+      ssize_t r = read(wakeFd_, &v, sizeof(v));
+      (void)r;
+      woken = true;
+      continue;
+    }
+    if (tag == kLinkTag) continue;
+    const int peer = static_cast<int>(tag);
+    while (!gone_[peer]) {
+      bool got = false, eof = false;
+      Bootstrap::CtrlMsg msg;
+      Status s = comm_->boot->pollCtrl(peer, &got, &msg, &eof);
+      if (!s.ok()) {
+        gone_[peer] = 1;
+        comm_->boot->closeCtrl(peer);
+        fail(s.withContext("control connection of " + comm_->describeRank(peer)), peer, true);
+        break;
+      }
+      if (got) {
+        lastHeard_[peer] = nowNs();
+        onControl(peer, msg);
+        continue;
+      }
+      if (eof) {
+        gone_[peer] = 1;
+        comm_->boot->closeCtrl(peer);
+        fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
+                    comm_->describeRank(peer).c_str()),
+             peer, true);
+        if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
+      }
+      break;
+    }
+  }
+  return woken;
+}
+
+void Engine::heartbeat(int64_t now) {
+  if (heartbeatNs_ == 0) return;
+  const uint64_t mine = postedSeq_.load(std::memory_order_relaxed);
+  const std::string beat(reinterpret_cast<const char*>(&mine), 8);
+  if (now < nextBeatNs_) {
+    // Between heartbeats, a rank that posted since its last report tells rank 0 early (at most
+    // every reportNs_), so a failure notice can say precisely who had reached the failed call.
+    if (comm_->rank == 0 || reportNs_ == 0 || mine == lastReported_ || now < nextReportNs_ || gone_[0]) return;
+    (void)comm_->boot->sendCtrl(0, CtrlType::kHeartbeat, comm_->rank, beat);
+    lastReported_ = mine;
+    nextReportNs_ = now + reportNs_;
+    return;
+  }
+  nextBeatNs_ = now + heartbeatNs_;
+  lastReported_ = mine;
+  const int n = comm_->nranks;
+  for (int r = 0; r < n; ++r) {
+    if (r == comm_->rank || gone_[r] || (comm_->rank != 0 && r != 0)) continue;
+    (void)comm_->boot->sendCtrl(r, CtrlType::kHeartbeat, comm_->rank, beat);
+    if (now - lastHeard_[r] <= silenceNs_) continue;
+    gone_[r] = 1;
+    fail(errorf(braidTimeout,
+                "%s stopped answering: no heartbeat for %.1f s (BRAID_HEARTBEAT_MS=%lld x "
+                "BRAID_HEARTBEAT_MISSES); it is stopped, hung or unreachable",
+                comm_->describeRank(r).c_str(), (now - lastHeard_[r]) / 1e9,
+                static_cast<long long>(heartbeatNs_ / 1000000)),
+         r, true);
+    comm_->boot->closeCtrl(r);
+  }
+}
+
+Status Engine::readHeartbeatSettings() {
+  int64_t ms = 0, misses = 0;
+  BRAID_TRY(paramInt("BRAID_HEARTBEAT_MS", &ms));
+  BRAID_TRY(paramInt("BRAID_HEARTBEAT_MISSES", &misses));
+  if (ms < 0) return errorf(braidInvalidArgument, "BRAID_HEARTBEAT_MS must be 0 (off) or a positive number");
+  if (misses < 1) return errorf(braidInvalidArgument, "BRAID_HEARTBEAT_MISSES must be at least 1");
+  heartbeatNs_ = ms * 1000000;
+  silenceNs_ = heartbeatNs_ * misses;
+  // Early progress reports: a tenth of the period on small communicators; on large ones rank 0
+  // would read too many, so only the heartbeats carry progress there.
+  reportNs_ = comm_->nranks <= 64 ? heartbeatNs_ / 10 : 0;
+  const int64_t now = nowNs();
+  lastHeard_.assign(comm_->nranks, now);
+  // Rank 0 hears every rank's progress (nothing posted yet); the others only from rank 0's notice.
+  progress_.assign(comm_->nranks, comm_->rank == 0 ? 0 : kUnknown);
+  nextBeatNs_ = now;
+  return okStatus();
+}
+
+}  // namespace braid

@@ -1,0 +1,252 @@
+// Failure handling end to end: a rank killed or stopped mid-AllReduce becomes an error naming it on
+// every survivor; the survivors shrink to a working communicator; async errors and splits.
+#include <signal.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+int64_t monoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // one clock for every process of the machine
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// A page shared by the test's processes (mapped before the fork).
+struct Shared {
+  int64_t killNs;
+  int32_t victimPid;
+  int64_t detectNs[8];
+};
+
+Shared* mapShared() {
+  void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  memset(p, 0, sizeof(Shared));
+  return static_cast<Shared*>(p);
+}
+
+// Survivors: AllReduce until one fails; returns its result. The failing call is the first one the
+// failure reaches (a failure fails every pending operation).
+braidResult_t reduceUntilFailure(braidComm_t comm, std::vector<float>* buf) {
+  braidResult_t r = braidSuccess;
+  for (int i = 0; i < 1000 && r == braidSuccess; ++i)
+    r = braidAllReduce(buf->data(), buf->data(), buf->size(), braidFloat32, braidAvg, comm, nullptr);
+  return r;
+}
+
+// The survivors' common check: the error names the victim and the operation, the failed-rank list
+// is exactly {victim}, and the shrunk communicator renumbers and reduces correctly.
+int checkAndShrink(braidComm_t comm, int rank, int size, int victim, braidResult_t got, braidResult_t want,
+                   const char* cause) {
+  if (got != want)
+    return fail(rank, "expected %s, got %s: %s", braidGetErrorString(want), braidGetErrorString(got),
+                braidGetLastError());
+  std::string msg = braidGetLastError();
+  std::string who = "rank " + std::to_string(victim) + " (host ";
+  if (msg.find(who) == std::string::npos || msg.find(cause) == std::string::npos ||
+      msg.find("AllReduce #") == std::string::npos)
+    return fail(rank, "message does not name rank %d, '%s' and the operation: %s", victim, cause, msg.c_str());
+  braidResult_t async = braidSuccess;
+  CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
+  if (async != want) return fail(rank, "async error %s", braidGetErrorString(async));
+  int failed[8] = {}, nFailed = 0;
+  CHECK_BRAID(rank, braidCommGetFailedRanks(comm, failed, 8, &nFailed));
+  if (nFailed != 1 || failed[0] != victim) return fail(rank, "failed ranks: %d listed, first %d", nFailed, failed[0]);
+
+  braidComm_t small = nullptr;
+  CHECK_BRAID(rank, braidCommShrink(comm, &victim, 1, &small));
+  int newRank = -1, newSize = 0;
+  CHECK_BRAID(rank, braidCommUserRank(small, &newRank));
+  CHECK_BRAID(rank, braidCommCount(small, &newSize));
+  if (newSize != size - 1 || newRank != rank - (rank > victim ? 1 : 0))
+    return fail(rank, "shrunk to rank %d of %d", newRank, newSize);
+  std::vector<int32_t> v(4099);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(rank * 1000 + i);
+  CHECK_BRAID(rank, braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, small, nullptr));
+  int32_t rankSum = 0;
+  for (int r = 0; r < size; ++r)
+    if (r != victim) rankSum += r * 1000;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != rankSum + static_cast<int32_t>(i) * (size - 1))
+      return fail(rank, "shrunk AllReduce: [%zu] = %d", i, v[i]);
+  CHECK_BRAID(rank, braidCommDestroy(small));
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 each rank in turn mid-AllReduce: survivors name it, shrink, and reduce correctly", "[mp][failure]") {
+  Shared* shared = mapShared();
+  std::vector<double> latencyMs;
+  for (int round = 0; round < 5; ++round) {
+    const char* transport = round % 2 == 0 ? "shm" : "tcp";
+    for (int victim = 0; victim < 4; ++victim) {
+      INFO("round " << round << " victim " << victim << " over " << transport);
+      memset(shared, 0, sizeof(*shared));
+      auto res = runComm(
+          4, {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "200"}},
+          [&](braidComm_t comm, int rank, int size) {
+            std::vector<float> buf(1 << 18, 1.0f);
+            if (rank == victim) {
+              // A few good rounds, then die with an AllReduce in flight.
+              for (int i = 0; i < 2; ++i)
+                CHECK_BRAID(rank,
+                            braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg, comm, nullptr));
+              braidRequest_t req;
+              CHECK_BRAID(rank, braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg, comm,
+                                                nullptr, &req));
+              usleep(1000);
+              shared->killNs = monoNs();
+              raise(SIGKILL);
+            }
+            braidResult_t r = reduceUntilFailure(comm, &buf);
+            shared->detectNs[rank] = monoNs();
+            return checkAndShrink(comm, rank, size, victim, r, braidRemoteError, "died");
+          },
+          120);
+      for (int r = 0; r < 4; ++r) {
+        INFO("rank " << r << " status " << res[r].status);
+        CHECK(res[r].status == (r == victim ? 128 + SIGKILL : 0));
+        if (r != victim && shared->killNs != 0 && shared->detectNs[r] != 0)
+          latencyMs.push_back((shared->detectNs[r] - shared->killNs) / 1e6);
+      }
+    }
+  }
+  // Detection latency: from the kill to the failing call's return on a survivor (the figure the
+  // issue note quotes). Reported, not asserted: timing belongs to benchmarks.
+  std::sort(latencyMs.begin(), latencyMs.end());
+  if (!latencyMs.empty())
+    printf("detection latency over 20 kills (%zu survivor observations): median %.1f ms, max %.1f ms\n",
+           latencyMs.size(), latencyMs[latencyMs.size() / 2], latencyMs.back());
+  munmap(shared, sizeof(*shared));
+}
+
+TEST_CASE("a stopped rank (SIGSTOP) becomes braidTimeout naming it on every other rank", "[mp][failure]") {
+  const int victim = GENERATE(0, 2);  // the hub of the control plane, and an ordinary rank
+  INFO("victim " << victim);
+  Shared* shared = mapShared();
+  auto res = runComm(
+      4, {{"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "100"}, {"BRAID_HEARTBEAT_MISSES", "5"}},
+      [&](braidComm_t comm, int rank, int size) {
+        std::vector<float> buf(1 << 16, 1.0f);
+        if (rank == victim) {
+          CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg, comm, nullptr));
+          braidRequest_t req;
+          CHECK_BRAID(rank,
+                      braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg, comm, nullptr, &req));
+          shared->victimPid = getpid();
+          shared->killNs = monoNs();
+          raise(SIGSTOP);
+          _exit(7);  // not reached: the survivors kill us
+        }
+        braidResult_t r = reduceUntilFailure(comm, &buf);
+        shared->detectNs[rank] = monoNs();
+        int rc = checkAndShrink(comm, rank, size, victim, r, braidTimeout, "stopped answering");
+        // The lowest survivor ends the stopped process (the harness would only after its deadline).
+        if (rank == (victim == 0 ? 1 : 0) && shared->victimPid > 0) kill(shared->victimPid, SIGKILL);
+        return rc;
+      },
+      120);
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << " status " << res[r].status);
+    CHECK(res[r].status == (r == victim ? 128 + SIGKILL : 0));
+    if (r != victim && shared->detectNs[r] != 0)
+      printf("SIGSTOP of rank %d: rank %d failed after %.0f ms\n", victim, r,
+             (shared->detectNs[r] - shared->killNs) / 1e6);
+  }
+  munmap(shared, sizeof(*shared));
+}
+
+TEST_CASE("the async error turns up while a nonblocking AllReduce is in flight", "[mp][failure]") {
+  auto res = runComm(3, {{"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    braidRequest_t req;
+    if (rank == 2) {
+      // Joins a good AllReduce, then dies before the second one.
+      CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr));
+      raise(SIGKILL);
+    }
+    CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr));
+    CHECK_BRAID(rank, braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr, &req));
+    // Poll only the async error (no braidTest: the background thread serves the notice).
+    braidResult_t async = braidSuccess;
+    for (int i = 0; i < 60000 && async == braidSuccess; ++i) {
+      CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
+      if (async == braidSuccess) usleep(1000);
+    }
+    if (async != braidRemoteError) return fail(rank, "async error stayed %s", braidGetErrorString(async));
+    if (strstr(braidGetLastError(), "rank 2 (host") == nullptr)
+      return fail(rank, "no culprit: %s", braidGetLastError());
+    braidResult_t w = braidWait(req);
+    if (w != braidRemoteError) return fail(rank, "the request ended %s", braidGetErrorString(w));
+    return 0;
+  });
+  for (int r = 0; r < 3; ++r) CHECK(res[r].status == (r == 2 ? 128 + SIGKILL : 0));
+}
+
+TEST_CASE("split by color and key; a healthy shrink; bad arguments change nothing", "[mp][failure][split]") {
+  auto res = runComm(4, {{"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int size) {
+    // Colors: even and odd ranks; key reverses the order within a color.
+    braidComm_t half = nullptr;
+    CHECK_BRAID(rank, braidCommSplit(comm, rank % 2, size - rank, &half));
+    int hr = -1, hn = 0;
+    CHECK_BRAID(rank, braidCommUserRank(half, &hr));
+    CHECK_BRAID(rank, braidCommCount(half, &hn));
+    if (hn != 2 || hr != (rank < 2 ? 1 : 0)) return fail(rank, "split gave rank %d of %d", hr, hn);
+    int64_t v = rank + 1;
+    CHECK_BRAID(rank, braidAllReduce(&v, &v, 1, braidInt64, braidProd, half, nullptr));
+    if (v != (rank % 2 == 0 ? 1 * 3 : 2 * 4)) return fail(rank, "split AllReduce gave %lld", static_cast<long long>(v));
+    CHECK_BRAID(rank, braidCommDestroy(half));
+
+    // No color: no communicator; everyone else still gets theirs.
+    braidComm_t some = reinterpret_cast<braidComm_t>(1);
+    CHECK_BRAID(rank, braidCommSplit(comm, rank == 3 ? BRAID_SPLIT_NOCOLOR : 0, 0, &some));
+    if ((rank == 3) != (some == nullptr)) return fail(rank, "NOCOLOR handling");
+    if (some != nullptr) {
+      int n = 0;
+      CHECK_BRAID(rank, braidCommCount(some, &n));
+      if (n != 3) return fail(rank, "split without rank 3 has %d ranks", n);
+      CHECK_BRAID(rank, braidCommDestroy(some));
+    }
+
+    // Bad arguments: clear errors, *newcomm untouched.
+    braidComm_t untouched = reinterpret_cast<braidComm_t>(2);
+    int bad[2] = {1, 1};
+    if (braidCommShrink(comm, bad, 2, &untouched) != braidInvalidArgument ||
+        untouched != reinterpret_cast<braidComm_t>(2))
+      return fail(rank, "duplicate exclusion accepted");
+    int self = rank;
+    if (braidCommShrink(comm, &self, 1, &untouched) != braidInvalidArgument)
+      return fail(rank, "self exclusion accepted");
+    int out = 9;
+    if (braidCommShrink(comm, &out, 1, &untouched) != braidInvalidArgument) return fail(rank, "rank 9 accepted");
+    if (braidCommSplit(comm, -5, 0, &untouched) != braidInvalidArgument) return fail(rank, "color -5 accepted");
+    if (strstr(braidGetLastError(), "color -5") == nullptr) return fail(rank, "message: %s", braidGetLastError());
+
+    // A shrink of a healthy communicator: rank 3 leaves, the others go on without it.
+    if (rank == 3) return 0;  // runComm destroys the parent
+    int three = 3;
+    braidComm_t rest = nullptr;
+    CHECK_BRAID(rank, braidCommShrink(comm, &three, 1, &rest));
+    float f = 1.0f;
+    CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, rest, nullptr));
+    if (f != 3.0f) return fail(rank, "shrunk sum %g", f);
+    CHECK_BRAID(rank, braidCommDestroy(rest));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
