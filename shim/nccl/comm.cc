@@ -169,7 +169,7 @@ Status live(ncclComm_t comm) {
   return okStatus();
 }
 
-Status usable(ncclComm_t comm, braidComm_t* out) {
+Status initialized(ncclComm_t comm, braidComm_t* out) {
   BRAID_TRY(live(comm));
   switch (comm->state.load(std::memory_order_acquire)) {
     case ncclComm::kPending:
@@ -179,9 +179,14 @@ Status usable(ncclComm_t comm, braidComm_t* out) {
     default:
       break;
   }
+  *out = comm->braid;
+  return okStatus();
+}
+
+Status usable(ncclComm_t comm, braidComm_t* out) {
+  BRAID_TRY(initialized(comm, out));
   if (comm->finalized.load(std::memory_order_relaxed))
     return errorf(braidInvalidUsage, "the communicator was finalized (ncclCommFinalize); destroy it");
-  *out = comm->braid;
   return okStatus();
 }
 
@@ -372,7 +377,7 @@ NCCL_SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_
 NCCL_SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   return guard(__func__, [&] {
     braidComm_t b = nullptr;
-    BRAID_TRY(usable(comm, &b));
+    BRAID_TRY(initialized(comm, &b));
     return fromBraid(braidCommCount(b, count));
   });
 }
@@ -380,7 +385,7 @@ NCCL_SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 NCCL_SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   return guard(__func__, [&] {
     braidComm_t b = nullptr;
-    BRAID_TRY(usable(comm, &b));
+    BRAID_TRY(initialized(comm, &b));
     return fromBraid(braidCommUserRank(b, rank));
   });
 }

@@ -111,7 +111,9 @@ ncclResult_t guard(const char* fn, F&& body) {
 
 // ---- Communicators (comm.cc) -----------------------------------------------------------------------
 
-// The braid communicator of a usable comm: not NULL, alive, initialized, not finalized.
+// The braid communicator of an initialized comm: not NULL, alive, not pending, init succeeded.
+Status initialized(ncclComm_t comm, braidComm_t* out);
+// As initialized, and not finalized: what collectives need.
 Status usable(ncclComm_t comm, braidComm_t* out);
 // A live wrapper in any state (for destroy, queries of a failed comm...).
 Status live(ncclComm_t comm);

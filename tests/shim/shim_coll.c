@@ -278,7 +278,11 @@ int coll_phase(int rank, int n, const ncclUniqueId* ids) {
     ncclCommAbort(comm);
     return rc;
   }
+  /* Finalized: queries still answer, collectives are refused. */
   CHECK_NCCL(ncclCommFinalize(comm));
+  CHECK_NCCL(ncclCommCount(comm, &count));
+  int v = 0;
+  EXPECT_FAIL(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, NULL), ncclInvalidUsage, "finalized");
   CHECK_NCCL(ncclCommDestroy(comm));
   return 0;
 }

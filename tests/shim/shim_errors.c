@@ -205,7 +205,7 @@ int split_phase(int rank, int n, const ncclUniqueId* ids) {
 
 /* The last rank fails mid-run (ncclCommAbort, or exiting without a word); the others' next
  * AllReduce must fail with ncclRemoteError, found by braid's control plane (not by the deadline),
- * and ncclCommGetAsyncError must report it too. */
+ * and ncclCommGetAsyncError must report it too. The survivors then shrink the communicator. */
 static int peer_failure(int rank, int n, const ncclUniqueId* ids, int abort_it) {
   ncclComm_t comm = NULL;
   CHECK_NCCL(ncclCommInitRank(&comm, n, ids[0], rank));
@@ -230,6 +230,16 @@ static int peer_failure(int rank, int n, const ncclUniqueId* ids, int abort_it) 
   CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
   EXPECT(async == ncclRemoteError, "ncclCommGetAsyncError: %d", (int)async);
   printf("rank %d saw: %s\n", rank, ncclGetLastError(NULL));
+  /* The survivors go on without the failed rank. */
+  int failed = n - 1, count = -1;
+  ncclComm_t rest = NULL;
+  CHECK_NCCL(ncclCommShrink(comm, &failed, 1, &rest, NULL, NCCL_SHRINK_DEFAULT));
+  CHECK_NCCL(ncclCommCount(rest, &count));
+  EXPECT(count == n - 1, "shrunk communicator has %d ranks", count);
+  v = rank;
+  CHECK_NCCL(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, rest, NULL));
+  EXPECT(v == (n - 1) * (n - 2) / 2, "allreduce after shrink: %d", v);
+  CHECK_NCCL(ncclCommDestroy(rest));
   CHECK_NCCL(ncclCommAbort(comm));
   return 0;
 }
