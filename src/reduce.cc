@@ -1,6 +1,6 @@
-// Datatype sizes and names, fp16/bf16 conversions, the scalar kernels, and the choice of kernel
-// table. The choice is made once, while the library is loaded: the best level this CPU supports
-// (AVX-512, AVX2, scalar), capped by BRAID_SIMD. reduceKernel() is then one array lookup.
+// Datatype sizes and names, the scalar kernels, and the choice of kernel table (fp16/bf16 conversions
+// are in src/half.h). The choice is made once, while the library is loaded: the best level this CPU
+// supports (AVX-512, AVX2, scalar), capped by BRAID_SIMD. reduceKernel() is then one array lookup.
 //
 // Semantics shared by every level (the SIMD files reproduce them bit for bit):
 // - Integers wrap around (two's complement), signed ones included: sums and products are done in
@@ -14,7 +14,6 @@
 //   min(-0, +0) is +0 and min(+0, -0) is -0, as with the scalar expression.
 #include "src/reduce.h"
 
-#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -332,76 +331,6 @@ bool validRedop(int op) { return op >= 0 && op < braidNumOps; }
 size_t dtypeSize(braidDataType_t dt) { return validDtype(dt) ? kDtypeSizes[dt] : 0; }
 const char* dtypeName(braidDataType_t dt) { return validDtype(dt) ? kDtypeNames[dt] : "invalid"; }
 const char* redopName(braidRedOp_t op) { return validRedop(op) ? kRedopNames[op] : "invalid"; }
-
-// ---- Conversions -----------------------------------------------------------------------------------
-
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {
-    // Infinity, or NaN with its payload kept and the quiet bit set.
-    bits = sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: mantissa * 2^-24. Shift the leading one up to the implicit bit's place.
-    uint32_t e = 127 - 14;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --e;
-    }
-    bits = sign | (e << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t floatToHalf(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) {
-    // NaN: quiet, top of the payload kept (what vcvtps2ph does).
-    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
-  }
-  // 65520 = 0x477ff000 is halfway between 65504 (the largest half, odd mantissa) and 65536: ties
-  // go to even, i.e. to infinity. Infinity itself lands here too.
-  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (magnitude >= 0x38800000u) {
-    // Normal half (>= 2^-14): rebias the exponent by 127 - 15 and round the 13 dropped bits to
-    // nearest even. A carry out of the mantissa correctly bumps the exponent.
-    const uint32_t rebased = magnitude - ((127u - 15u) << 23);
-    return static_cast<uint16_t>(sign | ((rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13));
-  }
-  // Subnormal half: the result is round(f * 2^24) units of 2^-24. Up to 2^-25 (a tie between 0
-  // and the smallest subnormal, going to even) it is zero.
-  if (magnitude <= 0x33000000u) return sign;
-  const uint32_t exponent = magnitude >> 23;                      // 102..112 here
-  const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;  // value = mantissa * 2^(exponent-150)
-  const uint32_t shift = 126u - exponent;                         // 14..24
-  const uint32_t rest = mantissa & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1u);
-  uint32_t units = mantissa >> shift;
-  if (rest > half || (rest == half && (units & 1u) != 0)) ++units;  // 1024 units encodes 2^-14: fine
-  return static_cast<uint16_t>(sign | units);
-}
-
-float bf16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  if ((bits & 0x7fffffffu) > 0x7f800000u) bits |= 0x00400000u;  // NaN: quiet it
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t floatToBf16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits | 0x00400000u) >> 16);
-  // Round the low 16 bits to nearest even. Values from halfway above the largest bf16 carry into
-  // the exponent and become infinity; subnormals round on the same grid with no special case.
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
 
 // ---- Kernels ---------------------------------------------------------------------------------------
 

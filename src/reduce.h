@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "braid/braid.h"
+#include "src/half.h"  // halfToFloat, floatToHalf, bf16ToFloat, floatToBf16
 
 namespace braid {
 
@@ -37,12 +38,6 @@ void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor);
 // double and round to nearest, saturating at the type's range.
 void scaleBy(braidDataType_t dt, void* dst, const void* src, size_t count, double weight);
 void axpy(braidDataType_t dt, void* dst, const void* src, size_t count, double weight);
-
-// fp16 / bf16 <-> fp32, round to nearest even, NaN preserved (quiet), overflow to infinity.
-float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
-float bf16ToFloat(uint16_t b);
-uint16_t floatToBf16(float f);
 
 // The instruction set the kernels use: "avx512", "avx2" or "scalar". BRAID_SIMD=scalar|avx2|avx512
 // caps it (for tests and comparisons).

@@ -1,0 +1,247 @@
+// Collectives and point to point: each call checks what braid cannot check for it (the stream,
+// NCCL's datatype and op values), then calls braid's function of the same name. Gather and Scatter,
+// which braid lacks, are grouped sends and receives. PreMulSum ops scale a scratch copy of the
+// input, then sum it.
+#include <cstdint>
+#include <cstring>
+
+#include "shim/nccl/shim.h"
+
+namespace braid::nccl {
+
+namespace {
+
+Status prologue(ncclComm_t comm, cudaStream_t stream, braidComm_t* out) {
+  BRAID_TRY(usable(comm, out));
+  if (stream != nullptr)
+    return errorf(braidInvalidUsage,
+                  "stream is not NULL: device buffers need a CUDA build of braid (host buffers with a NULL "
+                  "stream work)");
+  return okStatus();
+}
+
+Status rankAndSize(braidComm_t b, int* rank, int* n) {
+  BRAID_TRY(fromBraid(braidCommUserRank(b, rank)));
+  return fromBraid(braidCommCount(b, n));
+}
+
+// The braid-side arguments of a reducing call. With a PreMulSum op, `send` is a scaled copy of the
+// caller's input held in `scratch` (kept alive until the group is issued when inside one).
+struct Reduction {
+  braidDataType_t type;
+  braidRedOp_t op;
+  const void* send;
+  std::unique_ptr<unsigned char[]> scratch;
+};
+
+// sendCount = count * sendBlocks elements of sendbuff are read (ReduceScatter: nranks blocks).
+Status prepareReduction(ncclComm_t comm, const void* sendbuff, size_t count, size_t sendBlocks, ncclDataType_t dt,
+                        ncclRedOp_t op, Reduction* out) {
+  BRAID_TRY(reduceType(dt, &out->type));
+  PreMulSum pre;
+  bool isPre = false;
+  BRAID_TRY(resolveOp(comm, op, dt, &out->op, &pre, &isPre));
+  out->send = sendbuff;
+  if (!isPre || count == 0) return okStatus();
+  const size_t es = typeSize(out->type);
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / sendBlocks)
+    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
+  if (sendbuff == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
+  const size_t elems = count * sendBlocks;
+  out->scratch.reset(new unsigned char[elems * es]);
+  scaleInto(pre, out->scratch.get(), sendbuff, elems);
+  out->send = out->scratch.get();
+  return okStatus();
+}
+
+// After braid took the call: a scratch copy recorded in a group must outlive the call.
+Status finishReduction(braidResult_t r, Reduction* red) {
+  if (r == braidSuccess && red->scratch && inGroup()) keepUntilGroupEnd(std::move(red->scratch));
+  return fromBraid(r);
+}
+
+Status checkRooted(int root, int n, size_t count, braidDataType_t type) {
+  if (root < 0 || root >= n) return errorf(braidInvalidArgument, "root %d is out of range [0, %d)", root, n);
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / typeSize(type) / static_cast<size_t>(n))
+    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
+  return okStatus();
+}
+
+// One group of sends and receives for Gather (root receives block r from rank r) or Scatter
+// (root sends block r to rank r). Root's own block is a send/receive pair to itself (a copy in
+// braid), left out when it is already in place. Arguments are checked before anything is
+// recorded, so a failure leaves no half-recorded group behind.
+Status rootedExchange(bool gather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t dt, int root,
+                      ncclComm_t comm, cudaStream_t stream) {
+  braidComm_t b = nullptr;
+  BRAID_TRY(prologue(comm, stream, &b));
+  braidDataType_t t;
+  BRAID_TRY(moveType(dt, &t));
+  int rank = 0, n = 0;
+  BRAID_TRY(rankAndSize(b, &rank, &n));
+  BRAID_TRY(checkRooted(root, n, count, t));
+  if (count == 0) return okStatus();
+  const bool isRoot = rank == root;
+  if (sendbuff == nullptr && (gather || isRoot)) return errorf(braidInvalidArgument, "sendbuff is NULL");
+  if (recvbuff == nullptr && (!gather || isRoot)) return errorf(braidInvalidArgument, "recvbuff is NULL");
+  const size_t bytes = count * typeSize(t);
+  // The root's blocked buffer and its own single block.
+  char* blocks = static_cast<char*>(gather ? recvbuff : const_cast<void*>(sendbuff));
+  char* own = static_cast<char*>(gather ? const_cast<void*>(sendbuff) : recvbuff);
+  BRAID_TRY(fromBraid(braidGroupStart()));
+  Status s;
+  if (!isRoot) {
+    s = fromBraid(gather ? braidSend(sendbuff, count, t, root, b, nullptr)
+                         : braidRecv(recvbuff, count, t, root, b, nullptr));
+  } else {
+    for (int r = 0; r < n && s.ok(); ++r) {
+      char* block = blocks + static_cast<size_t>(r) * bytes;
+      if (r != rank) {
+        s = fromBraid(gather ? braidRecv(block, count, t, r, b, nullptr) : braidSend(block, count, t, r, b, nullptr));
+      } else if (block != own) {
+        const void* from = gather ? own : block;
+        void* to = gather ? block : own;
+        s = fromBraid(braidSend(from, count, t, rank, b, nullptr));
+        if (s.ok()) s = fromBraid(braidRecv(to, count, t, rank, b, nullptr));
+      }
+    }
+  }
+  Status ended = fromBraid(braidGroupEnd());
+  return s.ok() ? ended : s;
+}
+
+}  // namespace
+
+}  // namespace braid::nccl
+
+using namespace braid;
+using namespace braid::nccl;
+
+extern "C" {
+
+NCCL_SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    Reduction red;
+    BRAID_TRY(prepareReduction(comm, sendbuff, count, 1, datatype, op, &red));
+    return finishReduction(braidAllReduce(red.send, recvbuff, count, red.type, red.op, b, nullptr), &red);
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    Reduction red;
+    BRAID_TRY(prepareReduction(comm, sendbuff, count, 1, datatype, op, &red));
+    return finishReduction(braidReduce(red.send, recvbuff, count, red.type, red.op, root, b, nullptr), &red);
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                                cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    int rank = 0, n = 0;
+    BRAID_TRY(rankAndSize(b, &rank, &n));
+    Reduction red;
+    BRAID_TRY(prepareReduction(comm, sendbuff, recvcount, static_cast<size_t>(n), datatype, op, &red));
+    return finishReduction(braidReduceScatter(red.send, recvbuff, recvcount, red.type, red.op, b, nullptr), &red);
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    braidDataType_t t;
+    BRAID_TRY(moveType(datatype, &t));
+    return fromBraid(braidAllGather(sendbuff, recvbuff, sendcount, t, b, nullptr));
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                            int root, ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    braidDataType_t t;
+    BRAID_TRY(moveType(datatype, &t));
+    return fromBraid(braidBroadcast(sendbuff, recvbuff, count, t, root, b, nullptr));
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    braidDataType_t t;
+    BRAID_TRY(moveType(datatype, &t));
+    return fromBraid(braidBroadcast(buff, buff, count, t, root, b, nullptr));
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                           ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    braidDataType_t t;
+    BRAID_TRY(moveType(datatype, &t));
+    return fromBraid(braidAllToAll(sendbuff, recvbuff, count, t, b, nullptr));
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                         int root, ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__, [&] { return rootedExchange(true, sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                          int root, ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__,
+               [&] { return rootedExchange(false, sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                                       ncclComm_t comm, cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    braidDataType_t t;
+    BRAID_TRY(moveType(datatype, &t));
+    return fromBraid(braidSend(sendbuff, count, t, peer, b, nullptr));
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  return guard(__func__, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    braidDataType_t t;
+    BRAID_TRY(moveType(datatype, &t));
+    return fromBraid(braidRecv(recvbuff, count, t, peer, b, nullptr));
+  });
+}
+
+}  // extern "C"
+
+NCCL_SHIM_ALIAS(ncclAllReduce)
+NCCL_SHIM_ALIAS(ncclReduce)
+NCCL_SHIM_ALIAS(ncclReduceScatter)
+NCCL_SHIM_ALIAS(ncclAllGather)
+NCCL_SHIM_ALIAS(ncclBroadcast)
+NCCL_SHIM_ALIAS(ncclBcast)
+NCCL_SHIM_ALIAS(ncclAlltoAll)
+NCCL_SHIM_ALIAS(ncclGather)
+NCCL_SHIM_ALIAS(ncclScatter)
+NCCL_SHIM_ALIAS(ncclSend)
+NCCL_SHIM_ALIAS(ncclRecv)

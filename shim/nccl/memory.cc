@@ -1,0 +1,76 @@
+// Memory: allocation (refused without CUDA), registration (a recorded hint), windows (refused).
+// The reasons are in include/braid/nccl.h.
+#include "shim/nccl/shim.h"
+
+using namespace braid;
+using namespace braid::nccl;
+
+extern "C" {
+
+NCCL_SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  return guard(__func__, [&] {
+    if (ptr == nullptr) return errorf(braidInvalidArgument, "ptr is NULL");
+    return errorf(braidInvalidUsage,
+                  "ncclMemAlloc returns CUDA device memory and this braid build has no CUDA (%zu bytes asked); "
+                  "use host memory (malloc) with a NULL stream",
+                  size);
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  return guard(__func__, [&] {
+    if (ptr == nullptr) return okStatus();
+    return errorf(braidInvalidArgument, "%p was not allocated by ncclMemAlloc (which allocates nothing in this build)",
+                  ptr);
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return guard(__func__, [&] {
+    BRAID_TRY(live(comm));
+    if (handle == nullptr) return errorf(braidInvalidArgument, "handle is NULL");
+    if (buff == nullptr && size > 0) return errorf(braidInvalidArgument, "buff is NULL");
+    auto reg = std::make_unique<Registration>(Registration{buff, size});
+    void* h = reg.get();
+    std::lock_guard<std::mutex> lock(comm->mu);
+    comm->registrations.emplace(h, std::move(reg));
+    *handle = h;
+    return okStatus();
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return guard(__func__, [&] {
+    BRAID_TRY(live(comm));
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->registrations.erase(handle) == 0)
+      return errorf(braidInvalidArgument, "handle %p is not registered on this communicator", handle);
+    return okStatus();
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                                     int winFlags) {
+  return guard(__func__, [&] {
+    BRAID_TRY(live(comm));
+    (void)buff, (void)size, (void)win, (void)winFlags;
+    return errorf(braidInvalidUsage, "symmetric memory windows are device memory: they need a CUDA build of braid");
+  });
+}
+
+NCCL_SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return guard(__func__, [&] {
+    BRAID_TRY(live(comm));
+    return errorf(braidInvalidArgument, "window %p was not registered (this build registers none)",
+                  static_cast<void*>(win));
+  });
+}
+
+}  // extern "C"
+
+NCCL_SHIM_ALIAS(ncclMemAlloc)
+NCCL_SHIM_ALIAS(ncclMemFree)
+NCCL_SHIM_ALIAS(ncclCommRegister)
+NCCL_SHIM_ALIAS(ncclCommDeregister)
+NCCL_SHIM_ALIAS(ncclCommWindowRegister)
+NCCL_SHIM_ALIAS(ncclCommWindowDeregister)
