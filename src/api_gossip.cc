@@ -245,6 +245,7 @@ Status moveToSurvivors(braidGraph* g) {
     braidComm* from = g->runOn;
     std::vector<int> failed = from->engine->failedRanks();
     if (failed.empty()) return from->engine->failure();  // not a peer failure (abort, misuse)
+    std::lock_guard<std::mutex> hold(from->successorMu);
     if (from->successor == nullptr) {
       braidComm* next = nullptr;
       Status s = commShrink(from, failed.data(), static_cast<int>(failed.size()), &next);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct braidComm {
   uint64_t derived = 0;
   // Gossip graphs continue on the survivors after a failure: the communicator they share (owned by
   // this one: destroyed or aborted with it) and the ranks it excludes.
+  std::mutex successorMu;  // graphs of several threads may move at once
   braidComm* successor = nullptr;
   std::vector<int> successorExcludes;
 
