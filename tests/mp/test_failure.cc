@@ -292,7 +292,8 @@ TEST_CASE("BRAID_CHECK_MISMATCH: matching calls run correctly, mismatched ones f
   REQUIRE(allOk(res));
 }
 
-TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the next call", "[mp][failure][gossip]") {
+TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the next call", "[mp][failure]") {
+  Shared* shared = mapShared();
   auto res = runComm(4, {{"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int) {
     braidGraph_t ring = nullptr;
     CHECK_BRAID(rank, braidGraphCreateNamed(comm, "ring", &ring));  // left and right, 1/3 each
@@ -301,7 +302,13 @@ TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the n
       std::fill(x.begin(), x.end(), static_cast<float>(rank + 1));
       CHECK_BRAID(rank, braidNeighborAllReduce(x.data(), y.data(), x.size(), braidFloat32, ring, comm, nullptr));
     }
-    if (rank == 3) raise(SIGKILL);
+    // Rank 3 dies once everyone finished those calls (dying earlier would fail a call still
+    // pending elsewhere: a failure fails every pending operation).
+    __atomic_add_fetch(&shared->victimPid, 1, __ATOMIC_SEQ_CST);
+    if (rank == 3) {
+      while (__atomic_load_n(&shared->victimPid, __ATOMIC_SEQ_CST) < 4) usleep(1000);
+      raise(SIGKILL);
+    }
     // The call that meets the failure reports it, naming the rank.
     braidResult_t r = braidSuccess;
     for (int i = 0; i < 1000 && r == braidSuccess; ++i)
@@ -329,4 +336,5 @@ TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the n
     return 0;
   });
   for (int r = 0; r < 4; ++r) CHECK(res[r].status == (r == 3 ? 128 + SIGKILL : 0));
+  munmap(shared, sizeof(*shared));
 }
