@@ -172,15 +172,17 @@ TEST_CASE("a stopped rank (SIGSTOP) becomes braidTimeout naming it on every othe
 }
 
 TEST_CASE("the async error turns up while a nonblocking AllReduce is in flight", "[mp][failure]") {
+  Shared* shared = mapShared();
   auto res = runComm(3, {{"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int) {
     std::vector<float> buf(1 << 16, 1.0f);
     braidRequest_t req;
+    CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr));
+    __atomic_add_fetch(&shared->victimPid, 1, __ATOMIC_SEQ_CST);
     if (rank == 2) {
-      // Joins a good AllReduce, then dies before the second one.
-      CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr));
+      // Dies after everyone finished the good AllReduce, before the second one.
+      while (__atomic_load_n(&shared->victimPid, __ATOMIC_SEQ_CST) < 3) usleep(1000);
       raise(SIGKILL);
     }
-    CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr));
     CHECK_BRAID(rank, braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr, &req));
     // Poll only the async error (no braidTest: the background thread serves the notice).
     braidResult_t async = braidSuccess;
@@ -196,6 +198,7 @@ TEST_CASE("the async error turns up while a nonblocking AllReduce is in flight",
     return 0;
   });
   for (int r = 0; r < 3; ++r) CHECK(res[r].status == (r == 2 ? 128 + SIGKILL : 0));
+  munmap(shared, sizeof(*shared));
 }
 
 TEST_CASE("split by color and key; a healthy shrink; bad arguments change nothing", "[mp][failure][split]") {
