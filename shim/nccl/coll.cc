@@ -117,6 +117,23 @@ Status rootedExchange(bool gather, const void* sendbuff, void* recvbuff, size_t 
 using namespace braid;
 using namespace braid::nccl;
 
+namespace {
+
+// The calls that move data without reducing it: check the communicator and stream, map the type
+// (fp8 moves as bytes), call braid.
+template <class Call>
+ncclResult_t movement(const char* fn, ncclComm_t comm, cudaStream_t stream, ncclDataType_t datatype, Call call) {
+  return guard(fn, [&] {
+    braidComm_t b = nullptr;
+    BRAID_TRY(prologue(comm, stream, &b));
+    braidDataType_t t;
+    BRAID_TRY(moveType(datatype, &t));
+    return fromBraid(call(b, t));
+  });
+}
+
+}  // namespace
+
 extern "C" {
 
 NCCL_SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -157,45 +174,29 @@ NCCL_SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recv
 
 NCCL_SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return guard(__func__, [&] {
-    braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
-    braidDataType_t t;
-    BRAID_TRY(moveType(datatype, &t));
-    return fromBraid(braidAllGather(sendbuff, recvbuff, sendcount, t, b, nullptr));
+  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidAllGather(sendbuff, recvbuff, sendcount, t, b, nullptr);
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                             int root, ncclComm_t comm, cudaStream_t stream) {
-  return guard(__func__, [&] {
-    braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
-    braidDataType_t t;
-    BRAID_TRY(moveType(datatype, &t));
-    return fromBraid(braidBroadcast(sendbuff, recvbuff, count, t, root, b, nullptr));
+  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidBroadcast(sendbuff, recvbuff, count, t, root, b, nullptr);
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                                         cudaStream_t stream) {
-  return guard(__func__, [&] {
-    braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
-    braidDataType_t t;
-    BRAID_TRY(moveType(datatype, &t));
-    return fromBraid(braidBroadcast(buff, buff, count, t, root, b, nullptr));
+  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidBroadcast(buff, buff, count, t, root, b, nullptr);
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                            ncclComm_t comm, cudaStream_t stream) {
-  return guard(__func__, [&] {
-    braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
-    braidDataType_t t;
-    BRAID_TRY(moveType(datatype, &t));
-    return fromBraid(braidAllToAll(sendbuff, recvbuff, count, t, b, nullptr));
+  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidAllToAll(sendbuff, recvbuff, count, t, b, nullptr);
   });
 }
 
@@ -212,24 +213,14 @@ NCCL_SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, 
 
 NCCL_SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                        ncclComm_t comm, cudaStream_t stream) {
-  return guard(__func__, [&] {
-    braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
-    braidDataType_t t;
-    BRAID_TRY(moveType(datatype, &t));
-    return fromBraid(braidSend(sendbuff, count, t, peer, b, nullptr));
-  });
+  return movement(__func__, comm, stream, datatype,
+                  [&](braidComm_t b, braidDataType_t t) { return braidSend(sendbuff, count, t, peer, b, nullptr); });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                                        cudaStream_t stream) {
-  return guard(__func__, [&] {
-    braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
-    braidDataType_t t;
-    BRAID_TRY(moveType(datatype, &t));
-    return fromBraid(braidRecv(recvbuff, count, t, peer, b, nullptr));
-  });
+  return movement(__func__, comm, stream, datatype,
+                  [&](braidComm_t b, braidDataType_t t) { return braidRecv(recvbuff, count, t, peer, b, nullptr); });
 }
 
 }  // extern "C"
