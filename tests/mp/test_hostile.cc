@@ -125,32 +125,27 @@ class Stranger {
     for (Conn& c : conns_) close(c.fd);
   }
 
-  // Opens n connections to `to`; each sends `bytes` at once, or with `slow` one byte a second.
+  // Opens n connections to `to`; each sends `bytes` once connected, or with `slow` one byte a
+  // second. Does not wait for connections the listener's backlog has no room for yet: watch()
+  // completes them (a refused one counts as closed: it never got in).
   void open(const SockAddr& to, const std::string& what, const Bytes& bytes, int n = 1, bool slow = false) {
     for (int i = 0; i < n; ++i) {
       Conn c;
       c.what = what;
       c.fd = socket(to.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (c.fd < 0 || (connect(c.fd, to.sa(), to.len) != 0 && errno != EINPROGRESS)) {
-        errors_.push_back(what + ": connect: " + strerror(errno));
-        if (c.fd >= 0) close(c.fd);
+      if (c.fd < 0) {
+        errors_.push_back(what + ": socket: " + strerror(errno));
         continue;
       }
-      pollfd p{c.fd, POLLOUT, 0};
-      int err = 0;
-      socklen_t len = sizeof(err);
-      if (poll(&p, 1, 10000) != 1 || getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
-        errors_.push_back(what + ": connect did not complete: " + strerror(err));
+      c.connecting = connect(c.fd, to.sa(), to.len) != 0;
+      if (c.connecting && errno != EINPROGRESS) {
+        errors_.push_back(what + ": connect: " + strerror(errno));
         close(c.fd);
         continue;
       }
-      if (slow) {
-        c.dribble = bytes;
-      } else if (!bytes.empty()) {
-        ssize_t sent = send(c.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-        if (sent < 0) c.closed = errno == EPIPE || errno == ECONNRESET;
-      }
+      (slow ? c.dribble : c.payload) = bytes;
       conns_.push_back(std::move(c));
+      connected(conns_.back(), 0);
     }
   }
 
@@ -169,7 +164,7 @@ class Stranger {
     while (open() && !until.expired()) {
       if (braid::nowNs() >= nextDribbleNs) {
         for (Conn& c : conns_) {
-          if (c.closed || c.dribble.empty()) continue;
+          if (c.closed || c.connecting || c.dribble.empty()) continue;
           if (send(c.fd, c.dribble.data(), 1, MSG_NOSIGNAL) == 1)
             c.dribble.erase(c.dribble.begin());
           else if (errno == EPIPE || errno == ECONNRESET)
@@ -181,13 +176,17 @@ class Stranger {
       idx.clear();
       for (size_t i = 0; i < conns_.size(); ++i) {
         if (conns_[i].closed) continue;
-        pfds.push_back({conns_[i].fd, POLLIN, 0});
+        pfds.push_back({conns_[i].fd, static_cast<short>(conns_[i].connecting ? POLLOUT : POLLIN), 0});
         idx.push_back(i);
       }
       if (poll(pfds.data(), pfds.size(), std::min(until.remainingMs(1000), 200)) <= 0) continue;
       for (size_t k = 0; k < pfds.size(); ++k) {
         if (pfds[k].revents == 0) continue;
         Conn& c = conns_[idx[k]];
+        if (c.connecting) {
+          connected(c, pfds[k].revents);
+          continue;
+        }
         uint8_t buf[4096];
         ssize_t got = recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (got > 0) c.received += static_cast<size_t>(got);
@@ -214,10 +213,30 @@ class Stranger {
   struct Conn {
     int fd = -1;
     std::string what;
+    bool connecting = false;
+    Bytes payload;  // sent once connected
     Bytes dribble;  // still to send, one byte a second
     bool closed = false;
     size_t received = 0;
   };
+
+  // Finishes a connect that completed (revents from a POLLOUT poll; 0: look without waiting).
+  static void connected(Conn& c, short revents) {
+    if (c.connecting && revents == 0) {
+      pollfd p{c.fd, POLLOUT, 0};
+      if (poll(&p, 1, 0) != 1) return;
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (c.connecting && (getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)) {
+      c.closed = true;  // refused: it never got in
+      return;
+    }
+    c.connecting = false;
+    if (!c.payload.empty() && send(c.fd, c.payload.data(), c.payload.size(), MSG_NOSIGNAL) < 0)
+      c.closed = errno == EPIPE || errno == ECONNRESET;
+    c.payload.clear();
+  }
   std::vector<Conn> conns_;
   std::vector<std::string> errors_;
 };
