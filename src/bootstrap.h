@@ -1,12 +1,11 @@
 // Bootstrap: the rendezvous that turns N processes holding one unique id into a communicator, and
 // afterwards the control plane (a star of TCP connections to rank 0) that carries failure notices.
 //
-// Wire protocol (all little-endian, fixed-size, length-checked):
-//   rank -> root  Hello {magic, version, commId, secret, rank, nranks, PeerInfo}
-//   root -> rank  Table {magic, nranks, PeerInfo[nranks]}        once all nranks said hello
+// Wire protocol: see src/wire.h (formats and their decoders); the rendezvous itself (rank 0's poll
+// loop serving strangers and real ranks together) is in src/rendezvous.cc.
+//   rank -> root  Hello, once; root -> rank  Table, once all nranks said hello
 //   allGather:    rank -> root {len, bytes}; root -> rank {len, nranks*bytes}
-//   control:      CtrlMsg {type, rank, len, text[len]} after init (abort notices, goodbyes)
-// A connection whose hello is short, late, malformed or lacks the secret is closed and ignored.
+//   control:      CtrlHeader + text after init (abort notices, goodbyes)
 #pragma once
 
 #include <cstdint>
@@ -17,23 +16,10 @@
 
 #include "src/socket.h"
 #include "src/status.h"
+#include "src/wire.h"
 #include "transports/transport.h"
 
 namespace braid {
-
-// The decoded braidUniqueId.
-struct UniqueIdData {
-  uint32_t magic = 0;
-  uint32_t version = 0;
-  uint64_t commId = 0;
-  uint8_t secret[16] = {};
-  SockAddr root;
-};
-constexpr uint32_t kUniqueIdMagic = 0x44494142;  // "BAID"
-constexpr uint32_t kProtocolVersion = 1;
-
-void encodeUniqueId(const UniqueIdData& d, braidUniqueId* out);
-Status decodeUniqueId(const braidUniqueId& in, UniqueIdData* out);
 
 // Creates an id for a new communicator: random secret and comm id, and a listening socket on this
 // process that the rank-0 init will serve the rendezvous on.
@@ -46,14 +32,20 @@ Status listenForId(const UniqueIdData& id);
 void adoptListener(uint64_t commId, Fd fd);
 // Closes a listener registered for commId that no init took (an init that failed early).
 void dropListener(uint64_t commId);
+// Takes the listener registered for commId out of the registry (the rank-0 rendezvous serves on it;
+// a process that will not serve it may drop its inherited copy this way).
+Status takeListener(uint64_t commId, Fd* fd);
 
-// Control message types. kAbort and kTimeout are failure notices (the communicator fails with
-// braidRemoteError or braidTimeout; `rank` is the culprit); kHeartbeat carries the sender's last
-// posted operation (8 bytes); kProgress (rank 0 to the others, just before a notice) every rank's
-// last reported operation, run-length encoded.
-// kUsage is a notice of misuse (braidInvalidUsage: mismatched calls).
+// Control message types. kAbort, kTimeout and kUsage are failure notices (the communicator fails
+// with braidRemoteError, braidTimeout or braidInvalidUsage (mismatched calls); `rank` is the
+// culprit, -1 if none); kHeartbeat carries the sender's last posted operation (8 bytes); kProgress
+// (rank 0 to the others, just before a notice) every rank's last reported operation, run-length
+// encoded. Add a new type to kCtrlTypes too: decodeCtrlFrame refuses the others.
 enum class CtrlType : uint32_t { kAbort = 1, kBye = 2, kTimeout = 3, kHeartbeat = 4, kProgress = 5, kUsage = 6 };
-constexpr uint32_t kMaxCtrlType = 6;
+constexpr uint32_t ctrlBit(CtrlType t) { return 1u << static_cast<uint32_t>(t); }
+constexpr uint32_t kCtrlTypes = ctrlBit(CtrlType::kAbort) | ctrlBit(CtrlType::kBye) | ctrlBit(CtrlType::kTimeout) |
+                                ctrlBit(CtrlType::kHeartbeat) | ctrlBit(CtrlType::kProgress) |
+                                ctrlBit(CtrlType::kUsage);
 
 class Bootstrap {
  public:

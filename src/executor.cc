@@ -221,11 +221,21 @@ void Engine::prepare(Op* op, bool userOwned) {
   activeCount_.fetch_add(1);  // seq_cst: pairs with bgSleeping_ (Dekker-style handshake)
 }
 
+// A call posted after the communicator failed: the failure, and which call it refused.
+Status Engine::refused(Coll coll) const {
+  Status f = failure();
+  char ctx[128];
+  snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d: not started, the communicator had failed]", collName(coll),
+           static_cast<unsigned long long>(seq_ + 1), comm_->rank);
+  return Status(f.code(), f.message() + ctx);
+}
+
 Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
   lock();
   if (failed()) {
+    Status r = refused(a.shape.coll);  // engine lock held: it reads seq_
     unlock();
-    return failure();
+    return r;
   }
   Op* op = takeOp();
   op->plan = planFor(a.shape, &op->planUsers);
@@ -264,8 +274,9 @@ Status Engine::postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const v
                         braidDataType_t dtype, bool userOwned, Op** out) {
   lock();
   if (failed()) {
+    Status r = refused((shared != nullptr ? shared.get() : owned)->coll);  // engine lock held: it reads seq_
     unlock();
-    return failure();
+    return r;
   }
   Op* op = takeOp();
   const Plan* plan = shared.get();
@@ -292,8 +303,9 @@ Status Engine::postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const v
 Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
   lock();
   if (failed()) {
+    Status r = refused(plan->coll);  // engine lock held: it reads seq_
     unlock();
-    return failure();
+    return r;
   }
   Op* op = takeOp();
   std::swap(op->ownedPlan, *plan);

@@ -137,6 +137,7 @@ class Engine {
   void unlock() { lock_.store(false, std::memory_order_release); }
 
   Op* takeOp();
+  Status refused(Coll coll) const;
   void releaseOp(Op* op);
   // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
   const Plan* planFor(const CollArgs& shape, uint32_t** users);

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "src/config.h"
+#include "src/log.h"
 
 namespace braid {
 
@@ -45,7 +46,10 @@ std::string SockAddr::toString() const {
   }
   if (family() == AF_INET6) {
     inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, host, sizeof(host));
-    return "[" + std::string(host) + "]:" + std::to_string(port());
+    // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on a chain of +.
+    std::string s = "[";
+    s.append(host).append("]:").append(std::to_string(port()));
+    return s;
   }
   return "(no address)";
 }
@@ -230,21 +234,6 @@ Status connectTo(const SockAddr& addr, Deadline deadline, Fd* fd) {
   }
 }
 
-Status acceptOne(int listenFd, Deadline deadline, Fd* fd, SockAddr* peer) {
-  for (;;) {
-    BRAID_TRY(waitFd(listenFd, POLLIN, deadline, "waiting for connections"));
-    SockAddr p;
-    p.len = sizeof(p.storage);
-    int s = accept4(listenFd, reinterpret_cast<sockaddr*>(&p.storage), &p.len, SOCK_CLOEXEC);
-    if (s >= 0) {
-      fd->reset(s);
-      if (peer != nullptr) *peer = p;
-      return okStatus();
-    }
-    if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) return systemError(errno, "accept");
-  }
-}
-
 Status sendAll(int fd, const void* data, size_t bytes, Deadline deadline) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -284,6 +273,29 @@ Status recvAll(int fd, void* data, size_t bytes, Deadline deadline) {
     return systemError(errno, "recv");
   }
   return okStatus();
+}
+
+void RefusalLog::refuse(const SockAddr& from, const std::string& why) {
+  ++total_;
+  if (total_ <= kDetailed) {
+    BRAID_WARN(subsys_, "%s: refused a connection from %s: %s%s", who_.c_str(), from.toString().c_str(), why.c_str(),
+               total_ == kDetailed ? " (further refusals are counted, not listed)" : "");
+    lastSummaryNs_ = nowNs();
+    return;
+  }
+  ++unlogged_;
+  lastFrom_ = from.toString();
+  lastWhy_ = why;
+  if (nowNs() - lastSummaryNs_ >= kSummaryMs * 1000000) summarize();
+}
+
+void RefusalLog::summarize() {
+  if (unlogged_ == 0) return;
+  BRAID_WARN(subsys_, "%s: refused %llu more connections (%llu in all; the last from %s: %s)", who_.c_str(),
+             static_cast<unsigned long long>(unlogged_), static_cast<unsigned long long>(total_), lastFrom_.c_str(),
+             lastWhy_.c_str());
+  unlogged_ = 0;
+  lastSummaryNs_ = nowNs();
 }
 
 }  // namespace braid

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "src/clock.h"
 #include "src/status.h"
@@ -61,8 +63,6 @@ Status defaultLocalAddress(SockAddr* out);
 Status listenOn(const SockAddr& addr, int backlog, Fd* fd, SockAddr* bound);
 // Connects, retrying refused/unreachable attempts until the deadline (the peer may not listen yet).
 Status connectTo(const SockAddr& addr, Deadline deadline, Fd* fd);
-// Accepts one connection, waiting until the deadline.
-Status acceptOne(int listenFd, Deadline deadline, Fd* fd, SockAddr* peer);
 
 // Blocking-style full send/receive on a socket of either mode, bounded by the deadline. recvAll
 // fails with braidRemoteError on orderly close ("peer closed the connection").
@@ -71,5 +71,30 @@ Status recvAll(int fd, void* data, size_t bytes, Deadline deadline);
 
 Status setNonBlocking(int fd, bool on);
 Status setNoDelay(int fd);
+
+// Logs the connections a listener refuses (strangers, junk, floods) without flooding the log: the
+// first kDetailed individually at WARN with the peer address and reason, later ones only counted,
+// with one summary line at most every kSummaryMs while they keep coming and one from summarize().
+// One per listening loop; not thread-safe.
+class RefusalLog {
+ public:
+  // `who` prefixes every line ("rendezvous", "tcp: rank 3").
+  RefusalLog(uint32_t subsys, std::string who) : subsys_(subsys), who_(std::move(who)) {}
+  void refuse(const SockAddr& from, const std::string& why);
+  // Logs what refuse() counted without logging since the last summary.
+  void summarize();
+  uint64_t total() const { return total_; }
+
+  static constexpr int kDetailed = 8;
+  static constexpr int64_t kSummaryMs = 5000;
+
+ private:
+  uint32_t subsys_;
+  std::string who_;
+  uint64_t total_ = 0;
+  uint64_t unlogged_ = 0;
+  int64_t lastSummaryNs_ = 0;
+  std::string lastFrom_, lastWhy_;
+};
 
 }  // namespace braid

@@ -23,26 +23,45 @@ struct LoopbackByDefault {
 } gLoopbackByDefault;
 }  // namespace
 
-std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int, int)>& body, int timeoutSec) {
+pid_t spawnProcess(const Env& env, const std::function<int()>& fn) {
   fflush(stdout);
   fflush(stderr);
-  std::vector<pid_t> pids(n, -1);
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-      int rc = 1;
-      try {
-        rc = body(r, n);
-      } catch (...) {
-        fprintf(stderr, "rank %d: exception\n", r);
-      }
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    pids[r] = pid;
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  int rc = 1;
+  try {
+    rc = fn();
+  } catch (...) {
+    fprintf(stderr, "pid %d: exception\n", static_cast<int>(getpid()));
   }
+  fflush(stdout);
+  fflush(stderr);
+  _exit(rc);
+}
+
+RankResult waitProcess(pid_t pid, int timeoutSec) {
+  RankResult res;
+  time_t deadline = time(nullptr) + timeoutSec;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (time(nullptr) > deadline) {
+      fprintf(stderr, "harness: pid %d still running after %d s: killing it\n", static_cast<int>(pid), timeoutSec);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      res.timedOut = true;
+      res.status = 128 + SIGKILL;
+      return res;
+    }
+    usleep(2000);
+  }
+  res.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return res;
+}
+
+std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int, int)>& body, int timeoutSec) {
+  std::vector<pid_t> pids(n, -1);
+  for (int r = 0; r < n; ++r) pids[r] = spawnProcess(env, [&body, r, n] { return body(r, n); });
   std::vector<RankResult> res(n);
   int left = n;
   time_t deadline = time(nullptr) + timeoutSec;

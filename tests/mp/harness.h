@@ -4,6 +4,8 @@
 // a deadline so a hang is a failure, not a stuck suite.
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <map>
 #include <string>
@@ -20,6 +22,11 @@ struct RankResult {
 
 // Env applied in every child before the body runs (e.g. BRAID_TRANSPORTS).
 using Env = std::map<std::string, std::string>;
+
+// Forks one process that applies env, runs fn and exits with its return value (an exception exits 1).
+pid_t spawnProcess(const Env& env, const std::function<int()>& fn);
+// Waits for a process from spawnProcess, killing it after timeoutSec (a hang is a failure).
+RankResult waitProcess(pid_t pid, int timeoutSec);
 
 // Forks n ranks; each runs body(rank, n) and exits with its return value. Returns per-rank results.
 std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int rank, int n)>& body,

@@ -26,6 +26,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -43,8 +44,6 @@ namespace braid {
 namespace shm {
 namespace {
 
-constexpr size_t kMaxSlotSize = size_t{1} << 30;  // SegmentHeader::slotSize is 32 bits
-constexpr int64_t kMaxSlots = 4096;
 constexpr int kNameAttempts = 4;
 
 enum class CmaMode { kOff, kAuto, kOn };
@@ -199,8 +198,10 @@ Status readExactly(int fd, void* buf, size_t n, off_t at, int peer) {
 }
 
 // Maps the FIFO that peer `peer` created for us and checks that the segment is what it claims.
+// Another process wrote it: the header is read once into our memory and checked there
+// (checkSegmentHeader), and only the FIFO it locates is mapped.
 Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoView* view) {
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
   if (fd < 0)
     return systemError(errno,
                        "cannot open shared memory /dev/shm%s of peer rank %d (same host id, but not the same "
@@ -209,45 +210,31 @@ Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoV
   FdCloser closer{fd};
   struct stat st;
   if (fstat(fd, &st) != 0) return systemError(errno, "fstat /dev/shm%s of peer rank %d", name, peer);
-  SegmentHeader h;
-  BRAID_TRY(readExactly(fd, &h, sizeof(h), 0, peer));
-  const char* mismatch = nullptr;
-  if (h.magic != kSegmentMagic) {
-    mismatch = "magic";
-  } else if (h.version != kSegmentVersion) {
-    mismatch = "version";
-  } else if (h.commId != ctx.commId) {
-    mismatch = "communicator id";
-  } else if (h.creatorRank != peer) {
-    mismatch = "creator rank";
-  } else if (memcmp(h.secret, ctx.secret, sizeof(h.secret)) != 0) {
-    mismatch = "secret";
-  }
-  if (mismatch != nullptr)
-    return errorf(braidRemoteError,
-                  "shm segment /dev/shm%s of peer rank %d does not belong to this communicator (%s "
-                  "differs)",
-                  name, peer, mismatch);
-  const size_t page = pageSize();
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (h.segmentBytes != size || h.slotSize < kCacheLine || h.slotSize % kCacheLine != 0 || h.nslots < 1 ||
-      h.nslots > kMaxSlots || h.fifoBytes != fifoBytes(h.slotSize, h.nslots, page) ||
-      h.nfifos > static_cast<uint32_t>(ctx.nranks) || headerBytes(h.nfifos, page) > size)
-    return errorf(braidRemoteError, "shm segment of peer rank %d has an inconsistent header", peer);
-  std::vector<FifoEntry> dir(h.nfifos);
-  BRAID_TRY(readExactly(fd, dir.data(), dir.size() * sizeof(FifoEntry), sizeof(h), peer));
-  const FifoEntry* mine = nullptr;
-  for (const FifoEntry& e : dir)
-    if (e.receiverRank == ctx.rank) mine = &e;
-  if (mine == nullptr || mine->offset % page != 0 || mine->offset > size || size - mine->offset < h.fifoBytes)
-    return errorf(braidRemoteError, "shm segment of peer rank %d has no valid FIFO for rank %d", peer, ctx.rank);
-  void* addr = mmap(nullptr, h.fifoBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-                    static_cast<off_t>(mine->offset));
+  // Ours is created 0600 by our own user: anything else was not made by a peer of this communicator.
+  if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0 || st.st_size < 0)
+    return errorf(braidRemoteError, "shm segment /dev/shm%s of peer rank %d: owner %u, mode %03o (want ours, 0600)",
+                  name, peer, static_cast<unsigned>(st.st_uid), static_cast<unsigned>(st.st_mode & 0777));
+  SegmentExpect want;
+  want.commId = ctx.commId;
+  want.secret = ctx.secret;
+  want.creatorRank = peer;
+  want.receiverRank = ctx.rank;
+  want.nranks = ctx.nranks;
+  want.fileBytes = static_cast<uint64_t>(st.st_size);
+  want.page = pageSize();
+  std::vector<uint8_t> head(std::min<uint64_t>(segmentHeadBytes(ctx.nranks), want.fileBytes));
+  BRAID_TRY(readExactly(fd, head.data(), head.size(), 0, peer));
+  FifoPlace place;
+  Status s = checkSegmentHeader(head.data(), head.size(), want, &place);
+  if (!s.ok())
+    return s.withContext("shm segment /dev/shm" + std::string(name) + " of peer rank " + std::to_string(peer));
+  void* addr = mmap(nullptr, place.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                    static_cast<off_t>(place.offset));
   if (addr == MAP_FAILED) return systemError(errno, "mmap shm FIFO of peer rank %d", peer);
-  view->mapping = std::make_shared<Mapping>(addr, h.fifoBytes);
+  view->mapping = std::make_shared<Mapping>(addr, place.bytes);
   view->base = view->mapping->data();
-  view->slotSize = h.slotSize;
-  view->nslots = h.nslots;
+  view->slotSize = place.slotSize;
+  view->nslots = place.nslots;
   return okStatus();
 }
 

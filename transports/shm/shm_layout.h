@@ -21,6 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "src/secret.h"
+#include "src/status.h"
+
 namespace braid {
 namespace shm {
 
@@ -32,6 +35,10 @@ constexpr size_t kCacheLine = 64;
 constexpr size_t kInlineBytes = 48;
 // Set in SlotHeader::msgBytes when the slot carries a CMA descriptor instead of data.
 constexpr uint64_t kCmaFlag = 1ull << 63;
+// Limits of a segment's geometry (BRAID_SHM_SLOT_SIZE, BRAID_SHM_SLOTS); a peer's header beyond
+// them is refused.
+constexpr size_t kMaxSlotSize = size_t{1} << 30;  // SegmentHeader::slotSize is 32 bits
+constexpr int64_t kMaxSlots = 4096;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters must be lock-free");
 
@@ -82,7 +89,7 @@ struct SegmentHeader {
   uint32_t version;
   int32_t creatorRank;
   uint64_t commId;
-  uint8_t secret[16];
+  uint8_t secret[kSecretBytes];
   uint64_t segmentBytes;
   uint64_t fifoBytes;  // bytes per FIFO, page aligned
   uint32_t slotSize;   // payload bytes per slot, a multiple of kCacheLine
@@ -104,6 +111,32 @@ inline size_t fifoBytes(size_t slotSize, size_t nslots, size_t page) {
 inline size_t headerBytes(size_t nfifos, size_t page) {
   return roundUp(sizeof(SegmentHeader) + nfifos * sizeof(FifoEntry), page);
 }
+
+// What the receiver knows when it attaches a peer's segment.
+struct SegmentExpect {
+  uint64_t commId = 0;
+  const uint8_t* secret = nullptr;  // kSecretBytes
+  int creatorRank = 0;              // the peer
+  int receiverRank = 0;             // us
+  int nranks = 0;
+  uint64_t fileBytes = 0;  // the segment's size (fstat)
+  size_t page = 4096;
+};
+// Where our FIFO lies in the peer's segment, and its geometry.
+struct FifoPlace {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint32_t slotSize = 0;
+  uint32_t nslots = 0;
+};
+// How many leading bytes of a segment checkSegmentHeader needs at most (header + directory).
+inline size_t segmentHeadBytes(int nranks) {
+  return sizeof(SegmentHeader) + static_cast<size_t>(nranks > 0 ? nranks : 0) * sizeof(FifoEntry);
+}
+// Checks the first `len` bytes of a peer's segment (another process writes them: anything may be
+// there): magic, version, the secret (constant time) before anything else, communicator, creator,
+// a geometry within the limits that fits the file, and a page-aligned FIFO for us inside it.
+Status checkSegmentHeader(const uint8_t* data, size_t len, const SegmentExpect& want, FifoPlace* out);
 
 }  // namespace shm
 }  // namespace braid

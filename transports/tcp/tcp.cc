@@ -10,10 +10,15 @@
 //      from, to, secret}. connectTo returns as soon as the kernel has queued the connection on
 //      p's listener, so these never wait on p's own progress and cannot deadlock.
 //   3. One poll() loop then serves, together: the listener, every half-open accepted connection
-//      (each with its own kHandshakeMs deadline), and our outgoing connections waiting for their
-//      one-byte ack. The acceptor checks every handshake field (the secret in constant time) and
-//      acks; anything else -- garbage, short, oversized, silent, wrong communicator, unexpected or
-//      duplicate rank -- is closed with a WARN while the real peers carry on.
+//      (each with its own kHandshakeMs deadline, at most kMaxPending of them: the oldest is dropped
+//      to make room), and our outgoing connections waiting for their one-byte ack. The acceptor
+//      reads a handshake as soon as it accepts the connection, checks every field as the bytes
+//      arrive (tcp_wire.h; the secret in constant time) and acks; anything else -- garbage, short,
+//      oversized, silent, one byte a second, wrong communicator, unexpected or duplicate rank -- is
+//      closed (logged through a RefusalLog: a few lines, then counts) while the real peers carry
+//      on. Accept failing for lack of descriptors drops the oldest stranger, or pauses accepting
+//      for kAcceptBackoffMs; it never spins and never fails the setup. A connector whose
+//      connection is closed before the ack (dropped among a flood) connects again.
 // The data path lives in tcp_link.cc.
 #include <poll.h>
 #include <sys/socket.h>
@@ -29,41 +34,29 @@
 #include "src/log.h"
 #include "src/socket.h"
 #include "transports/tcp/tcp_link.h"
+#include "transports/tcp/tcp_wire.h"
 #include "transports/transport.h"
 
 namespace braid {
 namespace {
 
-constexpr uint64_t kMagic = 0x7063746469617262ull;  // "braidtcp" in little-endian byte order
-constexpr uint32_t kVersion = 1;
-constexpr uint8_t kAck = 0xa5;
+using tcp::AddrRecord;
+using tcp::Handshake;
+
 // How long an accepted connection may take to deliver its handshake. A real peer sends it right
 // after connecting, so this only bounds strangers; a few seconds absorbs a descheduled peer on an
 // oversubscribed host.
 constexpr int64_t kHandshakeMs = 5000;
 // Half-open connections kept at once; past this the oldest is dropped, so a flood of strangers
-// cannot exhaust our descriptors (a real peer's connection is never older than a few ms).
+// cannot exhaust our descriptors (a real peer whose connection is dropped connects again).
 constexpr size_t kMaxPending = 256;
-
-struct Handshake {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t size;  // sizeof(Handshake): a later version with more fields is refused, not misread
-  uint64_t commId;
-  int32_t from;
-  int32_t to;
-  uint8_t secret[16];
-};
-static_assert(sizeof(Handshake) == 48, "the handshake layout is part of the wire protocol");
-
-enum AddrState : uint32_t { kNoListener = 0, kListening = 1, kFailed = 2 };
-
-// Published by every rank in the one allGather. sockaddr_in6 is the largest address we listen on.
-struct AddrRecord {
-  uint32_t state;
-  uint32_t len;
-  uint8_t addr[sizeof(sockaddr_in6)];
-};
+// Accepts per loop round: bounds the work a flood gets before pending handshakes are read again.
+constexpr int kAcceptsPerRound = 64;
+// When accept fails for lack of descriptors and no stranger can be dropped, the listener stays
+// readable: polling it again at once would spin. Wait this long instead.
+constexpr int64_t kAcceptBackoffMs = 10;
+// A connector whose connection the acceptor closed before acking waits this long to connect again.
+constexpr int64_t kReconnectMs = 50;
 
 // An accepted connection that has not yet proven who it is.
 struct Pending {
@@ -77,20 +70,17 @@ struct Pending {
 // A connection we opened to a lower rank, waiting for its ack.
 struct Outgoing {
   size_t slot;  // index into `peers`
-  Fd fd;
+  SockAddr addr;
+  Fd fd;                      // invalid while waiting to connect again
+  int64_t reconnectAtNs = 0;  // when fd is invalid
+  int closes = 0;             // times the peer closed on us before acking
+  std::string lastClose;
 };
 
 std::string hostOf(const TransportContext& ctx, int rank) {
   if (ctx.peers == nullptr || rank < 0 || static_cast<size_t>(rank) >= ctx.peers->size()) return "?";
   const char* h = (*ctx.peers)[rank].hostname;
   return std::string(h, strnlen(h, sizeof((*ctx.peers)[rank].hostname)));
-}
-
-bool sameSecret(const uint8_t* a, const uint8_t* b) {
-  // Constant time: the loop never exits early, so timing does not reveal how many bytes matched.
-  uint8_t diff = 0;
-  for (int i = 0; i < 16; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 // Nonblocking, TCP_NODELAY (messages are framed by us; Nagle would hold back headers and small
@@ -144,67 +134,50 @@ Status prepare(const TransportContext& ctx, const std::vector<int>& peers, Setup
   if (setup->bound.len > sizeof(rec->addr))
     return errorf(braidInternalError, "tcp listen address %s does not fit the address record",
                   setup->bound.toString().c_str());
-  rec->state = kListening;
+  rec->state = tcp::kListening;
   rec->len = setup->bound.len;
   memcpy(rec->addr, &setup->bound.storage, setup->bound.len);
   return okStatus();
 }
 
-// Connects to lower rank `peer` and sends the handshake; the ack is awaited in the poll loop.
-Status connectOut(const TransportContext& ctx, int peer, const AddrRecord& rec, size_t sockbuf, Fd* out) {
-  std::string host = hostOf(ctx, peer);
-  if (rec.state == kFailed)
-    return errorf(braidRemoteError, "peer rank %d (host %s) could not set up its tcp listener (see its log)", peer,
-                  host.c_str());
-  if (rec.state != kListening || rec.len == 0 || rec.len > sizeof(rec.addr))
-    return errorf(braidInternalError,
-                  "peer rank %d (host %s) published no tcp address: the ranks disagree on which "
-                  "pairs use tcp",
-                  peer, host.c_str());
-  SockAddr addr;
-  memcpy(&addr.storage, rec.addr, rec.len);
-  addr.len = rec.len;
+// Connects to lower rank `peer` at `addr` and sends the handshake; the ack is awaited in the poll
+// loop.
+Status connectOut(const TransportContext& ctx, int peer, const SockAddr& addr, size_t sockbuf, Fd* out) {
   Handshake hs{};
-  hs.magic = kMagic;
-  hs.version = kVersion;
+  hs.magic = tcp::kMagic;
+  hs.version = tcp::kVersion;
   hs.size = sizeof(Handshake);
   hs.commId = ctx.commId;
   hs.from = ctx.rank;
   hs.to = peer;
   memcpy(hs.secret, ctx.secret, sizeof(hs.secret));
   Fd fd;
-  std::string what =
-      "tcp connect to peer rank " + std::to_string(peer) + " (host " + host + ", " + addr.toString() + ")";
   Status s = connectTo(addr, ctx.deadline, &fd);
   if (s.ok()) s = sendAll(fd.get(), &hs, sizeof(hs), ctx.deadline);
   if (s.ok()) s = configureDataSocket(fd.get(), sockbuf, peer);
-  if (!s.ok()) return s.withContext(what);
+  if (!s.ok())
+    return s.withContext("tcp connect to peer rank " + std::to_string(peer) + " (host " + hostOf(ctx, peer) + ", " +
+                         addr.toString() + ")");
   *out = std::move(fd);
   return okStatus();
 }
 
 // Checks a complete handshake; returns the sender's slot in `peers`, or -1 with `why` set.
-int checkHandshake(const TransportContext& ctx, const Handshake& hs, const std::vector<int>& slotOf,
+int checkHandshake(const TransportContext& ctx, const uint8_t* data, size_t len, const std::vector<int>& slotOf,
                    const std::vector<Fd>& links, std::string* why) {
-  if (hs.version != kVersion || hs.size != sizeof(Handshake)) {
-    *why = "protocol version " + std::to_string(hs.version) + " (we speak " + std::to_string(kVersion) + ")";
+  tcp::HandshakeExpect want;
+  want.commId = ctx.commId;
+  want.secret = ctx.secret;
+  want.rank = ctx.rank;
+  want.nranks = ctx.nranks;
+  Handshake hs;
+  Status s = tcp::decodeHandshake(data, len, want, &hs);
+  if (!s.ok()) {
+    *why = s.message();
     return -1;
   }
-  // The secret first: a stranger learns nothing about our communicator or ranks from the answer.
-  if (!sameSecret(hs.secret, ctx.secret)) {
-    *why = "wrong secret";
-    return -1;
-  }
-  if (hs.commId != ctx.commId) {
-    *why = "handshake for another communicator";
-    return -1;
-  }
-  if (hs.to != ctx.rank) {
-    *why = "handshake addressed to rank " + std::to_string(hs.to);
-    return -1;
-  }
-  if (hs.from <= ctx.rank || hs.from >= ctx.nranks || slotOf[hs.from] < 0) {
-    *why = "unexpected rank " + std::to_string(hs.from);
+  if (slotOf[hs.from] < 0) {
+    *why = "rank " + std::to_string(hs.from) + " is no tcp peer of ours";
     return -1;
   }
   if (links[slotOf[hs.from]].valid()) {
@@ -214,20 +187,261 @@ int checkHandshake(const TransportContext& ctx, const Handshake& hs, const std::
   return slotOf[hs.from];
 }
 
+// Step 3: one poll() loop serving the listener, the half-open accepted connections and our
+// outgoing connections until every link is up. Fills links[slot] for every peer.
+class Establisher {
+ public:
+  Establisher(const TransportContext& ctx, const std::vector<int>& peers, const Setup& setup,
+              std::vector<Outgoing>* outgoing, std::vector<Fd>* links);
+  Status run();
+
+ private:
+  Status timedOut() const;
+  // Reads the ack of outgoing connection o; a close before the ack schedules a new connection.
+  Status readAck(Outgoing& o);
+  Status reconnectDue(int64_t now);
+  // Reads from a half-open connection; true when it is finished with (accepted or refused).
+  bool readHandshake(Pending& p, Status* fatal);
+  Status acceptSome(int64_t now);
+
+  const TransportContext& ctx_;
+  const std::vector<int>& peers_;
+  const Setup& setup_;
+  std::vector<Outgoing>& outgoing_;
+  std::vector<Fd>& links_;
+  std::vector<int> slotOf_;
+  int expected_ = 0;
+  int accepted_ = 0;
+  std::deque<Pending> pending_;
+  int64_t acceptPausedUntilNs_ = 0;
+  bool warnedAccept_ = false;
+  RefusalLog refusals_;
+};
+
+Establisher::Establisher(const TransportContext& ctx, const std::vector<int>& peers, const Setup& setup,
+                         std::vector<Outgoing>* outgoing, std::vector<Fd>* links)
+    : ctx_(ctx),
+      peers_(peers),
+      setup_(setup),
+      outgoing_(*outgoing),
+      links_(*links),
+      slotOf_(static_cast<size_t>(ctx.nranks), -1),
+      refusals_(kLogNet, "tcp: rank " + std::to_string(ctx.rank)) {
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (peers[i] < ctx.rank) continue;
+    slotOf_[peers[i]] = static_cast<int>(i);
+    ++expected_;
+  }
+}
+
+Status Establisher::run() {
+  std::vector<pollfd> pfds;
+  std::vector<size_t> polledOut;  // indices into outgoing_, in pfds order
+  while (accepted_ < expected_ || !outgoing_.empty()) {
+    const int64_t now = nowNs();
+    if (now >= ctx_.deadline.atNs) return timedOut();
+    BRAID_TRY(reconnectDue(now));
+    // Drop strangers whose time is up; deadlines grow along the deque, so only the front expires.
+    while (!pending_.empty() && pending_.front().deadlineNs <= now) {
+      const Pending& p = pending_.front();
+      refusals_.refuse(p.from, std::to_string(p.got) + " of " + std::to_string(sizeof(Handshake)) +
+                                   " handshake bytes within " + std::to_string(kHandshakeMs) + " ms");
+      pending_.pop_front();
+    }
+    const bool listening = accepted_ < expected_ && now >= acceptPausedUntilNs_;
+    int64_t wakeNs = ctx_.deadline.atNs;
+    if (!pending_.empty()) wakeNs = std::min(wakeNs, pending_.front().deadlineNs);
+    if (accepted_ < expected_ && !listening) wakeNs = std::min(wakeNs, acceptPausedUntilNs_);
+    for (const Outgoing& o : outgoing_)
+      if (!o.fd.valid()) wakeNs = std::min(wakeNs, o.reconnectAtNs);
+    const int timeoutMs = static_cast<int>(std::clamp<int64_t>((wakeNs - now + 999999) / 1000000, 0, 1000));
+
+    pfds.clear();
+    polledOut.clear();
+    if (listening) pfds.push_back({setup_.listenFd.get(), POLLIN, 0});
+    for (size_t i = 0; i < outgoing_.size(); ++i) {
+      if (!outgoing_[i].fd.valid()) continue;
+      pfds.push_back({outgoing_[i].fd.get(), POLLIN, 0});
+      polledOut.push_back(i);
+    }
+    for (const Pending& p : pending_) pfds.push_back({p.fd.get(), POLLIN, 0});
+    int rc = poll(pfds.data(), pfds.size(), timeoutMs);
+    if (rc < 0 && errno != EINTR) return systemError(errno, "tcp connect: poll");
+    if (rc <= 0) continue;
+
+    // New connections are appended to pending_ only after the walk below, so indices stay valid.
+    size_t at = 0;
+    const bool listenerReady = listening && pfds[at++].revents != 0;
+    for (size_t i : polledOut)
+      if (pfds[at++].revents != 0) BRAID_TRY(readAck(outgoing_[i]));
+    // Connected ones leave `outgoing` (their fd moved to links, nothing scheduled).
+    outgoing_.erase(std::remove_if(outgoing_.begin(), outgoing_.end(),
+                                   [](const Outgoing& o) { return !o.fd.valid() && o.reconnectAtNs == 0; }),
+                    outgoing_.end());
+    Status fatal;
+    for (Pending& p : pending_) {
+      if (pfds[at++].revents == 0) continue;
+      if (readHandshake(p, &fatal)) p.fd.reset();
+      if (!fatal.ok()) return fatal;
+    }
+    // The deque stays ordered by deadline when finished entries are removed from anywhere.
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.fd.valid(); }),
+                   pending_.end());
+    if (listenerReady) BRAID_TRY(acceptSome(now));
+  }
+  for (const Pending& p : pending_)
+    refusals_.refuse(p.from, std::to_string(p.got) + " of " + std::to_string(sizeof(Handshake)) +
+                                 " handshake bytes when setup finished");
+  refusals_.summarize();
+  return okStatus();
+}
+
+Status Establisher::timedOut() const {
+  std::string missing;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    const Outgoing* out = nullptr;
+    for (const Outgoing& o : outgoing_)
+      if (o.slot == i) out = &o;
+    if (peers_[i] > ctx_.rank ? links_[i].valid() : out == nullptr) continue;
+    // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on a chain of +.
+    missing.append(" ").append(std::to_string(peers_[i])).append(" (host ");
+    missing.append(hostOf(ctx_, peers_[i])).append(")");
+    if (out != nullptr && out->closes > 0)
+      missing.append(" [closed our handshake connection ")
+          .append(std::to_string(out->closes))
+          .append(" times: ")
+          .append(out->lastClose)
+          .append("; see its log]");
+  }
+  return errorf(braidTimeout,
+                "tcp connect: rank %d timed out waiting for peer ranks%s (%llu strange connections "
+                "refused)",
+                ctx_.rank, missing.c_str(), static_cast<unsigned long long>(refusals_.total()));
+}
+
+Status Establisher::readAck(Outgoing& o) {
+  const int peer = peers_[o.slot];
+  uint8_t ack = 0;
+  ssize_t n = recv(o.fd.get(), &ack, 1, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return okStatus();
+  if (n == 1 && ack == tcp::kAck) {
+    BRAID_TRACE(kLogNet, "tcp: rank %d connected to peer rank %d", ctx_.rank, peer);
+    links_[o.slot] = std::move(o.fd);
+    o.fd.reset();  // with reconnectAtNs == 0: marks it for removal
+    return okStatus();
+  }
+  if (n == 1)
+    return errorf(braidRemoteError, "tcp connect: peer rank %d (host %s) answered our handshake with 0x%02x", peer,
+                  hostOf(ctx_, peer).c_str(), ack);
+  if (n < 0 && errno != ECONNRESET && errno != EPIPE)
+    return systemError(errno, "tcp connect: waiting for the ack of peer rank %d (host %s)", peer,
+                       hostOf(ctx_, peer).c_str());
+  // Closed before acking: the peer dropped us among a flood of strangers, or refused the handshake
+  // (then we keep trying until the deadline, whose message says so). Connect again shortly.
+  ++o.closes;
+  o.lastClose = n == 0 ? "closed" : strerror(errno);
+  BRAID_INFO(kLogNet, "tcp: rank %d: peer rank %d closed our handshake connection (%s); connecting again", ctx_.rank,
+             peer, o.lastClose.c_str());
+  o.fd.reset();
+  o.reconnectAtNs = nowNs() + kReconnectMs * 1000000;
+  return okStatus();
+}
+
+Status Establisher::reconnectDue(int64_t now) {
+  for (Outgoing& o : outgoing_) {
+    if (o.fd.valid() || o.reconnectAtNs > now) continue;
+    BRAID_TRY(connectOut(ctx_, peers_[o.slot], o.addr, setup_.sockbuf, &o.fd));
+    o.reconnectAtNs = 0;
+  }
+  return okStatus();
+}
+
+Status Establisher::acceptSome(int64_t now) {
+  for (int i = 0; i < kAcceptsPerRound; ++i) {
+    SockAddr from;
+    from.len = sizeof(from.storage);
+    int s = accept4(setup_.listenFd.get(), reinterpret_cast<sockaddr*>(&from.storage), &from.len,
+                    SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (s < 0) {
+      const int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return okStatus();
+      if ((err == EMFILE || err == ENFILE) && !pending_.empty()) {
+        // Out of descriptors: make room by dropping the oldest stranger, then accept again.
+        refusals_.refuse(pending_.front().from,
+                         std::string("dropped to free a descriptor (accept: ") + strerror(err) + ")");
+        pending_.pop_front();
+        continue;
+      }
+      // The connection stays queued in the kernel; try again shortly instead of spinning on a
+      // listener that stays readable.
+      if (!warnedAccept_)
+        BRAID_WARN(kLogNet, "tcp: rank %d accept: %s; retrying every %lld ms", ctx_.rank, strerror(err),
+                   static_cast<long long>(kAcceptBackoffMs));
+      warnedAccept_ = true;
+      acceptPausedUntilNs_ = now + kAcceptBackoffMs * 1000000;
+      return okStatus();
+    }
+    if (pending_.size() >= kMaxPending) {
+      refusals_.refuse(pending_.front().from,
+                       "dropped: " + std::to_string(pending_.size()) + " connections waiting for a handshake");
+      pending_.pop_front();
+    }
+    Pending& p = pending_.emplace_back();
+    p.fd.reset(s);
+    p.from = from;
+    p.deadlineNs = std::min(nowNs() + kHandshakeMs * 1000000, ctx_.deadline.atNs);
+    // A real peer sends its handshake right after connecting: it is usually here already.
+    Status fatal;
+    if (readHandshake(p, &fatal)) pending_.pop_back();
+    if (!fatal.ok()) return fatal;
+  }
+  return okStatus();
+}
+
+bool Establisher::readHandshake(Pending& p, Status* fatal) {
+  ssize_t n = recv(p.fd.get(), p.buf + p.got, sizeof(p.buf) - p.got, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  if (n <= 0) {
+    refusals_.refuse(p.from, std::string(n == 0 ? "closed" : strerror(errno)) + " after " + std::to_string(p.got) +
+                                 " of " + std::to_string(sizeof(Handshake)) + " handshake bytes");
+    return true;
+  }
+  p.got += static_cast<size_t>(n);
+  // Reject junk as soon as the magic is in, without waiting for the rest.
+  Status s = tcp::checkHandshakePrefix(p.buf, p.got);
+  if (!s.ok()) {
+    refusals_.refuse(p.from, s.message());
+    return true;
+  }
+  if (p.got < sizeof(Handshake)) return false;
+  std::string why;
+  int slot = checkHandshake(ctx_, p.buf, p.got, slotOf_, links_, &why);
+  if (slot < 0) {
+    refusals_.refuse(p.from, why);
+    return true;
+  }
+  // From here on it is a proven peer: failures are real errors, not strangers to shrug off.
+  const int peer = peers_[slot];
+  ssize_t sent = send(p.fd.get(), &tcp::kAck, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  s = sent == 1 ? configureDataSocket(p.fd.get(), setup_.sockbuf, peer)
+                : systemError(sent < 0 ? errno : EAGAIN, "sending the handshake ack");
+  if (!s.ok()) {
+    *fatal = s.withContext("tcp connect: peer rank " + std::to_string(peer) + " (host " + hostOf(ctx_, peer) + ")");
+    return true;
+  }
+  BRAID_TRACE(kLogNet, "tcp: rank %d accepted peer rank %d from %s", ctx_.rank, peer, p.from.toString().c_str());
+  links_[slot] = std::move(p.fd);
+  ++accepted_;
+  return true;
+}
+
 class TcpTransport final : public Transport {
  public:
   const char* name() const override { return "tcp"; }
   bool canConnect(const PeerInfo& a, const PeerInfo& b) const override { return a.rank != b.rank; }
   Status connect(const TransportContext& ctx, const std::vector<int>& peers,
                  std::vector<std::unique_ptr<Link>>* out) override;
-
- private:
-  // The poll loop of step 3; fills links[slot] for every peer.
-  Status establish(const TransportContext& ctx, const std::vector<int>& peers, Setup& setup,
-                   std::vector<Outgoing>& outgoing, std::vector<Fd>& links);
-  // Reads from a half-open connection; true when it is finished with (accepted or refused).
-  bool serviceIncoming(const TransportContext& ctx, Pending& p, const std::vector<int>& slotOf, std::vector<Fd>& links,
-                       size_t sockbuf, int* accepted, Status* fatal);
 };
 
 Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>& peers,
@@ -239,7 +453,7 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
   if (!local.ok()) {
     BRAID_WARN(kLogNet, "tcp: rank %d cannot set up: %s", ctx.rank, local.message().c_str());
     mine = AddrRecord{};
-    mine.state = kFailed;
+    mine.state = tcp::kFailed;
   }
   // Always exactly one allGather, whatever happened locally, so that every rank stays in step.
   std::vector<AddrRecord> all(static_cast<size_t>(std::max(ctx.nranks, 0)));
@@ -249,12 +463,16 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
   std::vector<Fd> links(peers.size());
   std::vector<Outgoing> outgoing;
   for (size_t i = 0; i < peers.size(); ++i) {
-    if (peers[i] > ctx.rank) continue;
-    Fd fd;
-    BRAID_TRY(connectOut(ctx, peers[i], all[peers[i]], setup.sockbuf, &fd));
-    outgoing.push_back(Outgoing{i, std::move(fd)});
+    const int p = peers[i];
+    if (p > ctx.rank) continue;
+    Outgoing& o = outgoing.emplace_back();
+    o.slot = i;
+    Status s = tcp::decodeAddrRecord(reinterpret_cast<const uint8_t*>(&all[p]), sizeof(all[p]), &o.addr);
+    if (!s.ok()) return s.withContext("tcp connect: peer rank " + std::to_string(p) + " (host " + hostOf(ctx, p) + ")");
+    BRAID_TRY(connectOut(ctx, p, o.addr, setup.sockbuf, &o.fd));
   }
-  BRAID_TRY(establish(ctx, peers, setup, outgoing, links));
+  Establisher est(ctx, peers, setup, &outgoing, &links);
+  BRAID_TRY(est.run());
 
   std::vector<std::unique_ptr<Link>> result(peers.size());
   for (size_t i = 0; i < peers.size(); ++i)
@@ -265,163 +483,6 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
              setup.sockbuf);
   *out = std::move(result);
   return okStatus();
-}
-
-Status TcpTransport::establish(const TransportContext& ctx, const std::vector<int>& peers, Setup& setup,
-                               std::vector<Outgoing>& outgoing, std::vector<Fd>& links) {
-  std::vector<int> slotOf(static_cast<size_t>(ctx.nranks), -1);
-  int expected = 0;
-  for (size_t i = 0; i < peers.size(); ++i) {
-    if (peers[i] < ctx.rank) continue;
-    slotOf[peers[i]] = static_cast<int>(i);
-    ++expected;
-  }
-  int accepted = 0;
-  std::deque<Pending> pending;
-  std::vector<pollfd> pfds;
-  while (accepted < expected || !outgoing.empty()) {
-    int64_t now = nowNs();
-    if (now >= ctx.deadline.atNs) {
-      std::string missing;
-      for (size_t i = 0; i < peers.size(); ++i) {
-        bool waiting = peers[i] > ctx.rank ? !links[i].valid()
-                                           : std::any_of(outgoing.begin(), outgoing.end(),
-                                                         [&](const Outgoing& o) { return o.slot == i; });
-        if (!waiting) continue;
-        // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on a chain of +.
-        missing.append(" ").append(std::to_string(peers[i])).append(" (host ");
-        missing.append(hostOf(ctx, peers[i])).append(")");
-      }
-      return errorf(braidTimeout, "tcp connect: rank %d timed out waiting for peer ranks%s", ctx.rank, missing.c_str());
-    }
-    // Drop strangers whose time is up; deadlines grow along the deque, so only the front expires.
-    while (!pending.empty() && pending.front().deadlineNs <= now) {
-      Pending& p = pending.front();
-      BRAID_WARN(kLogNet, "tcp: rank %d closing connection from %s: %zu of %zu handshake bytes within %lld ms",
-                 ctx.rank, p.from.toString().c_str(), p.got, sizeof(Handshake), static_cast<long long>(kHandshakeMs));
-      pending.pop_front();
-    }
-    int64_t wakeNs = ctx.deadline.atNs;
-    if (!pending.empty()) wakeNs = std::min(wakeNs, pending.front().deadlineNs);
-    int timeoutMs = static_cast<int>(std::clamp<int64_t>((wakeNs - now + 999999) / 1000000, 0, 1000));
-
-    pfds.clear();
-    bool listening = accepted < expected;
-    if (listening) pfds.push_back({setup.listenFd.get(), POLLIN, 0});
-    for (const Outgoing& o : outgoing) pfds.push_back({o.fd.get(), POLLIN, 0});
-    for (const Pending& p : pending) pfds.push_back({p.fd.get(), POLLIN, 0});
-    int rc = poll(pfds.data(), pfds.size(), timeoutMs);
-    if (rc < 0 && errno != EINTR) return systemError(errno, "tcp connect: poll");
-    if (rc <= 0) continue;
-    size_t at = 0;
-
-    // Listener first in pfds, but its new connections are appended after the walk below, so the
-    // indices of `outgoing` and `pending` in pfds stay valid.
-    bool listenerReady = listening && (pfds[at++].revents & (POLLIN | POLLERR)) != 0;
-
-    for (size_t i = 0; i < outgoing.size(); ++i, ++at) {
-      if (pfds[at].revents == 0) continue;
-      Outgoing& o = outgoing[i];
-      int peer = peers[o.slot];
-      uint8_t ack = 0;
-      ssize_t n = recv(o.fd.get(), &ack, 1, MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n != 1 || ack != kAck)
-        return errorf(braidRemoteError, "tcp connect: peer rank %d (host %s) refused our handshake (%s)", peer,
-                      hostOf(ctx, peer).c_str(),
-                      n == 0  ? "closed the connection"
-                      : n < 0 ? strerror(errno)
-                              : "bad ack");
-      BRAID_TRACE(kLogNet, "tcp: rank %d connected to peer rank %d", ctx.rank, peer);
-      links[o.slot] = std::move(o.fd);
-      o.fd.reset();  // marks it for removal below
-    }
-    outgoing.erase(std::remove_if(outgoing.begin(), outgoing.end(), [](const Outgoing& o) { return !o.fd.valid(); }),
-                   outgoing.end());
-
-    Status fatal;
-    for (auto& p : pending) {
-      if (pfds[at++].revents == 0) continue;
-      if (serviceIncoming(ctx, p, slotOf, links, setup.sockbuf, &accepted, &fatal)) p.fd.reset();
-      if (!fatal.ok()) return fatal;
-    }
-    // The deque stays ordered by deadline when finished entries are removed from anywhere.
-    pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return !p.fd.valid(); }),
-                  pending.end());
-
-    while (listenerReady) {
-      SockAddr from;
-      from.len = sizeof(from.storage);
-      int s = accept4(setup.listenFd.get(), reinterpret_cast<sockaddr*>(&from.storage), &from.len,
-                      SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (s < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        // Out of descriptors or similar: keep serving what we have and try again next round.
-        BRAID_WARN(kLogNet, "tcp: rank %d accept: %s", ctx.rank, strerror(errno));
-        break;
-      }
-      if (pending.size() >= kMaxPending) {
-        BRAID_WARN(kLogNet, "tcp: rank %d: %zu connections still silent, dropping the oldest (from %s)", ctx.rank,
-                   pending.size(), pending.front().from.toString().c_str());
-        pending.pop_front();
-      }
-      Pending& p = pending.emplace_back();
-      p.fd.reset(s);
-      p.from = from;
-      p.deadlineNs = std::min(nowNs() + kHandshakeMs * 1000000, ctx.deadline.atNs);
-    }
-  }
-  for (const Pending& p : pending)
-    BRAID_WARN(kLogNet, "tcp: rank %d closing connection from %s: %zu of %zu handshake bytes when setup finished",
-               ctx.rank, p.from.toString().c_str(), p.got, sizeof(Handshake));
-  return okStatus();
-}
-
-bool TcpTransport::serviceIncoming(const TransportContext& ctx, Pending& p, const std::vector<int>& slotOf,
-                                   std::vector<Fd>& links, size_t sockbuf, int* accepted, Status* fatal) {
-  ssize_t n = recv(p.fd.get(), p.buf + p.got, sizeof(p.buf) - p.got, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-  std::string from = p.from.toString();
-  if (n <= 0) {
-    BRAID_WARN(kLogNet, "tcp: rank %d closing connection from %s: %s after %zu of %zu handshake bytes", ctx.rank,
-               from.c_str(), n == 0 ? "closed" : strerror(errno), p.got, sizeof(Handshake));
-    return true;
-  }
-  p.got += static_cast<size_t>(n);
-  // Reject garbage as soon as the magic is in, without waiting for the rest.
-  uint64_t magic = 0;
-  if (p.got >= sizeof(magic)) memcpy(&magic, p.buf, sizeof(magic));
-  if (p.got >= sizeof(magic) && magic != kMagic) {
-    BRAID_WARN(kLogNet, "tcp: rank %d closing connection from %s: not a braid tcp handshake", ctx.rank, from.c_str());
-    return true;
-  }
-  if (p.got > sizeof(Handshake)) {
-    BRAID_WARN(kLogNet, "tcp: rank %d closing connection from %s: oversized handshake", ctx.rank, from.c_str());
-    return true;
-  }
-  if (p.got < sizeof(Handshake)) return false;
-  Handshake hs;
-  memcpy(&hs, p.buf, sizeof(hs));
-  std::string why;
-  int slot = checkHandshake(ctx, hs, slotOf, links, &why);
-  if (slot < 0) {
-    BRAID_WARN(kLogNet, "tcp: rank %d refusing connection from %s: %s", ctx.rank, from.c_str(), why.c_str());
-    return true;
-  }
-  // From here on it is a proven peer: failures are real errors, not strangers to shrug off.
-  ssize_t sent = send(p.fd.get(), &kAck, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-  Status s = sent == 1 ? configureDataSocket(p.fd.get(), sockbuf, hs.from)
-                       : systemError(sent < 0 ? errno : EAGAIN, "sending the handshake ack");
-  if (!s.ok()) {
-    *fatal =
-        s.withContext("tcp connect: peer rank " + std::to_string(hs.from) + " (host " + hostOf(ctx, hs.from) + ")");
-    return true;
-  }
-  BRAID_TRACE(kLogNet, "tcp: rank %d accepted peer rank %d from %s", ctx.rank, hs.from, from.c_str());
-  links[slot] = std::move(p.fd);
-  ++*accepted;
-  return true;
 }
 
 }  // namespace
