@@ -22,11 +22,14 @@ def _register():
     if "BRAID" in dist.Backend._plugins:  # imported twice under different names: already there
         return
     if _C.torch_version_major >= 2:
-        # 2.x asks which devices a plugin serves; braid serves CPU tensors (CUDA ones would be
-        # refused by braid anyway, and torch then reports the missing backend clearly).
-        dist.Backend.register_backend("braid", create_process_group, devices=["cpu"])
-    else:
-        dist.Backend.register_backend("braid", create_process_group)
+        # 2.x asks which devices a plugin serves (torch then routes only those tensors to it):
+        # braid serves CPU tensors. The first 2.x releases may not have the argument.
+        try:
+            dist.Backend.register_backend("braid", create_process_group, devices=["cpu"])
+            return
+        except TypeError:
+            pass
+    dist.Backend.register_backend("braid", create_process_group)
 
 
 _register()
