@@ -82,6 +82,17 @@ braidRedOp_t toBraidOp(const c10d::ReduceOp& op, at::ScalarType type, const char
   }
 }
 
+void checkRoot(int64_t rootRank, int64_t rootTensor, int size, const char* op) {
+  TORCH_CHECK(rootTensor == 0, "braid ", op, ": rootTensor must be 0 (one tensor per process)");
+  TORCH_CHECK(rootRank >= 0 && rootRank < size, "braid ", op, ": root ", rootRank, " is out of range for a group of ",
+              size);
+}
+
+void checkNoTag(int tag, const char* op) {
+  TORCH_CHECK(tag == 0, "braid ", op, ": tag ", tag,
+              " given, but braid matches messages between two ranks in issue order and has no tags (use tag 0)");
+}
+
 void checkAlike(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* op) {
   for (const at::Tensor& t : tensors) {
     checkTensor(t, op);

@@ -87,9 +87,7 @@ void ProcessGroupBraid::grouped(BraidWork& work, const char* name, Fn&& fn) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tensor>& tensors,
                                                             const c10d::BroadcastOptions& opts) {
   const at::Tensor& t = onlyTensor(tensors, "broadcast");
-  TORCH_CHECK(opts.rootTensor == 0, "braid broadcast: rootTensor must be 0 (one tensor per process)");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "braid broadcast: root ", opts.rootRank,
-              " is out of range for a group of ", size_);
+  checkRoot(opts.rootRank, opts.rootTensor, size_, "broadcast");
   const braidDataType_t type = toBraidType(t, "broadcast");
   auto work = newWork(c10d::OpType::BROADCAST, "broadcast", opts.timeout);
   at::Tensor buf = stage(*work, t, rank_ != opts.rootRank);
@@ -142,9 +140,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(std::vecto
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::ReduceOptions& opts) {
   const at::Tensor& t = onlyTensor(tensors, "reduce");
-  TORCH_CHECK(opts.rootTensor == 0, "braid reduce: rootTensor must be 0 (one tensor per process)");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "braid reduce: root ", opts.rootRank,
-              " is out of range for a group of ", size_);
+  checkRoot(opts.rootRank, opts.rootTensor, size_, "reduce");
   const braidDataType_t type = toBraidType(t, "reduce");
   const braidRedOp_t op = toBraidOp(opts.reduceOp, t.scalar_type(), "reduce");
   auto work = newWork(c10d::OpType::REDUCE, "reduce", opts.timeout);
@@ -352,9 +348,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   const at::Tensor& t = onlyTensor(tensors, "send");
-  TORCH_CHECK(tag == 0, "braid send: tag ", tag,
-              " given, but braid matches messages between two ranks in issue "
-              "order and has no tags (use tag 0)");
+  checkNoTag(tag, "send");
   const braidDataType_t type = toBraidType(t, "send");
   auto work = newWork(c10d::OpType::SEND, "send", std::chrono::milliseconds(0));
   at::Tensor buf = stage(*work, t, false);
@@ -366,9 +360,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   const at::Tensor& t = onlyTensor(tensors, "recv");
-  TORCH_CHECK(tag == 0, "braid recv: tag ", tag,
-              " given, but braid matches messages between two ranks in issue "
-              "order and has no tags (use tag 0)");
+  checkNoTag(tag, "recv");
   const braidDataType_t type = toBraidType(t, "recv");
   auto work = newWork(c10d::OpType::RECV, "recv", std::chrono::milliseconds(0));
   at::Tensor buf = stage(*work, t, true);
