@@ -232,7 +232,14 @@ Status commInitFromEnv(braidComm** out) {
                     "%s is set but no rendezvous address: set BRAID_ROOT=host:port (or "
                     "MASTER_ADDR and MASTER_PORT)",
                     from);
-    addr = std::string(ma) + ":" + std::to_string(atoi(mp) + 1);
+    char* end = nullptr;
+    long port = strtol(mp, &end, 10);
+    if (end == mp || *end != '\0' || port < 1 || port > 65534)
+      return errorf(braidInvalidArgument,
+                    "MASTER_PORT=%s is not a port braid can use (1..65534: braid listens on "
+                    "MASTER_PORT+1)",
+                    mp);
+    addr = std::string(ma) + ":" + std::to_string(port + 1);
   }
   UniqueIdData id;
   id.magic = kUniqueIdMagic;
@@ -246,9 +253,10 @@ Status commInitFromEnv(braidComm** out) {
     for (int i = 0; i < 16; ++i) id.secret[i] = static_cast<uint8_t>(std::stoi(secret.substr(2 * i, 2), nullptr, 16));
   } else {
     // No shared secret: derive one from what every rank of this job sees alike. It keeps jobs
-    // apart; it does not keep out someone who can read the job's environment.
+    // apart; it does not keep out someone who can read the job's environment. Job-wide ids only:
+    // PMI_ID, for one, is per process under MPICH-style PMI (each rank derived its own secret).
     std::string job = addr + "/" + std::to_string(size);
-    for (const char* v : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMI_ID"}) {
+    for (const char* v : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
       const char* x = getenv(v);
       if (x != nullptr) job += std::string("/") + x;
     }

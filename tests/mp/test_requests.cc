@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -183,6 +184,69 @@ TEST_CASE("braidCommInitFromEnv reads braidrun's and torchrun's variables", "[mp
       return 0;
     });
     INFO("form " << form << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
+
+TEST_CASE("braidCommInitFromEnv reads Open MPI's, Slurm's and PMI's variables", "[mp][env]") {
+  // As each launcher sets them, without BRAID_SECRET: the derived secret must agree on every rank.
+  // PMI_ID is per process under MPICH-style PMI (it used to enter the secret: ranks disagreed).
+  const char* kForms[] = {"ompi", "slurm", "pmi"};
+  for (int form = 0; form < 3; ++form) {
+    int port = 20000 + (getpid() * 11 + form * 173) % 20000;
+    std::string root = "127.0.0.1:" + std::to_string(port);
+    auto res = forkRanks(3, {{"BRAID_TIMEOUT", "20"}}, [&](int rank, int size) {
+      std::string r = std::to_string(rank), n = std::to_string(size);
+      if (form == 0) {
+        setenv("OMPI_COMM_WORLD_RANK", r.c_str(), 1);
+        setenv("OMPI_COMM_WORLD_SIZE", n.c_str(), 1);
+        setenv("OMPI_MCA_ess_base_jobid", "4242", 1);
+        setenv("PMIX_NAMESPACE", "4242", 1);
+        setenv("PMIX_RANK", r.c_str(), 1);
+        setenv("BRAID_ROOT", root.c_str(), 1);
+      } else if (form == 1) {
+        setenv("SLURM_PROCID", r.c_str(), 1);
+        setenv("SLURM_NTASKS", n.c_str(), 1);
+        setenv("SLURM_JOB_ID", "777", 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", std::to_string(port - 1).c_str(), 1);  // braid listens on MASTER_PORT + 1
+      } else {
+        setenv("PMI_RANK", r.c_str(), 1);
+        setenv("PMI_SIZE", n.c_str(), 1);
+        setenv("PMI_ID", r.c_str(), 1);
+        setenv("BRAID_ROOT", root.c_str(), 1);
+      }
+      braidComm_t comm = nullptr;
+      CHECK_BRAID(rank, braidCommInitFromEnv(&comm));
+      int got = -1;
+      CHECK_BRAID(rank, braidCommUserRank(comm, &got));
+      if (got != rank) return fail(rank, "rank %d", got);
+      int64_t v = rank + 1, sum = 0;
+      CHECK_BRAID(rank, braidAllReduce(&v, &sum, 1, braidInt64, braidSum, comm, nullptr));
+      if (sum != 6) return fail(rank, "sum %lld", static_cast<long long>(sum));
+      CHECK_BRAID(rank, braidCommDestroy(comm));
+      return 0;
+    });
+    INFO("form " << kForms[form] << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
+
+TEST_CASE("braidCommInitFromEnv refuses a MASTER_PORT it cannot use", "[mp][env]") {
+  for (const char* bad : {"abc", "65535", "0", "12x"}) {
+    auto res = forkRanks(1, {}, [&](int rank, int) {
+      setenv("RANK", "0", 1);
+      setenv("WORLD_SIZE", "1", 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", bad, 1);
+      braidComm_t comm = nullptr;
+      braidResult_t r = braidCommInitFromEnv(&comm);
+      if (r != braidInvalidArgument) return fail(rank, "MASTER_PORT=%s gave %s", bad, braidGetErrorString(r));
+      if (strstr(braidGetLastError(), "MASTER_PORT") == nullptr) return fail(rank, "message: %s", braidGetLastError());
+      if (comm != nullptr) return fail(rank, "comm was set");
+      return 0;
+    });
+    INFO("MASTER_PORT=" << bad << "\n" << describe(res));
     REQUIRE(allOk(res));
   }
 }

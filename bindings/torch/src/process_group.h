@@ -1,0 +1,99 @@
+// braid as a torch.distributed backend: one braid communicator per process group.
+//
+// PyTorch 1.x: a c10d::ProcessGroup subclass, returned to Backend.register_backend's creator.
+// PyTorch 2.x: a c10d::Backend subclass (torch wraps it in a ProcessGroup); the collective
+// signatures are the same in both. Only 1.13 was compiled and tested here; the 2.x branch follows
+// the 2.x headers and is compile-unverified.
+//
+// Threading: every collective posts nonblocking braid operations (braidI*) and returns a BraidWork
+// that polls them. Operations that braid only offers in groups (allreduce_coalesced, alltoall with
+// uneven splits or tensor lists) run between braidGroupStart and braidGroupEnd, which blocks: their
+// Work is complete when returned. Collectives must be issued in the same order on every rank.
+#pragma once
+
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#include <chrono>
+#include <memory>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
+
+#include "work.h"
+
+namespace braid_torch {
+
+#if TORCH_VERSION_MAJOR >= 2
+using GroupBase = c10d::Backend;
+#else
+using GroupBase = c10d::ProcessGroup;
+#endif
+
+class ProcessGroupBraid : public GroupBase {
+ public:
+  ProcessGroupBraid(std::shared_ptr<Comm> comm, int rank, int size, std::chrono::milliseconds timeout);
+
+  // The creator registered with torch.distributed: rank 0 makes a braid unique id and publishes it
+  // in `store` (the group's prefix store), the others read it, then all call braidCommInitRank.
+  // Blocks until every rank of the group joined (or BRAID_TIMEOUT / the store's timeout).
+  static c10::intrusive_ptr<ProcessGroupBraid> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                      std::chrono::duration<float> timeout);
+
+  const std::string getBackendName() const override { return "braid"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+ private:
+  c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* name, std::chrono::milliseconds opTimeout);
+  // A contiguous buffer with t's data: t itself, or a copy; for an output, the copy goes back into
+  // t when the Work succeeds. The Work keeps the buffer alive.
+  at::Tensor stage(BraidWork& work, const at::Tensor& t, bool output);
+  // Posts one nonblocking braid call (fn(&request) returns its result); throws braid's message.
+  template <class Fn>
+  void post(BraidWork& work, const char* name, Fn&& fn);
+  // Records braid's blocking calls made by fn() in a group and runs them (braidGroupEnd blocks).
+  template <class Fn>
+  void grouped(BraidWork& work, const char* name, Fn&& fn);
+  // Sends block i of `input` to rank i and receives block i of `output` from rank i, in one group;
+  // blocks are dim-0 rows counted by the splits (each split list has one entry per rank).
+  void exchange(BraidWork& work, const at::Tensor& output, const at::Tensor& input,
+                const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
+  braidComm_t comm() const { return comm_->get(); }
+
+  std::shared_ptr<Comm> comm_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace braid_torch

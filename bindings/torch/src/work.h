@@ -1,0 +1,85 @@
+// A c10d Work that wraps braid requests (braidI* calls): completion is polled with braidTest, so a
+// waiting Python thread never spins a core for long, and errors carry braid's own message.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <braid/braid.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <utility>
+#include <vector>
+
+namespace braid_torch {
+
+// Owns the communicator: the process group and every Work it handed out share it, so a Work that
+// outlives its group can still be waited on. The last owner destroys the communicator.
+class Comm {
+ public:
+  explicit Comm(braidComm_t handle) : handle_(handle) {}
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  braidComm_t get() const { return handle_; }
+
+ private:
+  braidComm_t handle_;
+};
+
+class BraidWork : public c10d::Work {
+ public:
+  // `timeout` bounds wait() when it is called without one (0 = none: braid's BRAID_TIMEOUT still
+  // bounds every operation).
+  BraidWork(std::shared_ptr<Comm> comm, int rank, c10d::OpType type, const char* name,
+            std::chrono::milliseconds timeout);
+  ~BraidWork() override;
+
+  // Set up by the process group before the Work is returned (one thread, no locking needed).
+  void addRequest(braidRequest_t request) { requests_.push_back(request); }
+  // Memory braid reads or writes stays alive until the requests finished.
+  void keep(at::Tensor buffer) { keep_.push_back(std::move(buffer)); }
+  // On success, dst.copy_(src) in order: staging buffers back into the caller's tensors.
+  void copyBack(at::Tensor dst, at::Tensor src) { copies_.emplace_back(std::move(dst), std::move(src)); }
+  void setOutputs(std::vector<at::Tensor> outputs) { outputs_ = std::move(outputs); }
+  // For operations that completed when they were issued (groups): runs the copies, finishes.
+  void completeNow();
+  // For operations that failed when they were issued: the message names the operation.
+  void failNow(const std::string& braidError);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override {}
+  // A future that is already completed (with the output tensors) or failed when returned: braid
+  // has no completion callbacks, so this waits for the operation first.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  // Tests the pending requests once (they finish in issue order); true once the Work finished.
+  bool poll();
+  // Called with pollMu_ held, once: releases the remaining requests and finishes the Work.
+  void conclude(std::exception_ptr error);
+  std::exception_ptr error(const std::string& what) const;
+
+  std::shared_ptr<Comm> comm_;
+  const char* name_;
+  std::chrono::milliseconds timeout_;
+
+  std::mutex pollMu_;  // one thread at a time tests the requests (braid's rule for a request)
+  std::vector<braidRequest_t> requests_;
+  size_t next_ = 0;  // requests_[0..next_) have finished and been released by braid
+  bool concluded_ = false;
+
+  std::vector<at::Tensor> keep_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies_;
+  std::vector<at::Tensor> outputs_;
+
+  std::mutex futureMu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace braid_torch
