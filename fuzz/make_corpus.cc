@@ -143,6 +143,16 @@ void ctrls() {
   put("ctrl", "bad-rank", ctrl(abort, fuzz::kNranks, "x", 1));
 }
 
+Bytes run(uint64_t seq, uint32_t count) { return cat(bytesOf(seq), bytesOf(count)); }
+
+void progresses() {
+  const Bytes four{static_cast<uint8_t>(fuzz::kNranks - 1)};  // 1 + byte % 64 ranks
+  put("progress", "valid", cat(four, cat(run(17, 2), cat(run(16, 1), run(17, 1)))));
+  put("progress", "short", cat(four, run(17, 2)));
+  put("progress", "huge-count", cat(four, run(5, 0xffffffffu)));
+  put("progress", "ragged", cat(four, cut(cat(run(3, 1), run(4, 3)), 20)));
+}
+
 void tcpHandshakes() {
   tcp::Handshake hs{};
   hs.magic = tcp::kMagic;
@@ -256,6 +266,7 @@ int main(int argc, char** argv) {
   tables();
   gatherLengths();
   ctrls();
+  progresses();
   tcpHandshakes();
   tcpAddrs();
   shmHeaders();

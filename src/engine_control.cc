@@ -20,41 +20,11 @@
 #include "src/config.h"
 #include "src/executor.h"
 #include "src/log.h"
+#include "src/wire.h"
 
 namespace braid {
 
 namespace {
-
-// kProgress text: runs of {uint64 seq, uint32 count} covering ranks 0.. in order. Truncated runs
-// leave the remaining ranks unknown (UINT64_MAX).
-constexpr size_t kRunBytes = 12;
-constexpr size_t kMaxProgressBytes = 4096;
-constexpr uint64_t kUnknown = UINT64_MAX;
-
-std::string encodeProgress(const std::vector<uint64_t>& p) {
-  std::string out;
-  for (size_t i = 0; i < p.size() && out.size() + kRunBytes <= kMaxProgressBytes;) {
-    size_t j = i + 1;
-    while (j < p.size() && p[j] == p[i]) ++j;
-    uint32_t count = static_cast<uint32_t>(j - i);
-    out.append(reinterpret_cast<const char*>(&p[i]), 8);
-    out.append(reinterpret_cast<const char*>(&count), 4);
-    i = j;
-  }
-  return out;
-}
-
-void decodeProgress(const std::string& text, std::vector<uint64_t>* out) {
-  std::fill(out->begin(), out->end(), kUnknown);
-  size_t at = 0;
-  for (size_t off = 0; off + kRunBytes <= text.size(); off += kRunBytes) {
-    uint64_t seq;
-    uint32_t count;
-    memcpy(&seq, text.data() + off, 8);
-    memcpy(&count, text.data() + off + 8, 4);
-    for (uint32_t k = 0; k < count && at < out->size(); ++k) (*out)[at++] = seq;
-  }
-}
 
 // "0-2,5,7-9"
 std::string rankRanges(const std::vector<int>& ranks) {
@@ -139,7 +109,7 @@ std::string Engine::reachedText(uint64_t seq) const {
     std::lock_guard<std::mutex> g(failMu_);
     for (int r = 0; r < static_cast<int>(progressAtFail_.size()); ++r) {
       uint64_t p = progressAtFail_[r];
-      if (p == kUnknown) continue;
+      if (p == kProgressUnknown) continue;
       if (p >= seq) {
         reached.push_back(r);
       } else {
@@ -175,7 +145,7 @@ void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
     case CtrlType::kProgress:
       if (comm_->rank != 0) {
         std::lock_guard<std::mutex> g(failMu_);
-        decodeProgress(msg.text, &progress_);
+        decodeProgress(reinterpret_cast<const uint8_t*>(msg.text.data()), msg.text.size(), &progress_);
       }
       break;
     case CtrlType::kBye:
@@ -305,7 +275,7 @@ Status Engine::readHeartbeatSettings() {
   heard_.assign(comm_->nranks, 0);
   initGraceNs_ = static_cast<int64_t>(comm_->timeoutSec * 1e9);
   // Rank 0 hears every rank's progress (nothing posted yet); the others only from rank 0's notice.
-  progress_.assign(comm_->nranks, comm_->rank == 0 ? 0 : kUnknown);
+  progress_.assign(comm_->nranks, comm_->rank == 0 ? 0 : kProgressUnknown);
   nextBeatNs_ = now;
   return okStatus();
 }

@@ -159,4 +159,35 @@ Status decodeCtrlFrame(const uint8_t* data, size_t len, uint32_t knownTypes, int
   return okStatus();
 }
 
+namespace {
+constexpr size_t kRunBytes = 12;
+}
+
+std::string encodeProgress(const std::vector<uint64_t>& seqs) {
+  std::string out;
+  for (size_t i = 0; i < seqs.size() && out.size() + kRunBytes <= kMaxCtrlText;) {
+    size_t j = i + 1;
+    while (j < seqs.size() && seqs[j] == seqs[i]) ++j;
+    const uint32_t count = static_cast<uint32_t>(j - i);
+    out.append(reinterpret_cast<const char*>(&seqs[i]), 8);
+    out.append(reinterpret_cast<const char*>(&count), 4);
+    i = j;
+  }
+  return out;
+}
+
+void decodeProgress(const uint8_t* data, size_t len, std::vector<uint64_t>* seqs) {
+  std::fill(seqs->begin(), seqs->end(), kProgressUnknown);
+  size_t at = 0;
+  for (size_t off = 0; off + kRunBytes <= len && at < seqs->size(); off += kRunBytes) {
+    uint64_t seq;
+    uint32_t count;
+    memcpy(&seq, data + off, 8);
+    memcpy(&count, data + off + 8, 4);
+    const size_t n = std::min<size_t>(count, seqs->size() - at);
+    std::fill_n(seqs->begin() + static_cast<long>(at), n, seq);
+    at += n;
+  }
+}
+
 }  // namespace braid

@@ -97,4 +97,11 @@ struct CtrlFrame {
 // rank a frame is about must be -1 (nobody) or in [0, nranks).
 Status decodeCtrlFrame(const uint8_t* data, size_t len, uint32_t knownTypes, int nranks, CtrlFrame* out, size_t* used);
 
+// Progress tables (the text of a kProgress control frame): every rank's last reported operation
+// as runs of {uint64 seq, uint32 count} covering ranks 0.. in order, at most kMaxCtrlText bytes.
+// Ranks the runs do not cover (a truncated table, a malformed tail) decode as kProgressUnknown.
+constexpr uint64_t kProgressUnknown = UINT64_MAX;
+std::string encodeProgress(const std::vector<uint64_t>& seqs);
+void decodeProgress(const uint8_t* data, size_t len, std::vector<uint64_t>* seqs);  // fills seqs->size() ranks
+
 }  // namespace braid
