@@ -186,7 +186,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   const size_t steps = plan->steps.size();
   if (op->xfers.size() < steps) op->xfers.resize(steps);
   if (op->done.size() < steps) op->done.resize(steps);
-  memset(op->done.data(), 0, steps);
+  if (steps != 0) memset(op->done.data(), 0, steps);  // an empty plan's done.data() may be null (UB in memset)
   op->cursors.assign(plan->peers.size(), Op::Cursor{});
   op->localNext = 0;
   op->remaining = static_cast<uint32_t>(steps);
