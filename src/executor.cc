@@ -188,7 +188,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   const size_t steps = plan->steps.size();
   if (op->xfers.size() < steps) op->xfers.resize(steps);
   if (op->done.size() < steps) op->done.resize(steps);
-  memset(op->done.data(), 0, steps);
+  if (steps != 0) memset(op->done.data(), 0, steps);  // an empty plan's done.data() may be null (UB in memset)
   op->cursors.assign(plan->peers.size(), Op::Cursor{});
   op->localNext = 0;
   op->remaining = static_cast<uint32_t>(steps);
@@ -594,8 +594,12 @@ Status Engine::wait(Op* op) {
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   driveUntil([op] { return op->state.load(std::memory_order_acquire) == Op::kDone; });
   Status result = finish(op);
-  // Operations left behind get the background thread back (seq_cst pair with bgSleeping_).
+  // Operations left behind get the background thread back (seq_cst pair with bgSleeping_). That
+  // check reads the engine after waiters_ dropped: leaving_ (raised before, dropped after, both
+  // seq_cst) keeps abortWaiters from returning, and braidCommAbort from freeing the engine, meanwhile.
+  leaving_.fetch_add(1);
   if (waiters_.fetch_sub(1) == 1 && activeCount_.load() > 0 && bgSleeping_.load()) wake();
+  leaving_.fetch_sub(1);
   return result;
 }
 
@@ -603,7 +607,8 @@ void Engine::abortWaiters() {
   lock();
   failAll();
   unlock();
-  while (waiters_.load(std::memory_order_acquire) > 0) sched_yield();
+  // waiters_ first: a wait() that already dropped out of it is counted in leaving_ (raised earlier).
+  while (waiters_.load() > 0 || leaving_.load() > 0) sched_yield();
 }
 
 Status Engine::test(Op* op, bool* done) {

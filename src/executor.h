@@ -217,6 +217,7 @@ class Engine {
 
   std::atomic<int> activeCount_{0};
   std::atomic<int> waiters_{0};
+  std::atomic<int> leaving_{0};  // wait() calls past their waiters_ decrement (see wait())
   std::atomic<bool> bgSleeping_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};

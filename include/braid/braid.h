@@ -35,7 +35,17 @@ extern "C" {
 #define BRAID_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
 #define BRAID_VERSION_CODE BRAID_VERSION(BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH)
 
-typedef enum {
+/* Seen from C++, the enums below have int as their fixed underlying type. A C caller may pass any
+ * int (an invalid datatype, say); without a fixed type that value would be outside the C++ enum's
+ * range, and merely reading the parameter undefined behaviour, before braid could reject it. Same
+ * size and calling convention as the plain C enums. */
+#ifdef __cplusplus
+#define BRAID_ENUM_BASE : int
+#else
+#define BRAID_ENUM_BASE
+#endif
+
+typedef enum BRAID_ENUM_BASE {
   braidSuccess = 0,
   braidInternalError = 1,    /* a bug in braid; please report it with the log */
   braidSystemError = 2,      /* a system call or allocation failed (the message carries errno) */
@@ -47,7 +57,7 @@ typedef enum {
   braidNumResults = 8
 } braidResult_t;
 
-typedef enum {
+typedef enum BRAID_ENUM_BASE {
   braidInt8 = 0,
   braidUint8 = 1,
   braidInt32 = 2,
@@ -61,7 +71,7 @@ typedef enum {
   braidNumTypes = 10
 } braidDataType_t;
 
-typedef enum {
+typedef enum BRAID_ENUM_BASE {
   braidSum = 0,
   braidProd = 1,
   braidMin = 2,
