@@ -174,7 +174,9 @@ std::string Selector::describe() const {
         const Algo a = avg ? table_[ci][b].avgFloat : table_[ci][b].exact;
         const bool last = b == kMaxLog2 || (avg ? table_[ci][b + 1].avgFloat : table_[ci][b + 1].exact) != a;
         if (!last) continue;
-        std::string range = start == 0 ? "[0 B, " : "(" + sizeText(std::ldexp(1.0, start - 1)) + ", ";
+        std::string range = start == 0 ? "[0 B" : "(";
+        if (start != 0) range += sizeText(std::ldexp(1.0, start - 1));
+        range += ", ";
         range += b == kMaxLog2 ? "inf)" : sizeText(std::ldexp(1.0, b)) + "]";
         // Predicted at the range's ends (the open end at 1 GiB).
         const uint64_t lo = start == 0 ? 1 : uint64_t(1) << start, hi = uint64_t(1) << std::min(b, 30);
