@@ -101,7 +101,11 @@ run_one() {
   local name=$1 dir=$2 mult=$3
   shift 3
   echo "== $name: configuring and building $dir" >&2
-  if ! configure "$dir" -Dtests=enabled -Dbuildtype=debugoptimized "$@" ||
+  # -Dtorch=disabled: the PyTorch backend's tests load braid into Debian's uninstrumented python,
+  # where the sanitizer runtime cannot come first (ASan aborts at start, or flags python's own frees
+  # as bad-free); those tests run in the normal suite.
+  echo "== $name: the torch tests are left out (braid_torch loads into an uninstrumented python)" >&2
+  if ! configure "$dir" -Dtests=enabled -Dbuildtype=debugoptimized -Dtorch=disabled "$@" ||
     ! meson compile -C "$ROOT/$dir" -j "$JOBS" >"$ROOT/$dir/sanitize-build.log" 2>&1; then
     tail -40 "$ROOT/$dir/sanitize-build.log" >&2 2>/dev/null
     verdicts+=("$name: BUILD FAILED (see $dir/sanitize-build.log)")

@@ -54,7 +54,17 @@ extern "C" {
 typedef struct CUstream_st* cudaStream_t;
 #endif
 
-typedef enum {
+/* Seen from C++ (the shim itself), the enums have int as their fixed underlying type: a C caller may
+ * pass any int (an invalid datatype, say), and reading it into an enum without a fixed type whose
+ * range does not hold it is undefined behaviour before the shim can refuse it. The C view, size and
+ * calling convention are unchanged. */
+#ifdef __cplusplus
+#define NCCL_SHIM_ENUM_BASE : int
+#else
+#define NCCL_SHIM_ENUM_BASE
+#endif
+
+typedef enum NCCL_SHIM_ENUM_BASE {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1, /* never returned by this CPU-only build */
   ncclSystemError = 2,        /* a system call or an allocation failed */
@@ -78,7 +88,7 @@ typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
 } ncclUniqueId;
 
-typedef enum {
+typedef enum NCCL_SHIM_ENUM_BASE {
   ncclInt8 = 0,
   ncclChar = 0,
   ncclUint8 = 1,
@@ -103,7 +113,7 @@ typedef enum {
  * largest value is the largest positive value of an enum of this compiler's enum size (the
  * helper enum below measures it), so that the type's size never changes. */
 typedef enum { ncclNumOps_dummy = 5 } ncclRedOp_dummy_t;
-typedef enum {
+typedef enum NCCL_SHIM_ENUM_BASE {
   ncclSum = 0,
   ncclProd = 1,
   ncclMax = 2,
