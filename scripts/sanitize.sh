@@ -83,6 +83,16 @@ count_reports() {
     "$log"
 }
 
+# The libpciaccess that hwloc's PCI plugin links, if there is one.
+hwloc_pciaccess() {
+  local libdir plugin lib
+  libdir=$(pkg-config --variable=libdir hwloc 2>/dev/null) || return 1
+  plugin=$libdir/hwloc/hwloc_pci.so
+  [[ -f $plugin ]] || return 1
+  lib=$(ldd "$plugin" | awk '/libpciaccess/ {print $3}')
+  [[ -n $lib && -f $lib ]] && echo "$lib"
+}
+
 verdicts=()
 status=0
 
@@ -123,19 +133,19 @@ if [[ $which == asan || $which == all ]]; then
   # hwloc's PCI plugin (dlopened by hwloc_topology_load, dlclosed when the topology is destroyed)
   # unloads libpciaccess with its cache of PCI device names still allocated: LeakSanitizer then
   # reports ~1 KB "leaked" from frames it cannot name (both modules are gone by exit), so no
-  # suppression can match it (see scripts/lsan.supp). Preloading libpciaccess to keep the cache
-  # reachable made LeakSanitizer's own tracer crash ("Tracer caught signal 11") in a forked rank of
-  # mp-gossip, so the asan run leaves the PCI plugin out instead (HWLOC_COMPONENTS=-pci, as
-  # TOOLCHAIN.md suggests): braid's detection then reports no PCI devices, alike on every rank.
+  # suppression can match it (see scripts/lsan.supp). Keeping libpciaccess loaded keeps the cache
+  # reachable from its static, so nothing is reported; verify_asan_link_order=0 allows the preload
+  # ahead of the ASan runtime.
   saved_preload=${LD_PRELOAD-}
-  saved_hwloc=${HWLOC_COMPONENTS-}
-  export HWLOC_COMPONENTS=-pci
+  if pciaccess=$(hwloc_pciaccess); then
+    export LD_PRELOAD=$pciaccess${LD_PRELOAD:+:$LD_PRELOAD}
+    ASAN_OPTIONS+=:verify_asan_link_order=0
+  fi
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # b_lundef=false: the sanitizer runtimes resolve some symbols at load time.
   run_one "asan+ubsan" build-asan "${TIMEOUT_MULTIPLIER_ASAN:-3}" -Db_sanitize=address,undefined -Db_lundef=false
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
   if [[ -n $saved_preload ]]; then export LD_PRELOAD=$saved_preload; else unset LD_PRELOAD; fi
-  if [[ -n $saved_hwloc ]]; then export HWLOC_COMPONENTS=$saved_hwloc; else unset HWLOC_COMPONENTS; fi
 fi
 
 if [[ $which == tsan || $which == all ]]; then
