@@ -14,15 +14,15 @@ thread_local std::string tLastError;
 
 void setLastError(const std::string& message) { tLastError = message; }
 
-}  // namespace braid
-
-namespace {
-
-Status checkComm(braidComm_t comm) {
+Status checkComm(const braidComm* comm) {
   if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
   if (comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
   return okStatus();
 }
+
+}  // namespace braid
+
+namespace {
 
 Status checkRequest(braidRequest_t req) {
   if (req == nullptr) return errorf(braidInvalidArgument, "request is NULL");

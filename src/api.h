@@ -8,9 +8,14 @@
 #include "src/log.h"
 #include "src/status.h"
 
+struct braidComm;
+
 namespace braid {
 
 void setLastError(const std::string& message);
+
+// braidInvalidArgument unless `comm` is a live communicator (src/api.cc).
+Status checkComm(const braidComm* comm);
 
 // Runs `body` (returning Status); converts failures and exceptions at the C boundary.
 template <class F>

@@ -7,21 +7,11 @@
 
 using namespace braid;
 
-namespace {
-
-Status checkLiveComm(braidComm_t comm) {
-  if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
-  if (comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
-  return okStatus();
-}
-
-}  // namespace
-
 #pragma GCC visibility push(default)
 
 braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* ranks, int max, int* n) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkLiveComm(comm));
+    BRAID_TRY(checkComm(comm));
     if (n == nullptr) return errorf(braidInvalidArgument, "n is NULL");
     if (max < 0) return errorf(braidInvalidArgument, "max is negative");
     if (max > 0 && ranks == nullptr) return errorf(braidInvalidArgument, "ranks is NULL");
@@ -34,7 +24,7 @@ braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* ranks, int max, int
 
 braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int nExclude, braidComm_t* newcomm) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkLiveComm(comm));
+    BRAID_TRY(checkComm(comm));
     if (newcomm == nullptr) return errorf(braidInvalidArgument, "newcomm is NULL");
     braidComm* out = nullptr;
     BRAID_TRY(commShrink(comm, excludeRanks, nExclude, &out));
@@ -45,7 +35,7 @@ braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int nEx
 
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkLiveComm(comm));
+    BRAID_TRY(checkComm(comm));
     if (newcomm == nullptr) return errorf(braidInvalidArgument, "newcomm is NULL");
     braidComm* out = nullptr;
     BRAID_TRY(commSplit(comm, color, key, &out));

@@ -87,12 +87,6 @@ class GraphLock {
   braidGraph* g_;
 };
 
-Status checkComm(braidComm_t comm) {
-  if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
-  if (comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
-  return okStatus();
-}
-
 Status checkGraph(braidGraph_t graph) {
   if (graph == nullptr) return errorf(braidInvalidArgument, "graph is NULL");
   if (graph->magic != kGraphMagic) return errorf(braidInvalidArgument, "graph is not a live graph (destroyed?)");
