@@ -38,6 +38,10 @@ try:
     import braid_torch  # noqa: F401  (registers the backend "braid")
 except ImportError as exc:
     _skip_or_fail(f"braid_torch is not importable (PYTHONPATH={os.environ.get('PYTHONPATH', '')}): {exc}")
+if getattr(braid_torch, "__file__", None) is None:
+    # A build directory whose torch option was turned off keeps an empty braid_torch folder, which
+    # Python imports as a namespace package that registers nothing.
+    _skip_or_fail(f"braid_torch at {list(braid_torch.__path__)} is an empty folder, not the built module")
 
 # torch 1.13 warns about deprecations at every call of some collectives (all_reduce_coalesced).
 warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
