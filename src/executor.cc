@@ -608,16 +608,21 @@ void Engine::abortWaiters() {
   failAll();
   unlock();
   // waiters_ first: a wait() that already dropped out of it is counted in leaving_ (raised earlier).
-  while (waiters_.load() > 0 || leaving_.load() > 0) sched_yield();
+  while (waiters_.load() > 0 || leaving_.load() > 0 || testers_.load() > 0) sched_yield();
 }
 
 Status Engine::test(Op* op, bool* done) {
+  // Counted in testers_ (not waiters_, which would park the background thread) so that a
+  // braidCommAbort from another thread does not free the engine under this call.
+  testers_.fetch_add(1);
   if (op->state.load(std::memory_order_acquire) != Op::kDone && tryLock()) {
     progressOnce();
     unlock();
   }
   *done = op->state.load(std::memory_order_acquire) == Op::kDone;
-  return *done ? finish(op) : okStatus();
+  Status result = *done ? finish(op) : okStatus();
+  testers_.fetch_sub(1);
+  return result;
 }
 
 Status Engine::drain() {

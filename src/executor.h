@@ -120,7 +120,7 @@ class Engine {
   // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`).
   void fail(const Status& s, int culprit, bool notify, int skip = -1);
   // After fail(): completes every pending operation with the failure and returns once no thread
-  // is left inside wait() (braidCommAbort frees the engine next).
+  // is left inside wait() or test() (braidCommAbort frees the engine next).
   void abortWaiters();
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   Status failure() const;
@@ -218,6 +218,7 @@ class Engine {
   std::atomic<int> activeCount_{0};
   std::atomic<int> waiters_{0};
   std::atomic<int> leaving_{0};  // wait() calls past their waiters_ decrement (see wait())
+  std::atomic<int> testers_{0};  // test() calls in progress (see test())
   std::atomic<bool> bgSleeping_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};

@@ -20,7 +20,10 @@ std::atomic<uint32_t> gSubsys{kLogAll};
 
 namespace {
 
+// Both set once by doInit; write() goes through init() first, whose call_once orders those writes
+// before its reads on every thread (gLevel's relaxed fast path alone would not).
 FILE* gOut = stderr;
+char gHost[64] = "unknown";
 std::once_flag gOnce;
 thread_local int tRank = -1;
 
@@ -82,6 +85,9 @@ void doInit() {
   const char* lv = getenv("BRAID_DEBUG");
   const char* ss = getenv("BRAID_DEBUG_SUBSYS");
   if ((lv == nullptr || lv[0] == '\0') && ss != nullptr && ss[0] != '\0') l = static_cast<int>(LogLevel::kInfo);
+  gethostname(gHost, sizeof(gHost) - 1);
+  char* dot = strchr(gHost, '.');
+  if (dot != nullptr) *dot = '\0';
   gSubsys.store(parseSubsys(paramString("BRAID_DEBUG_SUBSYS")), std::memory_order_relaxed);
   std::string file = paramString("BRAID_DEBUG_FILE");
   if (!file.empty()) {
@@ -100,12 +106,7 @@ void init() { std::call_once(gOnce, doInit); }
 
 void write(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...) {
   static const char* kLevelNames[] = {"NONE", "WARN", "INFO", "TRACE"};
-  static char host[64] = {};
-  if (host[0] == '\0') {
-    gethostname(host, sizeof(host) - 1);
-    char* dot = strchr(host, '.');
-    if (dot != nullptr) *dot = '\0';
-  }
+  init();
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -117,10 +118,10 @@ void write(LogLevel level, uint32_t subsys, const char* file, int line, const ch
   base = base ? base + 1 : file;
   // One fprintf per line keeps lines whole when several threads log.
   if (level == LogLevel::kTrace) {
-    fprintf(gOut, "%s:%d:%ld%s braid %s %s:%d %s\n", host, getpid(), static_cast<long>(syscall(SYS_gettid)), rank,
+    fprintf(gOut, "%s:%d:%ld%s braid %s %s:%d %s\n", gHost, getpid(), static_cast<long>(syscall(SYS_gettid)), rank,
             kLevelNames[static_cast<int>(level)], base, line, msg);
   } else {
-    fprintf(gOut, "%s:%d:%ld%s braid %s %s\n", host, getpid(), static_cast<long>(syscall(SYS_gettid)), rank,
+    fprintf(gOut, "%s:%d:%ld%s braid %s %s\n", gHost, getpid(), static_cast<long>(syscall(SYS_gettid)), rank,
             kLevelNames[static_cast<int>(level)], msg);
   }
 }

@@ -135,8 +135,9 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 braidResult_t braidCommDestroy(braidComm_t comm);
 
 /* Fails every pending operation of `comm` with braidRemoteError on every rank, without waiting, and
- * frees the communicator. May be called from any thread, also while others block in braidWait on
- * its requests: they return promptly. */
+ * frees the communicator. May be called from any thread, also while others block in braidWait or
+ * are inside braidTest on its requests: they return promptly, and the requests are gone once
+ * braidCommAbort returned (a later braidTest or braidWait on them is use after free). */
 braidResult_t braidCommAbort(braidComm_t comm);
 
 /* Number of ranks and this rank's index. Thread-safe, never block. */
