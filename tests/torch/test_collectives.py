@@ -6,6 +6,7 @@ Inputs are small integers, so every dtype holds every result exactly (AVG aside)
 Also: non-contiguous tensors, the Work API (wait with a timeout, futures), a subgroup, and bad input.
 """
 import sys
+import time
 from datetime import timedelta
 
 import harness
@@ -186,6 +187,25 @@ def work_api(rank, braid, gloo):
     assert work.is_completed()
     fut = work.get_future()
     assert fut.done() and torch.equal(fut.value()[0], t), "the future holds the result tensor"
+    # A future taken while the operation cannot finish yet (rank 2 joins it only after a gloo
+    # barrier) is returned at once, unfinished, and marked later by itself, with the callback chained
+    # by then() run at that point; nobody calls wait (DDP overlaps its allreduces with backward so).
+    late = torch.full((5,), float(rank + 1))
+    if rank != 2:
+        fut = dist.all_reduce(late, group=braid, async_op=True).get_future()
+        assert not fut.done(), "the future was done before rank 2 joined the all_reduce"
+        chained = fut.then(lambda f: f.value()[0] * 2)
+        dist.barrier(group=gloo)  # lets rank 2 join
+        end = time.monotonic() + 60
+        while not chained.done() and time.monotonic() < end:
+            time.sleep(0.001)
+        assert chained.done(), "the future was never marked (nobody waited on it)"
+        same(fut.value()[0], torch.full((5,), 6.0), "future of a late all_reduce")
+        same(chained.value(), torch.full((5,), 12.0), "then() callback of a late all_reduce")
+    else:
+        dist.barrier(group=gloo)
+        dist.all_reduce(late, group=braid)
+    same(late, torch.full((5,), 6.0), "late all_reduce")
     # A receive whose sender waits for us: wait(timeout) must give up (the message says so), and the
     # same Work completes once the data came.
     if rank == 0:

@@ -18,7 +18,7 @@ namespace {
 }  // namespace
 
 ProcessGroupBraid::ProcessGroupBraid(std::shared_ptr<Comm> comm, int rank, int size, std::chrono::milliseconds timeout)
-    : GroupBase(rank, size), comm_(std::move(comm)), timeout_(timeout) {
+    : GroupBase(rank, size), comm_(std::move(comm)), completer_(std::make_shared<Completer>()), timeout_(timeout) {
   init();
 }
 
@@ -50,7 +50,7 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::create(const c10::intru
 
 c10::intrusive_ptr<BraidWork> ProcessGroupBraid::newWork(c10d::OpType type, const char* name,
                                                          std::chrono::milliseconds opTimeout) {
-  return c10::make_intrusive<BraidWork>(comm_, rank_, type, name,
+  return c10::make_intrusive<BraidWork>(comm_, completer_, rank_, type, name,
                                         opTimeout > std::chrono::milliseconds(0) ? opTimeout : timeout_);
 }
 

@@ -6,9 +6,10 @@
 // the 2.x headers and is compile-unverified.
 //
 // Threading: every collective posts nonblocking braid operations (braidI*) and returns a BraidWork
-// that polls them. Operations that braid only offers in groups (allreduce_coalesced, alltoall with
-// uneven splits or tensor lists) run between braidGroupStart and braidGroupEnd, which blocks: their
-// Work is complete when returned. Collectives must be issued in the same order on every rank.
+// that polls them; the group's Completer thread marks the futures of unfinished Works. Operations that braid only
+// offers in groups (allreduce_coalesced, alltoall with uneven splits or tensor lists) run between braidGroupStart and
+// braidGroupEnd, which blocks: their Work is complete when returned. Collectives must be issued in the same order on
+// every rank.
 #pragma once
 
 #include <torch/version.h>
@@ -93,6 +94,8 @@ class ProcessGroupBraid : public GroupBase {
   braidComm_t comm() const { return comm_->get(); }
 
   std::shared_ptr<Comm> comm_;
+  // Destroyed first: it finishes the Works it watches while the group still holds the communicator.
+  std::shared_ptr<Completer> completer_;
   std::chrono::milliseconds timeout_;
 };
 

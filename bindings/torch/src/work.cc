@@ -1,5 +1,6 @@
 #include "work.h"
 
+#include <Python.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -34,9 +35,13 @@ Comm::~Comm() {
     std::fprintf(stderr, "braid_torch: destroying the communicator: %s\n", braidGetLastError());
 }
 
-BraidWork::BraidWork(std::shared_ptr<Comm> comm, int rank, c10d::OpType type, const char* name,
-                     std::chrono::milliseconds timeout)
-    : c10d::Work(rank, type), comm_(std::move(comm)), name_(name), timeout_(timeout) {}
+BraidWork::BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> completer, int rank, c10d::OpType type,
+                     const char* name, std::chrono::milliseconds timeout)
+    : c10d::Work(rank, type),
+      comm_(std::move(comm)),
+      completer_(std::move(completer)),
+      name_(name),
+      timeout_(timeout) {}
 
 BraidWork::~BraidWork() {
   // Dropped without a successful wait (or never posted, when issuing it failed): the caller's
@@ -55,24 +60,46 @@ std::exception_ptr BraidWork::error(const std::string& what) const {
 }
 
 bool BraidWork::poll() {
-  std::lock_guard<std::mutex> g(pollMu_);
-  if (concluded_) return true;
-  while (next_ < requests_.size()) {
-    int done = 0;
-    const braidResult_t r = braidTest(requests_[next_], &done);
-    if (r != braidSuccess) {
-      // With done == 1 the operation failed and braid released the request; with done == 0 braid
-      // refused the call itself, and the request must not be touched again either.
-      std::exception_ptr e = error(braidGetLastError());
+  {
+    std::lock_guard<std::mutex> g(pollMu_);
+    while (!concluded_ && next_ < requests_.size()) {
+      int done = 0;
+      const braidResult_t r = braidTest(requests_[next_], &done);
+      if (r != braidSuccess) {
+        // With done == 1 the operation failed and braid released the request; with done == 0 braid
+        // refused the call itself, and the request must not be touched again either.
+        std::exception_ptr e = error(braidGetLastError());
+        requests_[next_++] = nullptr;
+        conclude(e);
+        break;
+      }
+      if (done == 0) return false;
       requests_[next_++] = nullptr;
-      conclude(e);
-      return true;
     }
-    if (done == 0) return false;
-    requests_[next_++] = nullptr;
+    if (!concluded_) conclude(nullptr);
   }
-  conclude(nullptr);
+  completeFuture();
   return true;
+}
+
+void BraidWork::completeFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> g(futureMu_);
+    if (!future_ || futureMarked_) return;
+    futureMarked_ = true;
+    future = future_;
+  }
+  std::exception_ptr failure;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    failure = exception_;
+  }
+  if (failure) {
+    future->setError(failure);
+  } else {
+    future->markCompleted(c10::IValue(outputs_));
+  }
 }
 
 void BraidWork::conclude(std::exception_ptr failure) {
@@ -130,22 +157,80 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
 std::vector<at::Tensor> BraidWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
-  std::lock_guard<std::mutex> g(futureMu_);
-  if (future_) return future_;
-  std::exception_ptr failure;
-  try {
-    wait();
-  } catch (...) {
-    failure = std::current_exception();
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> g(futureMu_);
+    if (future_) return future_;
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future = future_;
   }
-  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-  if (failure) {
-    future->setError(failure);
+  // Finished already (poll marks the future then), or watched until it is.
+  if (!poll()) {
+    if (auto completer = completer_.lock()) {
+      completer->watch(c10::intrusive_ptr<BraidWork>::reclaim_copy(this));
+    } else {
+      for (int idle = 0; !poll(); ++idle) pause(idle);
+    }
+  }
+  return future;
+}
+
+Completer::~Completer() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (!thread_.joinable()) return;  // never watched anything
+  // A future's callback that dropped the last owner of the group would run this on the thread itself.
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();
+  } else if (PyGILState_Check() != 0) {
+    // Python dropped the group: callbacks chained in Python take the GIL on the thread we join.
+    PyThreadState* state = PyEval_SaveThread();
+    thread_.join();
+    PyEval_RestoreThread(state);
   } else {
-    future->markCompleted(c10::IValue(outputs_));
+    thread_.join();
   }
-  future_ = future;
-  return future_;
+}
+
+void Completer::watch(c10::intrusive_ptr<BraidWork> work) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    incoming_.push_back(std::move(work));
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });  // started by the first future
+  }
+  cv_.notify_one();
+}
+
+void Completer::loop() {
+  std::vector<c10::intrusive_ptr<BraidWork>> watched;
+  int idle = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> g(mu_);
+      if (watched.empty() && incoming_.empty()) {
+        cv_.wait(g, [this] { return stop_ || !incoming_.empty(); });
+        if (incoming_.empty()) return;  // stopped with nothing left to watch
+        idle = 0;
+      }
+      for (auto& w : incoming_) watched.push_back(std::move(w));
+      incoming_.clear();
+    }
+    // Marking a future runs its callbacks here, outside mu_; a Work dropped by everyone else is
+    // destroyed here too (and with the last one, the communicator).
+    size_t kept = 0;
+    for (auto& w : watched)
+      if (!w->poll()) watched[kept++] = std::move(w);
+    const bool progressed = kept < watched.size();
+    watched.resize(kept);
+    if (progressed) {
+      idle = 0;
+    } else {
+      pause(idle++);
+    }
+  }
 }
 
 }  // namespace braid_torch

@@ -1,19 +1,24 @@
 // A c10d Work that wraps braid requests (braidI* calls): completion is polled with braidTest, so a
-// waiting Python thread never spins a core for long, and errors carry braid's own message.
+// waiting Python thread never spins a core for long, and errors carry braid's own message. Futures
+// are marked by a Completer thread that polls for them.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <braid/braid.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
 
 namespace braid_torch {
+
+class Completer;
 
 // Owns the communicator: the process group and every Work it handed out share it, so a Work that
 // outlives its group can still be waited on. The last owner destroys the communicator.
@@ -33,8 +38,8 @@ class BraidWork : public c10d::Work {
  public:
   // `timeout` bounds wait() when it is called without one (0 = none: braid's BRAID_TIMEOUT still
   // bounds every operation).
-  BraidWork(std::shared_ptr<Comm> comm, int rank, c10d::OpType type, const char* name,
-            std::chrono::milliseconds timeout);
+  BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> completer, int rank, c10d::OpType type,
+            const char* name, std::chrono::milliseconds timeout);
   ~BraidWork() override;
 
   // Set up by the process group before the Work is returned (one thread, no locking needed).
@@ -54,18 +59,24 @@ class BraidWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override;
   void synchronize() override {}
-  // A future that is already completed (with the output tensors) or failed when returned: braid
-  // has no completion callbacks, so this waits for the operation first.
+  // A future that completes (with the output tensors) or fails when the operation does, marked by
+  // the process group's Completer thread: callbacks chained with then() (DDP's gradient averaging)
+  // run there while the caller goes on. Without a Completer (the group is gone) it waits first.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
- private:
-  // Tests the pending requests once (they finish in issue order); true once the Work finished.
+  // Tests the pending requests once (they finish in issue order); true once the Work finished, in
+  // which case its future (if one was asked for) is marked. Any thread.
   bool poll();
+
+ private:
+  // Marks future_ from the Work's outcome, once; called without pollMu_ (callbacks run inline).
+  void completeFuture();
   // Called with pollMu_ held, once: releases the remaining requests and finishes the Work.
   void conclude(std::exception_ptr error);
   std::exception_ptr error(const std::string& what) const;
 
   std::shared_ptr<Comm> comm_;
+  std::weak_ptr<Completer> completer_;
   const char* name_;
   std::chrono::milliseconds timeout_;
 
@@ -80,6 +91,31 @@ class BraidWork : public c10d::Work {
 
   std::mutex futureMu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool futureMarked_ = false;
+};
+
+// One thread per process group (started by the first future asked for) that polls the Works whose
+// futures were asked for and marks each future when its Work finishes. It backs off like a waiting caller (from
+// back-to-back polls to 200 us sleeps) and sleeps on a condition variable while it watches nothing.
+class Completer {
+ public:
+  Completer() = default;
+  // Keeps watching until every Work it was given finished (each braid operation ends by
+  // BRAID_TIMEOUT at the latest), then stops the thread.
+  ~Completer();
+  Completer(const Completer&) = delete;
+  Completer& operator=(const Completer&) = delete;
+
+  void watch(c10::intrusive_ptr<BraidWork> work);
+
+ private:
+  void loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<c10::intrusive_ptr<BraidWork>> incoming_;  // under mu_; the loop takes them over
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 }  // namespace braid_torch
