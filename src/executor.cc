@@ -230,31 +230,47 @@ Status Engine::refused(Coll coll) const {
   return Status(f.code(), f.message() + ctx);
 }
 
-Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
+// The frame of every post: refuses on a failed communicator, else takes an op, lets fill(op) set
+// its plan, buffers and kernel, prepares it (sequence number, deadline, queues), lets log(op) say
+// what was posted, and wakes the background thread for a big nonblocking op. fill and log run with
+// the engine lock held.
+template <class Fill, class Log>
+Status Engine::postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log) {
   lock();
   if (failed()) {
-    Status r = refused(a.shape.coll);  // engine lock held: it reads seq_
+    Status r = refused(coll);  // engine lock held: it reads seq_
     unlock();
     return r;
   }
   Op* op = takeOp();
-  op->plan = planFor(a.shape, &op->planUsers);
-  op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(a.send));
-  op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(a.recv);
-  op->dtype = a.dtype;
-  op->redop = a.op;
-  op->count = a.shape.count;
-  op->root = a.shape.root;
-  op->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
-  op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
+  fill(op);
   prepare(op, userOwned);
-  BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, %s, %zu steps", collName(a.shape.coll),
-             static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(a.shape.count),
-             dtypeName(a.dtype), a.shape.root, op->plan->algorithm, op->plan->steps.size());
+  log(op);
   unlock();
   if (userOwned && worthWaking(op) && bgSleeping_.load()) wake();
   *out = op;
   return okStatus();
+}
+
+Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
+  return postOp(
+      a.shape.coll, userOwned, out,
+      [&](Op* op) {
+        op->plan = planFor(a.shape, &op->planUsers);
+        op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(a.send));
+        op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(a.recv);
+        op->dtype = a.dtype;
+        op->redop = a.op;
+        op->count = a.shape.count;
+        op->root = a.shape.root;
+        op->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
+        op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
+      },
+      [&](const Op* op) {
+        BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, %s, %zu steps", collName(a.shape.coll),
+                   static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(a.shape.count),
+                   dtypeName(a.dtype), a.shape.root, op->plan->algorithm, op->plan->steps.size());
+      });
 }
 
 // Whether a nonblocking op is big enough to wake the background thread for. A wake costs the
@@ -272,52 +288,40 @@ bool Engine::worthWaking(const Op* op) const {
 
 Status Engine::postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const void* send, void* recv,
                         braidDataType_t dtype, bool userOwned, Op** out) {
-  lock();
-  if (failed()) {
-    Status r = refused((shared != nullptr ? shared.get() : owned)->coll);  // engine lock held: it reads seq_
-    unlock();
-    return r;
-  }
-  Op* op = takeOp();
-  const Plan* plan = shared.get();
-  op->sharedPlan = std::move(shared);
-  if (owned != nullptr) {
-    std::swap(op->ownedPlan, *owned);
-    plan = &op->ownedPlan;
-  }
-  op->plan = plan;
-  op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(send));
-  op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(recv);
-  op->dtype = dtype;
-  op->kernel = reduceKernel(dtype, braidSum);
-  op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, dtypeSize(dtype)};
-  prepare(op, userOwned);
-  BRAID_INFO(kLogColl, "%s #%llu: %s %s, %zu steps", collName(plan->coll), static_cast<unsigned long long>(op->seq),
-             dtypeName(dtype), plan->algorithm, plan->steps.size());
-  unlock();
-  if (userOwned && worthWaking(op) && bgSleeping_.load()) wake();
-  *out = op;
-  return okStatus();
+  const Coll coll = (shared != nullptr ? shared.get() : owned)->coll;
+  return postOp(
+      coll, userOwned, out,
+      [&](Op* op) {
+        const Plan* plan = shared.get();
+        op->sharedPlan = std::move(shared);
+        if (owned != nullptr) {
+          std::swap(op->ownedPlan, *owned);
+          plan = &op->ownedPlan;
+        }
+        op->plan = plan;
+        op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(send));
+        op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(recv);
+        op->dtype = dtype;
+        op->kernel = reduceKernel(dtype, braidSum);
+        op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, dtypeSize(dtype)};
+      },
+      [&](const Op* op) {
+        BRAID_INFO(kLogColl, "%s #%llu: %s %s, %zu steps", collName(coll), static_cast<unsigned long long>(op->seq),
+                   dtypeName(dtype), op->plan->algorithm, op->plan->steps.size());
+      });
 }
 
 Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
-  lock();
-  if (failed()) {
-    Status r = refused(plan->coll);  // engine lock held: it reads seq_
-    unlock();
-    return r;
-  }
-  Op* op = takeOp();
-  std::swap(op->ownedPlan, *plan);
-  op->ownedPlan.finalize();
-  op->plan = &op->ownedPlan;
-  op->kernel = nullptr;
-  op->reduceSpec = ReduceSpec{};
-  prepare(op, userOwned);
-  unlock();
-  if (userOwned && worthWaking(op) && bgSleeping_.load()) wake();
-  *out = op;
-  return okStatus();
+  return postOp(
+      plan->coll, userOwned, out,
+      [&](Op* op) {
+        std::swap(op->ownedPlan, *plan);
+        op->ownedPlan.finalize();
+        op->plan = &op->ownedPlan;
+        op->kernel = nullptr;
+        op->reduceSpec = ReduceSpec{};
+      },
+      [](const Op*) {});
 }
 
 // Posts every step whose turn has come: per peer and direction, in plan order, behind the

@@ -142,6 +142,8 @@ class Engine {
   // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
   const Plan* planFor(const CollArgs& shape, uint32_t** users);
   void prepare(Op* op, bool userOwned);
+  template <class Fill, class Log>
+  Status postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log);
   void wake();
 
   bool progressOnce();
