@@ -143,8 +143,8 @@ Status gatherListeners(braidComm* comm, Deadline deadline) {
   comm->listenAddrs.resize(comm->nranks);
   BRAID_TRY(comm->boot->allGather(&bound, sizeof(bound), comm->listenAddrs.data(), deadline));
   for (int r = 0; r < comm->nranks; ++r) {
-    const SockAddr& a = comm->listenAddrs[r];
-    if (a.len > sizeof(a.storage) || (a.family() != AF_INET && a.family() != AF_INET6))
+    SockAddr& a = comm->listenAddrs[r];
+    if (a.len > sizeof(a.storage) || !sockAddrFromBytes(&a.storage, a.len, &a))
       return errorf(braidRemoteError, "rank %d published a malformed listener address", r);
   }
   return okStatus();

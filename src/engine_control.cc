@@ -228,19 +228,21 @@ bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
 
 void Engine::heartbeat(int64_t now) {
   if (heartbeatNs_ == 0) return;
+  // Called on every turn of the background loop: the common case returns before building anything.
   const uint64_t mine = postedSeq_.load(std::memory_order_relaxed);
-  const std::string beat(reinterpret_cast<const char*>(&mine), 8);
   if (now < nextBeatNs_) {
     // Between heartbeats, a rank that posted since its last report tells rank 0 early (at most
     // every reportNs_), so a failure notice can say precisely who had reached the failed call.
     if (comm_->rank == 0 || reportNs_ == 0 || mine == lastReported_ || now < nextReportNs_ || gone_[0]) return;
-    (void)comm_->boot->sendCtrl(0, CtrlType::kHeartbeat, comm_->rank, beat);
+    (void)comm_->boot->sendCtrl(0, CtrlType::kHeartbeat, comm_->rank,
+                                std::string(reinterpret_cast<const char*>(&mine), 8));
     lastReported_ = mine;
     nextReportNs_ = now + reportNs_;
     return;
   }
   nextBeatNs_ = now + heartbeatNs_;
   lastReported_ = mine;
+  const std::string beat(reinterpret_cast<const char*>(&mine), 8);
   const int n = comm_->nranks;
   for (int r = 0; r < n; ++r) {
     if (r == comm_->rank || gone_[r] || (comm_->rank != 0 && r != 0)) continue;

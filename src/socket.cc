@@ -54,6 +54,19 @@ std::string SockAddr::toString() const {
   return "(no address)";
 }
 
+bool sockAddrFromBytes(const void* bytes, size_t len, SockAddr* out) {
+  sa_family_t family = 0;
+  if (len < sizeof(family) || len > sizeof(out->storage)) return false;
+  memcpy(&family, bytes, sizeof(family));
+  const size_t want = family == AF_INET ? sizeof(sockaddr_in) : family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
+  if (want == 0 || len != want) return false;
+  SockAddr a;
+  memcpy(&a.storage, bytes, len);
+  a.len = static_cast<socklen_t>(len);
+  *out = a;
+  return true;
+}
+
 Status parseHostPort(const std::string& text, SockAddr* out) {
   std::string host = text;
   std::string port = "0";

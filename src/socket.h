@@ -50,6 +50,10 @@ struct SockAddr {
   std::string toString() const;  // "10.0.0.1:4242", "[::1]:4242"
 };
 
+// `len` bytes of a socket address that came from another process: true, with *out set, when they
+// hold a whole IPv4 or IPv6 address (the family and the length agree); false changes nothing.
+bool sockAddrFromBytes(const void* bytes, size_t len, SockAddr* out);
+
 // "host:port", "[v6]:port" or "host" (port 0). Resolves names with getaddrinfo (IPv4 first).
 Status parseHostPort(const std::string& text, SockAddr* out);
 // The first address of interface `ifname` (IPv4 preferred). A name that does not exist, or has no

@@ -54,18 +54,13 @@ Status decodeUniqueId(const uint8_t* data, size_t len, UniqueIdData* out) {
   if (w.version != kProtocolVersion)
     return errorf(braidInvalidArgument, "unique id of protocol version %u, this library speaks %u", w.version,
                   kProtocolVersion);
-  sa_family_t family = 0;
-  if (w.addrLen >= sizeof(family)) memcpy(&family, w.addr, sizeof(family));
-  const size_t want = family == AF_INET ? sizeof(sockaddr_in) : family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
-  if (want == 0) return errorf(braidInvalidArgument, "unique id has no IPv4 or IPv6 address");
-  if (w.addrLen != want) return errorf(braidInvalidArgument, "unique id has a truncated address");
   UniqueIdData d;
+  if (!sockAddrFromBytes(w.addr, std::min<size_t>(w.addrLen, sizeof(w.addr)), &d.root))
+    return errorf(braidInvalidArgument, "unique id has no whole IPv4 or IPv6 address");
   d.magic = w.magic;
   d.version = w.version;
   d.commId = w.commId;
   memcpy(d.secret, w.secret, kSecretBytes);
-  memcpy(&d.root.storage, w.addr, w.addrLen);
-  d.root.len = w.addrLen;
   *out = d;
   return okStatus();
 }

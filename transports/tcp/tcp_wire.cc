@@ -42,13 +42,9 @@ Status decodeAddrRecord(const uint8_t* data, size_t len, SockAddr* addr) {
   if (rec.state == kNoListener)
     return errorf(braidInternalError, "published no tcp address: the ranks disagree on which pairs use tcp");
   if (rec.state != kListening) return errorf(braidRemoteError, "malformed address record (state %u)", rec.state);
-  sa_family_t family = 0;
-  if (rec.len >= sizeof(family) && rec.len <= sizeof(rec.addr)) memcpy(&family, rec.addr, sizeof(family));
-  const size_t want = family == AF_INET ? sizeof(sockaddr_in) : family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
-  if (want == 0 || rec.len != want) return errorf(braidRemoteError, "malformed listening address (%u bytes)", rec.len);
   SockAddr a;
-  memcpy(&a.storage, rec.addr, rec.len);
-  a.len = rec.len;
+  if (rec.len > sizeof(rec.addr) || !sockAddrFromBytes(rec.addr, rec.len, &a))
+    return errorf(braidRemoteError, "malformed listening address (%u bytes)", rec.len);
   if (a.port() == 0) return errorf(braidRemoteError, "listening address %s has no port", a.toString().c_str());
   *addr = a;
   return okStatus();
