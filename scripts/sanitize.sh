@@ -149,7 +149,7 @@ run_one() {
 
 if [[ $which == asan || $which == all ]]; then
   # halt_on_error/abort_on_error: the first report kills the process (a forked rank dies of SIGABRT,
-  # which the harness reports). The suppressions file names only hwloc's PCI-plugin leak.
+  # which the harness reports). Nothing is suppressed.
   #
   # intercept_tls_get_addr=0: GCC 12's sanitizer runtime (up to GCC 13 / LLVM 16) intercepts
   # __tls_get_addr and takes any dynamic TLS block that starts at a certain offset into its page for
@@ -161,11 +161,10 @@ if [[ $which == asan || $which == all ]]; then
   # not scan dynamically allocated TLS, which only dlopened modules use: braid's thread_locals are
   # in libbraid, loaded at start, whose TLS is static.
   export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:intercept_tls_get_addr=0
-  export LSAN_OPTIONS=suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0
   # hwloc's PCI plugin (dlopened by hwloc_topology_load, dlclosed when the topology is destroyed)
   # unloads libpciaccess with its cache of PCI device names still allocated: LeakSanitizer then
-  # reports ~1 KB "leaked" from frames it cannot name (both modules are gone by exit), so no
-  # suppression can match it (see scripts/lsan.supp). Keeping libpciaccess loaded keeps the cache
+  # reports ~1 KB "leaked" from frames it cannot name (both modules are gone by exit, and the fast
+  # unwinder stops there, before any hwloc frame), so no suppression can match it. Keeping libpciaccess loaded keeps the cache
   # reachable from its static, so nothing is reported; verify_asan_link_order=0 allows the preload
   # ahead of the ASan runtime.
   saved_preload=${LD_PRELOAD-}
@@ -174,23 +173,20 @@ if [[ $which == asan || $which == all ]]; then
     ASAN_OPTIONS+=:verify_asan_link_order=0
   fi
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  # b_lundef=false: the sanitizer runtimes resolve some symbols at load time.
   # The torch tests: braid_torch loads into Debian's uninstrumented python, so the ASan and UBSan
   # runtimes are preloaded to come first (python's own mallocs then go through ASan too). No leak
   # check there: python and torch leave megabytes allocated at exit (none of it braid's; the ranks
   # themselves leave by os._exit), and braid's leaks are checked by the rest of the suite.
-  torch_wrapper="ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}"
+  torch_wrapper="ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0"  # the last setting wins
+  # b_lundef=false: the sanitizer runtimes resolve some symbols at load time.
   run_one "asan+ubsan" build-asan "${TIMEOUT_MULTIPLIER_ASAN:-3}" "$torch_wrapper" \
     -Db_sanitize=address,undefined -Db_lundef=false
-  unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+  unset ASAN_OPTIONS UBSAN_OPTIONS
   if [[ -n $saved_preload ]]; then export LD_PRELOAD=$saved_preload; else unset LD_PRELOAD; fi
 fi
 
 if [[ $which == tsan || $which == all ]]; then
-  tsan_opts=halt_on_error=1:second_deadlock_stack=1
-  # Suppressions only for proven false positives, each explained in the file.
-  [[ -f $ROOT/scripts/tsan.supp ]] && tsan_opts+=:suppressions=$ROOT/scripts/tsan.supp
-  export TSAN_OPTIONS=$tsan_opts
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1  # no suppressions
   # Not the torch tests: TSan cannot see the atomics of uninstrumented torch, gloo and libstdc++
   # (reference counts of c10d work objects, of exception_ptr, of torch's copy-on-write strings), so
   # with the runtime preloaded into python it reports races inside them (pthread_cond_destroy under

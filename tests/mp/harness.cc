@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -80,36 +81,12 @@ RankResult waitProcess(pid_t pid, int timeoutSec) {
 std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int, int)>& body, int timeoutSec) {
   std::vector<pid_t> pids(n, -1);
   for (int r = 0; r < n; ++r) pids[r] = spawnProcess(env, [&body, r, n] { return body(r, n); });
+  // The ranks run at once: waiting for them in turn, each with what is left of the deadline, costs
+  // nothing, and reaps only our ranks (not a test's other children).
+  const time_t deadline = time(nullptr) + timeoutSec;
   std::vector<RankResult> res(n);
-  int left = n;
-  time_t deadline = time(nullptr) + timeoutSec;
-  while (left > 0) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (int r = 0; r < n; ++r) {
-        if (pids[r] != pid) continue;
-        res[r].status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        pids[r] = -1;
-        --left;
-      }
-      continue;
-    }
-    if (time(nullptr) > deadline) {
-      for (int r = 0; r < n; ++r) {
-        if (pids[r] < 0) continue;
-        fprintf(stderr, "harness: rank %d (pid %d) still running after %d s: killing it\n", r, pids[r], timeoutSec);
-        kill(pids[r], SIGKILL);
-        waitpid(pids[r], &status, 0);
-        res[r].timedOut = true;
-        res[r].status = 128 + SIGKILL;
-        pids[r] = -1;
-        --left;
-      }
-      break;
-    }
-    usleep(2000);
-  }
+  for (int r = 0; r < n; ++r)
+    res[r] = waitProcess(pids[r], static_cast<int>(std::max<time_t>(0, deadline - time(nullptr))));
   return res;
 }
 

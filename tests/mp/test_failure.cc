@@ -25,6 +25,12 @@ int64_t monoNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// Every rank exited 0 but `victim`, which died of SIGKILL (raised by itself or sent by the test).
+void expectOnlyKilled(const std::vector<RankResult>& res, int victim) {
+  INFO(describe(res));
+  for (size_t r = 0; r < res.size(); ++r) CHECK(res[r].status == (static_cast<int>(r) == victim ? 128 + SIGKILL : 0));
+}
+
 // A page shared by the test's processes (mapped before the fork).
 struct Shared {
   int64_t killNs;
@@ -118,9 +124,8 @@ TEST_CASE("kill -9 each rank in turn mid-AllReduce: survivors name it, shrink, a
             return checkAndShrink(comm, rank, size, victim, r, braidRemoteError, "died");
           },
           120);
+      expectOnlyKilled(res, victim);
       for (int r = 0; r < 4; ++r) {
-        INFO("rank " << r << " status " << res[r].status);
-        CHECK(res[r].status == (r == victim ? 128 + SIGKILL : 0));
         if (r != victim && shared->killNs != 0 && shared->detectNs[r] != 0)
           latencyMs.push_back((shared->detectNs[r] - shared->killNs) / 1e6);
       }
@@ -161,9 +166,8 @@ TEST_CASE("a stopped rank (SIGSTOP) becomes braidTimeout naming it on every othe
         return rc;
       },
       120);
+  expectOnlyKilled(res, victim);
   for (int r = 0; r < 4; ++r) {
-    INFO("rank " << r << " status " << res[r].status);
-    CHECK(res[r].status == (r == victim ? 128 + SIGKILL : 0));
     if (r != victim && shared->detectNs[r] != 0)
       printf("SIGSTOP of rank %d: rank %d failed after %.0f ms\n", victim, r,
              (shared->detectNs[r] - shared->killNs) / 1e6);
@@ -197,7 +201,7 @@ TEST_CASE("the async error turns up while a nonblocking AllReduce is in flight",
     if (w != braidRemoteError) return fail(rank, "the request ended %s", braidGetErrorString(w));
     return 0;
   });
-  for (int r = 0; r < 3; ++r) CHECK(res[r].status == (r == 2 ? 128 + SIGKILL : 0));
+  expectOnlyKilled(res, 2);
   munmap(shared, sizeof(*shared));
 }
 
@@ -338,6 +342,6 @@ TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the n
     CHECK_BRAID(rank, braidGraphDestroy(ring));
     return 0;
   });
-  for (int r = 0; r < 4; ++r) CHECK(res[r].status == (r == 3 ? 128 + SIGKILL : 0));
+  expectOnlyKilled(res, 3);
   munmap(shared, sizeof(*shared));
 }

@@ -25,6 +25,10 @@ fi
 # deprecated, returning void (it could report no error), and not part of the API by NCCL's header.
 declared=$(grep -oE '^[[:space:]]*(ncclResult_t|const[[:space:]]+char[[:space:]]*\*)[[:space:]]*p?nccl[A-Za-z]+[[:space:]]*\(' \
   "$header" | grep -oE 'p?nccl[A-Za-z]+[[:space:]]*\(' | tr -d ' (' | sort -u)
+if ! printf '%s\n' "$declared" | grep -qx ncclAllReduce; then
+  echo "found no declarations (ncclAllReduce among them) in $header: the pattern above no longer matches it"
+  exit 1
+fi
 missing=$(printf '%s\n' "$declared" | while read -r f; do
   printf '%s\n' "$exported" | grep -qx "$f" || echo "$f"
 done)

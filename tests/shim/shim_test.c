@@ -33,33 +33,6 @@ int fail_at(int line, const char* fmt, ...) {
   return 1;
 }
 
-int split_unavailable(ncclResult_t r) {
-  if (r == ncclInternalError && strstr(ncclGetLastError(NULL), "not implemented") != NULL) {
-    printf("SKIP: ncclCommSplit: braidCommSplit is not implemented in this braid yet (%s)\n", ncclGetLastError(NULL));
-    return SKIP_STATUS;
-  }
-  return 0;
-}
-
-size_t type_size(ncclDataType_t dt) {
-  switch (dt) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 const char* type_name(ncclDataType_t dt) {
   static const char* const names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",   "uint64",
                                       "float16", "float32", "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};

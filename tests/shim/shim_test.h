@@ -46,7 +46,6 @@ int fail_at(int line, const char* fmt, ...) __attribute__((format(printf, 2, 3))
   } while (0)
 
 /* Typed element access. Test values are small and exact in every type (fp16/bf16 included). */
-size_t type_size(ncclDataType_t dt);
 const char* type_name(ncclDataType_t dt);
 void store(ncclDataType_t dt, void* buf, size_t i, double v);
 double load(ncclDataType_t dt, const void* buf, size_t i);
@@ -67,9 +66,5 @@ int exit_phase(int rank, int n, const ncclUniqueId* ids);  /* a rank dies mid-ru
 /* Single-process phases (ids unused): all n ranks in one process. */
 int local_phase(int rank, int n, const ncclUniqueId* ids);       /* ncclCommInitAll, grouped init */
 int local_split_phase(int rank, int n, const ncclUniqueId* ids); /* grouped splits in one thread */
-
-/* ncclCommSplit may still be a stub in braid: returns SKIP_STATUS (with a line saying why) when
- * `r` and the last error say so, 0 otherwise. */
-int split_unavailable(ncclResult_t r);
 
 #endif
