@@ -26,7 +26,9 @@ Status rankAndSize(braidComm_t b, int* rank, int* n) {
 }
 
 // The braid-side arguments of a reducing call. With a PreMulSum op, `send` is a scaled copy of the
-// caller's input held in `scratch` (kept alive until the group is issued when inside one).
+// caller's input: in the communicator's reused buffer for a call outside a group (braid's call
+// blocks, so the copy is done with when it returns), else in `scratch`, kept alive until the group
+// is issued.
 struct Reduction {
   braidDataType_t type;
   braidRedOp_t op;
@@ -48,9 +50,16 @@ Status prepareReduction(ncclComm_t comm, const void* sendbuff, size_t count, siz
     return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
   if (sendbuff == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
   const size_t elems = count * sendBlocks;
-  out->scratch.reset(new unsigned char[elems * es]);
-  scaleInto(pre, out->scratch.get(), sendbuff, elems);
-  out->send = out->scratch.get();
+  unsigned char* scaled = nullptr;
+  if (inGroup()) {
+    out->scratch.reset(new unsigned char[elems * es]);
+    scaled = out->scratch.get();
+  } else {
+    if (comm->preMulScratch.size() < elems * es) comm->preMulScratch.resize(elems * es);
+    scaled = comm->preMulScratch.data();
+  }
+  scaleInto(pre, scaled, sendbuff, elems);
+  out->send = scaled;
   return okStatus();
 }
 

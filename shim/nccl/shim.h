@@ -58,6 +58,9 @@ struct ncclComm {
   std::mutex mu;
   std::map<int, braid::nccl::PreMulSum> ops;                                  // created ops by value (>= ncclNumOps)
   std::map<void*, std::unique_ptr<braid::nccl::Registration>> registrations;  // by handle
+  // PreMulSum's scaled input for calls outside a group, grown to the largest call and reused
+  // (communicators are not used by two threads at once, as in NCCL).
+  std::vector<unsigned char> preMulScratch;
 };
 
 namespace braid::nccl {

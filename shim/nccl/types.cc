@@ -89,28 +89,15 @@ size_t typeSize(braidDataType_t dt) {
 }
 
 Status resolveOp(ncclComm* comm, ncclRedOp_t op, ncclDataType_t dt, braidRedOp_t* out, PreMulSum* pre, bool* isPre) {
+  // The built-in ops by NCCL's value (NCCL numbers max 2 and min 3; braid the other way round).
+  static constexpr braidRedOp_t kBraidOp[ncclNumOps] = {braidSum, braidProd, braidMax, braidMin, braidAvg};
   *isPre = false;
-  switch (op) {
-    case ncclSum:
-      *out = braidSum;
-      return okStatus();
-    case ncclProd:
-      *out = braidProd;
-      return okStatus();
-    case ncclMax:  // NCCL numbers max 2 and min 3; braid the other way round
-      *out = braidMax;
-      return okStatus();
-    case ncclMin:
-      *out = braidMin;
-      return okStatus();
-    case ncclAvg:
-      *out = braidAvg;
-      return okStatus();
-    default:
-      break;
-  }
   const int value = static_cast<int>(op);
-  if (value < static_cast<int>(ncclNumOps)) return errorf(braidInvalidArgument, "op %d is not an ncclRedOp_t", value);
+  if (value >= 0 && value < static_cast<int>(ncclNumOps)) {
+    *out = kBraidOp[value];
+    return okStatus();
+  }
+  if (value < 0) return errorf(braidInvalidArgument, "op %d is not an ncclRedOp_t", value);
   std::lock_guard<std::mutex> lock(comm->mu);
   auto it = comm->ops.find(value);
   if (it == comm->ops.end())
@@ -125,17 +112,16 @@ Status resolveOp(ncclComm* comm, ncclRedOp_t op, ncclDataType_t dt, braidRedOp_t
 }
 
 void scaleInto(const PreMulSum& pre, void* dst, const void* src, size_t count) {
+  // Integers wrap (scaleInt multiplies in the unsigned type), so signed and unsigned of one width
+  // give the same bits.
   switch (pre.dtype) {
     case ncclInt8:
-      return scaleInt(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, scalarAs<int8_t>(pre));
     case ncclUint8:
       return scaleInt(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, scalarAs<uint8_t>(pre));
     case ncclInt32:
-      return scaleInt(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, scalarAs<int32_t>(pre));
     case ncclUint32:
       return scaleInt(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), count, scalarAs<uint32_t>(pre));
     case ncclInt64:
-      return scaleInt(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, scalarAs<int64_t>(pre));
     case ncclUint64:
       return scaleInt(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), count, scalarAs<uint64_t>(pre));
     case ncclFloat16:
