@@ -148,23 +148,17 @@ Status Bootstrap::pollCtrl(int fromRank, bool* got, CtrlMsg* msg, bool* eof) {
   // messages stays in the kernel and is delivered one by one, and no sender can make us buffer more
   // than one frame.
   for (;;) {
-    size_t want = sizeof(CtrlHeader);
-    if (buf.size() >= sizeof(CtrlHeader)) {
-      CtrlFrame frame;
-      size_t used = 0;
-      BRAID_TRY(decodeCtrlFrame(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), kCtrlTypes, nranks_, &frame,
-                                &used));
-      if (used > 0) {
-        msg->type = static_cast<CtrlType>(frame.type);
-        msg->rank = frame.rank;
-        msg->text = std::move(frame.text);
-        buf.clear();
-        *got = true;
-        return okStatus();
-      }
-      CtrlHeader h;  // valid (decoded above), its text not all here yet
-      memcpy(&h, buf.data(), sizeof(h));
-      want = sizeof(h) + h.len;
+    CtrlFrame frame;
+    size_t used = 0, want = 0;
+    BRAID_TRY(decodeCtrlFrame(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), kCtrlTypes, nranks_, &frame,
+                              &used, &want));
+    if (used > 0) {
+      msg->type = static_cast<CtrlType>(frame.type);
+      msg->rank = frame.rank;
+      msg->text = std::move(frame.text);
+      buf.clear();
+      *got = true;
+      return okStatus();
     }
     char tmp[sizeof(CtrlHeader) + kMaxCtrlText];
     ssize_t n = recv(socks_[idx].get(), tmp, want - buf.size(), MSG_DONTWAIT);

@@ -139,13 +139,16 @@ Status decodeGatherLength(const uint8_t* data, size_t len, uint64_t expected) {
   return okStatus();
 }
 
-Status decodeCtrlFrame(const uint8_t* data, size_t len, uint32_t knownTypes, int nranks, CtrlFrame* out, size_t* used) {
+Status decodeCtrlFrame(const uint8_t* data, size_t len, uint32_t knownTypes, int nranks, CtrlFrame* out, size_t* used,
+                       size_t* need) {
   *used = 0;
+  if (need != nullptr) *need = sizeof(CtrlHeader);
   if (len < sizeof(CtrlHeader)) return okStatus();
   CtrlHeader h;
   memcpy(&h, data, sizeof(h));
   if (h.type >= 32 || (knownTypes & (1u << h.type)) == 0 || h.len > kMaxCtrlText || h.rank < -1 || h.rank >= nranks)
     return errorf(braidRemoteError, "malformed control message (type %u, rank %d, %u bytes)", h.type, h.rank, h.len);
+  if (need != nullptr) *need = sizeof(h) + h.len;
   if (len - sizeof(h) < h.len) return okStatus();
   out->type = h.type;
   out->rank = h.rank;

@@ -93,9 +93,11 @@ struct CtrlFrame {
   std::string text;
 };
 // The first control frame in data[0, len). *used is the frame's size, or 0 when more bytes are
-// needed (nothing is decoded then). `knownTypes` has bit t set for every valid type t (< 32); the
-// rank a frame is about must be -1 (nobody) or in [0, nranks).
-Status decodeCtrlFrame(const uint8_t* data, size_t len, uint32_t knownTypes, int nranks, CtrlFrame* out, size_t* used);
+// needed (nothing is decoded then; *need, when given, is then the frame's size once its header is
+// here, else the header's). `knownTypes` has bit t set for every valid type t (< 32); the rank a
+// frame is about must be -1 (nobody) or in [0, nranks).
+Status decodeCtrlFrame(const uint8_t* data, size_t len, uint32_t knownTypes, int nranks, CtrlFrame* out, size_t* used,
+                       size_t* need = nullptr);
 
 // Progress tables (the text of a kProgress control frame): every rank's last reported operation
 // as runs of {uint64 seq, uint32 count} covering ranks 0.. in order, at most kMaxCtrlText bytes.

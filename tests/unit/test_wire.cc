@@ -119,8 +119,12 @@ TEST_CASE("control frames: partial waits, malformed fails, frames come one at a 
   REQUIRE(decodeCtrlFrame(two.data() + used, two.size() - used, kCtrlTypes, 4, &f, &used).ok());
   CHECK(used == sizeof(CtrlHeader));
   CHECK(f.rank == -1);
-  CHECK(decodeCtrlFrame(two.data(), sizeof(CtrlHeader) + 2, kCtrlTypes, 4, &f, &used).ok());
+  size_t need = 0;
+  CHECK(decodeCtrlFrame(two.data(), sizeof(CtrlHeader) + 2, kCtrlTypes, 4, &f, &used, &need).ok());
   CHECK(used == 0);
+  CHECK(need == sizeof(CtrlHeader) + 4);
+  CHECK(decodeCtrlFrame(two.data(), sizeof(CtrlHeader) - 1, kCtrlTypes, 4, &f, &used, &need).ok());
+  CHECK(need == sizeof(CtrlHeader));
   for (const auto& bad : {frame(9, 0, "", 0), frame(31, 0, "", 0), frame(abort, 4, "", 0), frame(abort, -2, "", 0),
                           frame(abort, 0, "", kMaxCtrlText + 1)})
     CHECK(!decodeCtrlFrame(bad.data(), bad.size(), kCtrlTypes, 4, &f, &used).ok());
