@@ -6,8 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "src/secret.h"
+#include "src/wire.h"
 
 namespace braid::fuzz {
 
@@ -20,6 +22,16 @@ constexpr int kSelf = 1;
 // The shm segment's creator in fuzz_shm_header.
 constexpr int kShmCreator = 2;
 constexpr size_t kPage = 4096;
+
+// The communicator's id without a root address (the decoders that take an id do not read it).
+inline UniqueIdData fuzzId() {
+  UniqueIdData id;
+  id.magic = kUniqueIdMagic;
+  id.version = kProtocolVersion;
+  id.commId = kCommId;
+  memcpy(id.secret, kSecret, sizeof(id.secret));
+  return id;
+}
 
 inline void require(bool ok) {
   if (!ok) __builtin_trap();

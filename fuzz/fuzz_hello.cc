@@ -10,13 +10,8 @@ using namespace braid;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t n = 0; n <= size; ++n)
     if (!checkHelloPrefix(data, n).ok()) break;
-  UniqueIdData id;
-  id.magic = kUniqueIdMagic;
-  id.version = kProtocolVersion;
-  id.commId = fuzz::kCommId;
-  memcpy(id.secret, fuzz::kSecret, sizeof(id.secret));
   Hello h;
-  if (!decodeHello(data, size, id, fuzz::kNranks, &h).ok()) return 0;
+  if (!decodeHello(data, size, fuzz::fuzzId(), fuzz::kNranks, &h).ok()) return 0;
   fuzz::require(size == sizeof(Hello));
   fuzz::require(h.rank >= 1 && h.rank < fuzz::kNranks && h.info.rank == h.rank);
   fuzz::require(sameSecret(h.secret, fuzz::kSecret) && h.commId == fuzz::kCommId);

@@ -47,15 +47,9 @@ void put(const std::string& target, const std::string& name, const Bytes& b) {
   std::ofstream(dir + "/seed-" + name, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
-UniqueIdData fuzzId() {
-  UniqueIdData id;
-  id.magic = kUniqueIdMagic;
-  id.version = kProtocolVersion;
-  id.commId = fuzz::kCommId;
-  memcpy(id.secret, fuzz::kSecret, sizeof(id.secret));
-  SockAddr root;
-  (void)parseHostPort("127.0.0.1:29500", &root);
-  id.root = root;
+UniqueIdData rootedId() {  // fuzz::fuzzId() with a root address (unique id seeds)
+  UniqueIdData id = fuzz::fuzzId();
+  (void)parseHostPort("127.0.0.1:29500", &id.root);
   return id;
 }
 
@@ -70,7 +64,7 @@ PeerInfo info(int rank) {
 
 void uniqueIds() {
   braidUniqueId raw;
-  UniqueIdData id = fuzzId();
+  UniqueIdData id = rootedId();
   encodeUniqueId(id, &raw);
   put("unique_id", "v4", bytesOf(raw));
   (void)parseHostPort("[::1]:29500", &id.root);
@@ -85,7 +79,7 @@ void uniqueIds() {
 }
 
 void hellos() {
-  const UniqueIdData id = fuzzId();
+  const UniqueIdData id = rootedId();
   Hello h = makeHello(id, 1, fuzz::kNranks, info(1));
   put("hello", "rank1", bytesOf(h));
   put("hello", "rank3", bytesOf(makeHello(id, 3, fuzz::kNranks, info(3))));
@@ -154,14 +148,7 @@ void progresses() {
 }
 
 void tcpHandshakes() {
-  tcp::Handshake hs{};
-  hs.magic = tcp::kMagic;
-  hs.version = tcp::kVersion;
-  hs.size = sizeof(hs);
-  hs.commId = fuzz::kCommId;
-  hs.from = 2;
-  hs.to = fuzz::kSelf;
-  memcpy(hs.secret, fuzz::kSecret, sizeof(hs.secret));
+  const tcp::Handshake hs = tcp::makeHandshake(fuzz::kCommId, fuzz::kSecret, 2, fuzz::kSelf);
   put("tcp_handshake", "valid", bytesOf(hs));
   tcp::Handshake w = hs;
   w.secret[0] ^= 1;
@@ -184,15 +171,11 @@ void tcpAddrs() {
   SockAddr a;
   (void)parseHostPort("10.1.2.3:40123", &a);
   tcp::AddrRecord r{};
-  r.state = tcp::kListening;
-  r.len = a.len;
-  memcpy(r.addr, &a.storage, a.len);
+  (void)tcp::encodeAddrRecord(a, &r);
   put("tcp_addr", "v4", bytesOf(r));
   (void)parseHostPort("[fe80::1]:40123", &a);
   tcp::AddrRecord r6{};
-  r6.state = tcp::kListening;
-  r6.len = a.len;
-  memcpy(r6.addr, &a.storage, a.len);
+  (void)tcp::encodeAddrRecord(a, &r6);
   put("tcp_addr", "v6", bytesOf(r6));
   tcp::AddrRecord failed{};
   failed.state = tcp::kFailed;

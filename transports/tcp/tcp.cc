@@ -131,26 +131,16 @@ Status prepare(const TransportContext& ctx, const std::vector<int>& peers, Setup
   BRAID_TRY(defaultLocalAddress(&local));
   BRAID_TRY(listenOn(local, SOMAXCONN, &setup->listenFd, &setup->bound));
   BRAID_TRY(setNonBlocking(setup->listenFd.get(), true));
-  if (setup->bound.len > sizeof(rec->addr))
+  if (!tcp::encodeAddrRecord(setup->bound, rec))
     return errorf(braidInternalError, "tcp listen address %s does not fit the address record",
                   setup->bound.toString().c_str());
-  rec->state = tcp::kListening;
-  rec->len = setup->bound.len;
-  memcpy(rec->addr, &setup->bound.storage, setup->bound.len);
   return okStatus();
 }
 
 // Connects to lower rank `peer` at `addr` and sends the handshake; the ack is awaited in the poll
 // loop.
 Status connectOut(const TransportContext& ctx, int peer, const SockAddr& addr, size_t sockbuf, Fd* out) {
-  Handshake hs{};
-  hs.magic = tcp::kMagic;
-  hs.version = tcp::kVersion;
-  hs.size = sizeof(Handshake);
-  hs.commId = ctx.commId;
-  hs.from = ctx.rank;
-  hs.to = peer;
-  memcpy(hs.secret, ctx.secret, sizeof(hs.secret));
+  const Handshake hs = tcp::makeHandshake(ctx.commId, ctx.secret, ctx.rank, peer);
   Fd fd;
   Status s = connectTo(addr, ctx.deadline, &fd);
   if (s.ok()) s = sendAll(fd.get(), &hs, sizeof(hs), ctx.deadline);
@@ -326,8 +316,7 @@ Status Establisher::readAck(Outgoing& o) {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return okStatus();
   if (n == 1 && ack == tcp::kAck) {
     BRAID_TRACE(kLogNet, "tcp: rank %d connected to peer rank %d", ctx_.rank, peer);
-    links_[o.slot] = std::move(o.fd);
-    o.fd.reset();  // with reconnectAtNs == 0: marks it for removal
+    links_[o.slot] = std::move(o.fd);  // o.fd invalid with reconnectAtNs == 0: marks it for removal
     return okStatus();
   }
   if (n == 1)

@@ -34,6 +34,28 @@ Status decodeHandshake(const uint8_t* data, size_t len, const HandshakeExpect& w
   return okStatus();
 }
 
+Handshake makeHandshake(uint64_t commId, const uint8_t* secret, int from, int to) {
+  Handshake hs{};
+  hs.magic = kMagic;
+  hs.version = kVersion;
+  hs.size = sizeof(Handshake);
+  hs.commId = commId;
+  hs.from = from;
+  hs.to = to;
+  memcpy(hs.secret, secret, sizeof(hs.secret));
+  return hs;
+}
+
+bool encodeAddrRecord(const SockAddr& addr, AddrRecord* rec) {
+  if (addr.len > sizeof(rec->addr)) return false;
+  AddrRecord r{};
+  r.state = kListening;
+  r.len = addr.len;
+  memcpy(r.addr, &addr.storage, addr.len);
+  *rec = r;
+  return true;
+}
+
 Status decodeAddrRecord(const uint8_t* data, size_t len, SockAddr* addr) {
   if (len != sizeof(AddrRecord)) return errorf(braidRemoteError, "address record of %zu bytes", len);
   AddrRecord rec;

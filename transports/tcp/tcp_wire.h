@@ -57,6 +57,10 @@ Status checkHandshakePrefix(const uint8_t* data, size_t len);
 // then the communicator, that it is addressed to us and comes from a rank in (rank, nranks).
 // Whether that rank is one of our tcp peers, and not already connected, is the caller's business.
 Status decodeHandshake(const uint8_t* data, size_t len, const HandshakeExpect& want, Handshake* out);
+// The handshake rank `from` sends to rank `to` of communicator `commId` (secret: kSecretBytes).
+Handshake makeHandshake(uint64_t commId, const uint8_t* secret, int from, int to);
+// The record of a listening address; false (nothing written) when it does not fit.
+bool encodeAddrRecord(const SockAddr& addr, AddrRecord* rec);
 
 // The address of a peer we must connect to, from its AddrRecord (len must be sizeof(AddrRecord)):
 // a whole IPv4 or IPv6 address with a nonzero port. kFailed (the peer could not listen) is
