@@ -9,16 +9,13 @@
 //   2. For each peer p < rank we connect to p and send a Handshake {magic, version, size, commId,
 //      from, to, secret}. connectTo returns as soon as the kernel has queued the connection on
 //      p's listener, so these never wait on p's own progress and cannot deadlock.
-//   3. One poll() loop then serves, together: the listener, every half-open accepted connection
-//      (each with its own kHandshakeMs deadline, at most kMaxPending of them: the oldest is dropped
-//      to make room), and our outgoing connections waiting for their one-byte ack. The acceptor
-//      reads a handshake as soon as it accepts the connection, checks every field as the bytes
-//      arrive (tcp_wire.h; the secret in constant time) and acks; anything else -- garbage, short,
-//      oversized, silent, one byte a second, wrong communicator, unexpected or duplicate rank -- is
-//      closed (logged through a RefusalLog: a few lines, then counts) while the real peers carry
-//      on. Accept failing for lack of descriptors drops the oldest stranger, or pauses accepting
-//      for kAcceptBackoffMs; it never spins and never fails the setup. A connector whose
-//      connection is closed before the ack (dropped among a flood) connects again.
+//   3. One poll() loop then serves, together: the listener and the half-open accepted
+//      connections (a Doorway, src/doorway.h: each with its own deadline, bounded in number, junk
+//      refused at its first bytes, accept running out of descriptors never spinning or failing the
+//      setup), and our outgoing connections waiting for their one-byte ack. A complete handshake is
+//      checked field by field (tcp_wire.h; the secret in constant time) and acked; a wrong
+//      communicator, unexpected or duplicate rank is closed while the real peers carry on. A
+//      connector whose connection is closed before the ack (dropped among a flood) connects again.
 // The data path lives in tcp_link.cc.
 #include <poll.h>
 #include <sys/socket.h>
@@ -27,10 +24,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <string>
 
 #include "src/config.h"
+#include "src/doorway.h"
 #include "src/log.h"
 #include "src/socket.h"
 #include "transports/tcp/tcp_link.h"
@@ -43,29 +40,8 @@ namespace {
 using tcp::AddrRecord;
 using tcp::Handshake;
 
-// How long an accepted connection may take to deliver its handshake. A real peer sends it right
-// after connecting, so this only bounds strangers; a few seconds absorbs a descheduled peer on an
-// oversubscribed host.
-constexpr int64_t kHandshakeMs = 5000;
-// Half-open connections kept at once; past this the oldest is dropped, so a flood of strangers
-// cannot exhaust our descriptors (a real peer whose connection is dropped connects again).
-constexpr size_t kMaxPending = 256;
-// Accepts per loop round: bounds the work a flood gets before pending handshakes are read again.
-constexpr int kAcceptsPerRound = 64;
-// When accept fails for lack of descriptors and no stranger can be dropped, the listener stays
-// readable: polling it again at once would spin. Wait this long instead.
-constexpr int64_t kAcceptBackoffMs = 10;
 // A connector whose connection the acceptor closed before acking waits this long to connect again.
 constexpr int64_t kReconnectMs = 50;
-
-// An accepted connection that has not yet proven who it is.
-struct Pending {
-  Fd fd;
-  SockAddr from;
-  int64_t deadlineNs = 0;
-  size_t got = 0;
-  uint8_t buf[sizeof(Handshake) + 1];  // one spare byte detects an oversized handshake
-};
 
 // A connection we opened to a lower rank, waiting for its ack.
 struct Outgoing {
@@ -190,9 +166,8 @@ class Establisher {
   // Reads the ack of outgoing connection o; a close before the ack schedules a new connection.
   Status readAck(Outgoing& o);
   Status reconnectDue(int64_t now);
-  // Reads from a half-open connection; true when it is finished with (accepted or refused).
-  bool readHandshake(Pending& p, Status* fatal);
-  Status acceptSome(int64_t now);
+  // A whole handshake arrived: the peer's link, or a refusal; an error once the peer is proven.
+  Status onHandshake(Doorway::Conn& c);
 
   const TransportContext& ctx_;
   const std::vector<int>& peers_;
@@ -202,10 +177,7 @@ class Establisher {
   std::vector<int> slotOf_;
   int expected_ = 0;
   int accepted_ = 0;
-  std::deque<Pending> pending_;
-  int64_t acceptPausedUntilNs_ = 0;
-  bool warnedAccept_ = false;
-  RefusalLog refusals_;
+  Doorway door_;
 };
 
 Establisher::Establisher(const TransportContext& ctx, const std::vector<int>& peers, const Setup& setup,
@@ -216,7 +188,8 @@ Establisher::Establisher(const TransportContext& ctx, const std::vector<int>& pe
       outgoing_(*outgoing),
       links_(*links),
       slotOf_(static_cast<size_t>(ctx.nranks), -1),
-      refusals_(kLogNet, "tcp: rank " + std::to_string(ctx.rank)) {
+      door_("handshake", sizeof(Handshake), tcp::checkHandshakePrefix, kLogNet,
+            "tcp: rank " + std::to_string(ctx.rank)) {
   for (size_t i = 0; i < peers.size(); ++i) {
     if (peers[i] < ctx.rank) continue;
     slotOf_[peers[i]] = static_cast<int>(i);
@@ -225,23 +198,16 @@ Establisher::Establisher(const TransportContext& ctx, const std::vector<int>& pe
 }
 
 Status Establisher::run() {
+  const Doorway::Arrived arrived = [this](Doorway::Conn& c) { return onHandshake(c); };
   std::vector<pollfd> pfds;
   std::vector<size_t> polledOut;  // indices into outgoing_, in pfds order
   while (accepted_ < expected_ || !outgoing_.empty()) {
     const int64_t now = nowNs();
     if (now >= ctx_.deadline.atNs) return timedOut();
     BRAID_TRY(reconnectDue(now));
-    // Drop strangers whose time is up; deadlines grow along the deque, so only the front expires.
-    while (!pending_.empty() && pending_.front().deadlineNs <= now) {
-      const Pending& p = pending_.front();
-      refusals_.refuse(p.from, std::to_string(p.got) + " of " + std::to_string(sizeof(Handshake)) +
-                                   " handshake bytes within " + std::to_string(kHandshakeMs) + " ms");
-      pending_.pop_front();
-    }
-    const bool listening = accepted_ < expected_ && now >= acceptPausedUntilNs_;
-    int64_t wakeNs = ctx_.deadline.atNs;
-    if (!pending_.empty()) wakeNs = std::min(wakeNs, pending_.front().deadlineNs);
-    if (accepted_ < expected_ && !listening) wakeNs = std::min(wakeNs, acceptPausedUntilNs_);
+    door_.expire(now);
+    const bool listening = accepted_ < expected_ && door_.listening(now);
+    int64_t wakeNs = door_.wakeNs(ctx_.deadline.atNs);
     for (const Outgoing& o : outgoing_)
       if (!o.fd.valid()) wakeNs = std::min(wakeNs, o.reconnectAtNs);
     const int timeoutMs = static_cast<int>(std::clamp<int64_t>((wakeNs - now + 999999) / 1000000, 0, 1000));
@@ -254,12 +220,12 @@ Status Establisher::run() {
       pfds.push_back({outgoing_[i].fd.get(), POLLIN, 0});
       polledOut.push_back(i);
     }
-    for (const Pending& p : pending_) pfds.push_back({p.fd.get(), POLLIN, 0});
+    const size_t doorAt = pfds.size();
+    door_.addPollFds(&pfds);
     int rc = poll(pfds.data(), pfds.size(), timeoutMs);
     if (rc < 0 && errno != EINTR) return systemError(errno, "tcp connect: poll");
     if (rc <= 0) continue;
 
-    // New connections are appended to pending_ only after the walk below, so indices stay valid.
     size_t at = 0;
     const bool listenerReady = listening && pfds[at++].revents != 0;
     for (size_t i : polledOut)
@@ -268,21 +234,10 @@ Status Establisher::run() {
     outgoing_.erase(std::remove_if(outgoing_.begin(), outgoing_.end(),
                                    [](const Outgoing& o) { return !o.fd.valid() && o.reconnectAtNs == 0; }),
                     outgoing_.end());
-    Status fatal;
-    for (Pending& p : pending_) {
-      if (pfds[at++].revents == 0) continue;
-      if (readHandshake(p, &fatal)) p.fd.reset();
-      if (!fatal.ok()) return fatal;
-    }
-    // The deque stays ordered by deadline when finished entries are removed from anywhere.
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.fd.valid(); }),
-                   pending_.end());
-    if (listenerReady) BRAID_TRY(acceptSome(now));
+    BRAID_TRY(door_.serve(pfds.data() + doorAt, arrived));  // before acceptSome, which appends
+    if (listenerReady) BRAID_TRY(door_.acceptSome(setup_.listenFd.get(), now, ctx_.deadline.atNs, arrived));
   }
-  for (const Pending& p : pending_)
-    refusals_.refuse(p.from, std::to_string(p.got) + " of " + std::to_string(sizeof(Handshake)) +
-                                 " handshake bytes when setup finished");
-  refusals_.summarize();
+  door_.close();
   return okStatus();
 }
 
@@ -306,7 +261,7 @@ Status Establisher::timedOut() const {
   return errorf(braidTimeout,
                 "tcp connect: rank %d timed out waiting for peer ranks%s (%llu strange connections "
                 "refused)",
-                ctx_.rank, missing.c_str(), static_cast<unsigned long long>(refusals_.total()));
+                ctx_.rank, missing.c_str(), static_cast<unsigned long long>(door_.refusals().total()));
 }
 
 Status Establisher::readAck(Outgoing& o) {
@@ -345,84 +300,24 @@ Status Establisher::reconnectDue(int64_t now) {
   return okStatus();
 }
 
-Status Establisher::acceptSome(int64_t now) {
-  for (int i = 0; i < kAcceptsPerRound; ++i) {
-    SockAddr from;
-    from.len = sizeof(from.storage);
-    int s = accept4(setup_.listenFd.get(), reinterpret_cast<sockaddr*>(&from.storage), &from.len,
-                    SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (s < 0) {
-      const int err = errno;
-      if (err == EINTR || err == ECONNABORTED) continue;
-      if (err == EAGAIN || err == EWOULDBLOCK) return okStatus();
-      if ((err == EMFILE || err == ENFILE) && !pending_.empty()) {
-        // Out of descriptors: make room by dropping the oldest stranger, then accept again.
-        refusals_.refuse(pending_.front().from,
-                         std::string("dropped to free a descriptor (accept: ") + strerror(err) + ")");
-        pending_.pop_front();
-        continue;
-      }
-      // The connection stays queued in the kernel; try again shortly instead of spinning on a
-      // listener that stays readable.
-      if (!warnedAccept_)
-        BRAID_WARN(kLogNet, "tcp: rank %d accept: %s; retrying every %lld ms", ctx_.rank, strerror(err),
-                   static_cast<long long>(kAcceptBackoffMs));
-      warnedAccept_ = true;
-      acceptPausedUntilNs_ = now + kAcceptBackoffMs * 1000000;
-      return okStatus();
-    }
-    if (pending_.size() >= kMaxPending) {
-      refusals_.refuse(pending_.front().from,
-                       "dropped: " + std::to_string(pending_.size()) + " connections waiting for a handshake");
-      pending_.pop_front();
-    }
-    Pending& p = pending_.emplace_back();
-    p.fd.reset(s);
-    p.from = from;
-    p.deadlineNs = std::min(nowNs() + kHandshakeMs * 1000000, ctx_.deadline.atNs);
-    // A real peer sends its handshake right after connecting: it is usually here already.
-    Status fatal;
-    if (readHandshake(p, &fatal)) pending_.pop_back();
-    if (!fatal.ok()) return fatal;
-  }
-  return okStatus();
-}
-
-bool Establisher::readHandshake(Pending& p, Status* fatal) {
-  ssize_t n = recv(p.fd.get(), p.buf + p.got, sizeof(p.buf) - p.got, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-  if (n <= 0) {
-    refusals_.refuse(p.from, std::string(n == 0 ? "closed" : strerror(errno)) + " after " + std::to_string(p.got) +
-                                 " of " + std::to_string(sizeof(Handshake)) + " handshake bytes");
-    return true;
-  }
-  p.got += static_cast<size_t>(n);
-  // Reject junk as soon as the magic is in, without waiting for the rest.
-  Status s = tcp::checkHandshakePrefix(p.buf, p.got);
-  if (!s.ok()) {
-    refusals_.refuse(p.from, s.message());
-    return true;
-  }
-  if (p.got < sizeof(Handshake)) return false;
+Status Establisher::onHandshake(Doorway::Conn& p) {
   std::string why;
   int slot = checkHandshake(ctx_, p.buf, p.got, slotOf_, links_, &why);
   if (slot < 0) {
-    refusals_.refuse(p.from, why);
-    return true;
+    door_.refusals().refuse(p.from, why);
+    return okStatus();
   }
   // From here on it is a proven peer: failures are real errors, not strangers to shrug off.
   const int peer = peers_[slot];
   ssize_t sent = send(p.fd.get(), &tcp::kAck, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-  s = sent == 1 ? configureDataSocket(p.fd.get(), setup_.sockbuf, peer)
-                : systemError(sent < 0 ? errno : EAGAIN, "sending the handshake ack");
-  if (!s.ok()) {
-    *fatal = s.withContext("tcp connect: peer rank " + std::to_string(peer) + " (host " + hostOf(ctx_, peer) + ")");
-    return true;
-  }
+  Status s = sent == 1 ? configureDataSocket(p.fd.get(), setup_.sockbuf, peer)
+                       : systemError(sent < 0 ? errno : EAGAIN, "sending the handshake ack");
+  if (!s.ok())
+    return s.withContext("tcp connect: peer rank " + std::to_string(peer) + " (host " + hostOf(ctx_, peer) + ")");
   BRAID_TRACE(kLogNet, "tcp: rank %d accepted peer rank %d from %s", ctx_.rank, peer, p.from.toString().c_str());
   links_[slot] = std::move(p.fd);
   ++accepted_;
-  return true;
+  return okStatus();
 }
 
 class TcpTransport final : public Transport {
