@@ -32,11 +32,14 @@ struct braidComm {
   bool approximate = false;           // BRAID_APPROXIMATE: avg AllReduce may gossip
   int gossipRounds = 0;
   // Derived communicators (shrink, split): the id's secret, every rank's long-lived listener (the
-  // new rank 0 serves the new rendezvous on its own), and how many were derived so far.
+  // new rank 0 serves the new rendezvous on its own), and how many of each kind were derived so far.
+  // Two counters: a split involves every rank, a shrink only the survivors, so a rank excluded from
+  // a shrink would otherwise count one less and never meet the others in their next split.
   uint8_t secret[16] = {};
   braid::Fd listener;
   std::vector<braid::SockAddr> listenAddrs;
-  uint64_t derived = 0;
+  uint64_t splits = 0;
+  uint64_t shrinks = 0;
   // Gossip graphs continue on the survivors after a failure: the communicator they share (owned by
   // this one: destroyed or aborted with it) and the ranks it excludes.
   std::mutex successorMu;  // graphs of several threads may move at once

@@ -51,7 +51,7 @@ Status commShrink(braidComm* comm, const int* exclude, int nExclude, braidComm**
     gone[r] = 1;
   }
   std::vector<int> members;
-  std::string tag = "shrink/" + std::to_string(comm->derived) + "/without";
+  std::string tag = "shrink/" + std::to_string(comm->shrinks) + "/without";
   for (int r = 0; r < n; ++r) {
     if (gone[r]) {
       tag += ' ';
@@ -59,7 +59,7 @@ Status commShrink(braidComm* comm, const int* exclude, int nExclude, braidComm**
     } else
       members.push_back(r);
   }
-  ++comm->derived;
+  ++comm->shrinks;
   Status s = commDerive(comm, members, tag, out);
   if (!s.ok() && s.code() == braidTimeout)
     return s.withContext("shrink: the survivors did not all join (do they all exclude the same ranks?)");
@@ -77,7 +77,7 @@ Status commSplit(braidComm* comm, int color, int key, braidComm** out) {
   braidResult_t r = braidIAllGather(mine, all.data(), 2, braidInt32, comm, nullptr, &req);
   if (r == braidSuccess) r = braidWait(req);
   if (r != braidSuccess) return Status(r, std::string("split: exchanging colors: ") + braidGetLastError());
-  const uint64_t nth = comm->derived++;
+  const uint64_t nth = comm->splits++;
   if (color == BRAID_SPLIT_NOCOLOR) {
     *out = nullptr;
     return okStatus();
