@@ -76,6 +76,9 @@ Status Doorway::acceptSome(int listenFd, int64_t now, int64_t deadlineNs, const 
       pausedUntilNs_ = now + kAcceptBackoffMs * 1000000;
       return okStatus();
     }
+    // Both ends of every braid stream run without Nagle (see connectTo); a stranger's connection
+    // costs nothing more for it.
+    (void)setNoDelay(s);
     if (waiting_.size() >= kMaxPending) {
       refuse(waiting_.front(),
              "dropped: " + std::to_string(waiting_.size()) + " connections waiting for a " + message_);

@@ -233,6 +233,9 @@ Status connectTo(const SockAddr& addr, Deadline deadline, Fd* fd) {
       err = ECONNREFUSED;
     } else if (err == 0) {
       BRAID_TRY(setNonBlocking(s.get(), false));
+      // Every braid stream carries framed request/reply traffic (hellos, all-gather steps, control
+      // frames): with Nagle on, each small reply waits for the peer's delayed ACK (~40 ms here).
+      BRAID_TRY(setNoDelay(s.get()));
       *fd = std::move(s);
       return okStatus();
     }
