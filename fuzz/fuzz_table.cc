@@ -1,5 +1,6 @@
-// The rank table a joining rank reads from rank 0. Input: one byte choosing the rank count the
-// joiner expects (1..16), the 8-byte header, then the body.
+// What a joining rank reads from rank 0 after its hello: a welcome, then the rank table or a
+// refusal. Input: one byte choosing the rank count the joiner expects (1..16), the 8-byte header,
+// then the body.
 #include <cstring>
 #include <vector>
 
@@ -11,12 +12,24 @@ using namespace braid;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 + sizeof(TableHeader)) return 0;
   const int nranks = 1 + data[0] % 16;
+  RootFrame kind;
   size_t bodyBytes = 0;
-  if (!decodeTableHeader(data + 1, sizeof(TableHeader), nranks, &bodyBytes).ok()) return 0;
-  fuzz::require(bodyBytes == sizeof(PeerInfo) * nranks);
+  if (!decodeRootHeader(data + 1, sizeof(TableHeader), nranks, &kind, &bodyBytes).ok()) return 0;
   const uint8_t* body = data + 1 + sizeof(TableHeader);
+  const size_t got = size - 1 - sizeof(TableHeader);
+  switch (kind) {
+    case RootFrame::kWelcome:
+      fuzz::require(bodyBytes == 0);
+      return 0;
+    case RootFrame::kRefusal:
+      fuzz::require(bodyBytes <= kMaxCtrlText);
+      return 0;
+    case RootFrame::kTable:
+      break;
+  }
+  fuzz::require(bodyBytes == sizeof(PeerInfo) * nranks);
   std::vector<PeerInfo> table;
-  if (!decodeTableBody(body, size - 1 - sizeof(TableHeader), nranks, &table).ok()) return 0;
+  if (!decodeTableBody(body, got, nranks, &table).ok()) return 0;
   fuzz::require(table.size() == static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) {
     fuzz::require(table[r].rank == r);

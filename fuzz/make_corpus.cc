@@ -111,6 +111,11 @@ void tables() {
   put("table", "other-count", cat(cat(pick, bytesOf(TableHeader{kTableMagic, fuzz::kNranks + 1})), body));
   put("table", "bad-magic", cat(cat(pick, bytesOf(TableHeader{kHelloMagic, fuzz::kNranks})), body));
   put("table", "truncated", cat(cat(pick, bytesOf(TableHeader{kTableMagic, fuzz::kNranks})), cut(body, 100)));
+  put("table", "welcome", cat(pick, bytesOf(makeRootHeader(RootFrame::kWelcome, fuzz::kNranks))));
+  const char why[] = "rank 1 claimed twice";
+  put("table", "refusal",
+      cat(cat(pick, bytesOf(makeRootHeader(RootFrame::kRefusal, sizeof(why) - 1))), Bytes(why, why + sizeof(why) - 1)));
+  put("table", "refusal-oversized", cat(pick, bytesOf(makeRootHeader(RootFrame::kRefusal, kMaxCtrlText + 1))));
 }
 
 void gatherLengths() {

@@ -197,6 +197,41 @@ static Status envInt(const char* name, int* out, bool* present) {
   return okStatus();
 }
 
+// No BRAID_SECRET: the secret is derived from what every rank of this job sees alike, the
+// rendezvous address, the size and the job's id. It keeps jobs apart; it does not keep out someone
+// who can read the job's environment. Without a job id two jobs on one address would derive the
+// same secret, and the ranks of one could join the other's communicator (returning wrong sums), so
+// init refuses then. Job-wide ids only: PMI_ID, for one, is per process under MPICH-style PMI. The
+// restart and step counters tell a relaunch from the attempt it replaces.
+static Status deriveSecret(const std::string& addr, int size, uint8_t* secret) {
+  static const char* kJobIds[] = {"BRAID_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid",
+                                  "PMIX_NAMESPACE"};
+  static const char* kAttempts[] = {"TORCHELASTIC_RESTART_COUNT", "SLURM_STEP_ID", "SLURM_RESTART_COUNT"};
+  std::string job = addr + "/" + std::to_string(size);
+  bool identified = false;
+  for (const char* v : kJobIds) {
+    const char* x = getenv(v);
+    if (x == nullptr || x[0] == '\0') continue;
+    job.append("/").append(v).append("=").append(x);
+    identified = true;
+  }
+  if (!identified)
+    return errorf(braidInvalidUsage,
+                  "no job identity: BRAID_SECRET is unset and no job id is set (BRAID_JOB_ID, TORCHELASTIC_RUN_ID, "
+                  "SLURM_JOB_ID, OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE), so braid cannot tell this job from another "
+                  "one using the rendezvous address %s: set BRAID_SECRET to 32 hex digits (openssl rand -hex 16) or "
+                  "BRAID_JOB_ID to any text unique to this run, the same on every rank (braidrun sets BRAID_SECRET)",
+                  addr.c_str());
+  for (const char* v : kAttempts) {
+    const char* x = getenv(v);
+    if (x != nullptr) job.append("/").append(v).append("=").append(x);
+  }
+  const uint64_t a = fnv1a(job, 1), b = fnv1a(job, 2);
+  memcpy(secret, &a, 8);
+  memcpy(secret + 8, &b, 8);
+  return okStatus();
+}
+
 Status commInitFromEnv(braidComm** out) {
   // Rank and size, from the first launcher whose variables are all present.
   static const char* kPairs[][2] = {{"BRAID_RANK", "BRAID_WORLD_SIZE"},
@@ -252,17 +287,7 @@ Status commInitFromEnv(braidComm** out) {
       return errorf(braidInvalidArgument, "BRAID_SECRET must be 32 hex digits");
     for (int i = 0; i < 16; ++i) id.secret[i] = static_cast<uint8_t>(std::stoi(secret.substr(2 * i, 2), nullptr, 16));
   } else {
-    // No shared secret: derive one from what every rank of this job sees alike. It keeps jobs
-    // apart; it does not keep out someone who can read the job's environment. Job-wide ids only:
-    // PMI_ID, for one, is per process under MPICH-style PMI (each rank derived its own secret).
-    std::string job = addr + "/" + std::to_string(size);
-    for (const char* v : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
-      const char* x = getenv(v);
-      if (x != nullptr) job += std::string("/") + x;
-    }
-    uint64_t a = fnv1a(job, 1), b = fnv1a(job, 2);
-    memcpy(id.secret, &a, 8);
-    memcpy(id.secret + 8, &b, 8);
+    BRAID_TRY(deriveSecret(addr, size, id.secret));
   }
   // Every rank initializes from the environment the same number of times, so the count tells
   // communicators created from one environment apart.

@@ -17,6 +17,8 @@ static const std::vector<ParamInfo> kParams = {
     {"BRAID_LOCAL_RANK", "", "rank among the ranks of this host (set by braidrun; informational)"},
     {"BRAID_ROOT", "", "host:port where rank 0 listens for the rendezvous (else MASTER_ADDR:MASTER_PORT+1)"},
     {"BRAID_SECRET", "", "32 hex digits shared by the job's ranks; without it the secret is derived from the job id"},
+    {"BRAID_JOB_ID", "",
+     "any text unique to this run of the job, the same on every rank: the job id when no launcher sets one"},
     {"BRAID_HOSTID", "", "host identity override (default hostname + boot id); emulates several hosts on one"},
     {"BRAID_TIMEOUT", "300", "seconds any wait may last (init, collectives, destroy) before braidTimeout"},
     {"BRAID_HEARTBEAT_MS", "1000", "liveness heartbeat period between each rank and rank 0, ms (0 = off)"},

@@ -6,12 +6,18 @@
 //     free again: a live rank joins again) or talks before it has the table (dropped).
 // A complete hello is checked for the secret, communicator, rank count and rank.
 //
-// Two connections claiming one rank (only possible with the secret: a rank that reconnected, two
-// processes launched with the same rank, or an insider) are both dropped. A real rank joins again
-// when dropped, so it ends up alone in its slot, whatever the order in which the claims arrived.
+// A rank whose hello is accepted gets a welcome at once. From then on it never joins again: if the
+// connection closes before the table, rank 0 is gone (or failed), and the rank fails too instead of
+// retrying into whatever listens on the address next (a relaunch of the job, which it would join).
 //
-// Nothing is ever sent to a connection before it proved the secret; refusals are logged through a
-// RefusalLog (a few lines, then counts).
+// Two connections claiming one rank (only possible with the secret: two jobs that share the
+// address and the secret, two processes launched with the same rank, or an insider) fail the
+// rendezvous: braid cannot tell which one belongs, and guessing could merge two jobs into one
+// communicator that returns wrong sums. Rank 0 sends every proven connection a refusal saying why,
+// so each of them fails with that message.
+//
+// Nothing is ever sent to a connection before it proved the secret; refusals of strangers are
+// logged through a RefusalLog (a few lines, then counts).
 #include "src/rendezvous.h"
 
 #include <poll.h>
@@ -33,6 +39,17 @@ namespace {
 
 // A joining rank whose connection rank 0 closed waits this long before joining again.
 constexpr useconds_t kRejoinDelayUs = 50000;
+// Rank 0's small replies (welcome, refusal) to a proven rank: a rank that does not read them within
+// this time is not waiting for them.
+constexpr int64_t kReplyMs = 1000;
+
+// Tells a proven rank why the rendezvous failed (best effort: it may be gone).
+void sendRefusal(int fd, const std::string& why) {
+  const std::string text = why.substr(0, kMaxCtrlText);
+  const TableHeader h = makeRootHeader(RootFrame::kRefusal, static_cast<uint32_t>(text.size()));
+  const Deadline d = Deadline::afterMs(kReplyMs);
+  if (sendAll(fd, &h, sizeof(h), d).ok()) (void)sendAll(fd, text.data(), text.size(), d);
+}
 
 class Server {
  public:
@@ -122,15 +139,20 @@ Status Server::onHello(Doorway::Conn& c) {
   }
   const int r = h.rank;
   if (socks_[r].valid()) {
-    BRAID_WARN(kLogBoot,
-               "rendezvous: rank %d claimed by a second connection (from %s; it joined from %s): dropping both, a "
-               "live rank %d joins again",
-               r, c.from.toString().c_str(), joinedFrom_[r].toString().c_str(), r);
-    unjoin(r);
-    return okStatus();
+    Status conflict = errorf(
+        braidInvalidUsage,
+        "rendezvous at %s: rank %d claimed twice (from %s and from %s): two jobs, or two launches of one, share this "
+        "address and secret, and braid cannot tell them apart; give each job its own BRAID_SECRET or BRAID_JOB_ID "
+        "(or its own address)",
+        id_.root.toString().c_str(), r, joinedFrom_[r].toString().c_str(), c.from.toString().c_str());
+    (void)setNonBlocking(c.fd.get(), false);
+    sendRefusal(c.fd.get(), conflict.message());  // the others get it from serveRendezvous
+    return conflict;
   }
   // The control plane after init expects a blocking socket, as connectTo gives the other side.
   s = setNonBlocking(c.fd.get(), false);
+  const TableHeader welcome = makeRootHeader(RootFrame::kWelcome, static_cast<uint32_t>(nranks_));
+  if (s.ok()) s = sendAll(c.fd.get(), &welcome, sizeof(welcome), Deadline::afterMs(kReplyMs));
   if (!s.ok()) {
     BRAID_WARN(kLogBoot, "rendezvous: rank %d from %s: %s", r, c.from.toString().c_str(), s.message().c_str());
     return okStatus();
@@ -174,8 +196,15 @@ Status serveRendezvous(const UniqueIdData& id, int nranks, const PeerInfo& me, D
   socks->clear();
   socks->resize(nranks);
   Server server(id, nranks, deadline, socks, table);
-  BRAID_TRY(server.run(listener.get()));
+  Status s = server.run(listener.get());
   listener.reset();  // connections still queued are reset, not left hanging
+  if (!s.ok()) {
+    // The ranks that joined would otherwise wait for a table until their own deadline.
+    for (int r = 1; r < nranks; ++r)
+      if ((*socks)[r].valid()) sendRefusal((*socks)[r].get(), "rank 0 failed the rendezvous: " + s.message());
+    socks->clear();
+    return s;
+  }
   TableHeader th{kTableMagic, nranks};
   for (int r = 1; r < nranks; ++r) {
     Status s = sendAll((*socks)[r].get(), &th, sizeof(th), deadline);
@@ -184,6 +213,55 @@ Status serveRendezvous(const UniqueIdData& id, int nranks, const PeerInfo& me, D
   }
   return okStatus();
 }
+
+namespace {
+
+// What came back on one attempt to join.
+enum class Reply { kTable, kClosed };
+
+// Reads rank 0's replies on `conn` after our hello: a welcome, then the table or a refusal. A closed
+// connection is kClosed (*welcomed says whether rank 0 had accepted us before); anything else that
+// goes wrong is an error.
+Status readReplies(int conn, int rank, int nranks, const std::string& root, Deadline deadline, bool* welcomed,
+                   std::vector<PeerInfo>* table, Reply* reply, Status* closed) {
+  // recvAll reports a closed or reset connection as braidRemoteError; everything else is fatal.
+  const auto received = [&](Status s, bool* ok) {
+    *ok = s.ok();
+    if (s.ok() || s.code() != braidRemoteError) return s;
+    *closed = s;
+    *reply = Reply::kClosed;
+    return okStatus();
+  };
+  for (;;) {
+    uint8_t header[sizeof(TableHeader)];
+    bool ok = false;
+    BRAID_TRY(received(recvAll(conn, header, sizeof(header), deadline), &ok));
+    if (!ok) return okStatus();
+    // Rank 0 proved nothing yet, but a malformed reply is no stale listener: give up at once.
+    RootFrame kind;
+    size_t bodyBytes = 0;
+    BRAID_TRY(decodeRootHeader(header, sizeof(header), nranks, &kind, &bodyBytes).withContext("rendezvous at " + root));
+    std::vector<uint8_t> body(bodyBytes);
+    if (bodyBytes > 0) {
+      BRAID_TRY(received(recvAll(conn, body.data(), body.size(), deadline), &ok));
+      if (!ok) return okStatus();
+    }
+    switch (kind) {
+      case RootFrame::kWelcome:
+        *welcomed = true;
+        break;
+      case RootFrame::kRefusal:
+        return errorf(braidInvalidUsage, "rank %d: refused by rank 0: %.*s", rank, static_cast<int>(body.size()),
+                      reinterpret_cast<const char*>(body.data()));
+      case RootFrame::kTable:
+        BRAID_TRY(decodeTableBody(body.data(), body.size(), nranks, table).withContext("rendezvous at " + root));
+        *reply = Reply::kTable;
+        return okStatus();
+    }
+  }
+}
+
+}  // namespace
 
 Status joinRendezvous(const UniqueIdData& id, int rank, int nranks, const PeerInfo& me, Deadline deadline, Fd* sock,
                       std::vector<PeerInfo>* table) {
@@ -194,28 +272,37 @@ Status joinRendezvous(const UniqueIdData& id, int rank, int nranks, const PeerIn
     Status s = connectTo(id.root, deadline, &conn);
     if (!s.ok()) return s.withContext("rank " + std::to_string(rank) + " joining the rendezvous at rank 0");
     s = sendAll(conn.get(), &h, sizeof(h), deadline);
-    uint8_t header[sizeof(TableHeader)];
-    if (s.ok()) s = recvAll(conn.get(), header, sizeof(header), deadline);
+    bool welcomed = false;
+    Reply reply = Reply::kClosed;
+    Status closed = s;
     if (s.ok()) {
-      // Rank 0 proved nothing yet, but a malformed table is no stale listener: give up at once.
-      size_t bodyBytes = 0;
-      BRAID_TRY(decodeTableHeader(header, sizeof(header), nranks, &bodyBytes).withContext("rendezvous at " + root));
-      std::vector<uint8_t> body(bodyBytes);
-      s = recvAll(conn.get(), body.data(), body.size(), deadline);
-      if (s.ok()) {
-        BRAID_TRY(decodeTableBody(body.data(), body.size(), nranks, table).withContext("rendezvous at " + root));
+      s = readReplies(conn.get(), rank, nranks, root, deadline, &welcomed, table, &reply, &closed);
+      if (!s.ok()) {
+        if (s.code() == braidTimeout || deadline.expired())
+          return errorf(braidTimeout, "rank %d: rendezvous at %s did not complete before the deadline (%s)", rank,
+                        root.c_str(), s.message().c_str());
+        return s;
+      }
+      if (reply == Reply::kTable) {
         *sock = std::move(conn);
         return okStatus();
       }
     }
-    if (s.code() == braidTimeout || deadline.expired())
+    if (welcomed)
+      return errorf(braidRemoteError,
+                    "rank %d: rank 0 at %s accepted this rank, then closed the rendezvous before the rank table (%s): "
+                    "it failed or left; see its log",
+                    rank, root.c_str(), closed.message().c_str());
+    if (closed.code() == braidTimeout || deadline.expired())
       return errorf(braidTimeout, "rank %d: rendezvous at %s did not complete before the deadline (%s)", rank,
-                    root.c_str(), s.message().c_str());
-    if (s.code() != braidRemoteError) return s.withContext("rank " + std::to_string(rank) + " joining the rendezvous");
-    // Rank 0 closed on us: a stale listener of an earlier communicator on this address, or rank 0
-    // dropped our connection (a flood of strangers, or a second claim of our rank). Join again.
+                    root.c_str(), closed.message().c_str());
+    if (closed.code() != braidRemoteError)
+      return closed.withContext("rank " + std::to_string(rank) + " joining the rendezvous");
+    // Rank 0 closed on us before accepting our hello: it was not listening for us yet, the process
+    // listening there serves another communicator or job, or it dropped our connection (a flood of
+    // strangers). Join again.
     BRAID_INFO(kLogBoot, "rank %d: rendezvous at %s closed on us (%s); joining again (attempt %d)", rank, root.c_str(),
-               s.message().c_str(), attempt + 1);
+               closed.message().c_str(), attempt + 1);
     usleep(kRejoinDelayUs);
   }
 }

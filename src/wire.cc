@@ -117,6 +117,40 @@ Status decodeTableHeader(const uint8_t* data, size_t len, int nranks, size_t* bo
   return okStatus();
 }
 
+TableHeader makeRootHeader(RootFrame kind, uint32_t value) {
+  const uint32_t magic = kind == RootFrame::kWelcome ? kWelcomeMagic
+                         : kind == RootFrame::kTable ? kTableMagic
+                                                     : kRefusalMagic;
+  return TableHeader{magic, static_cast<int32_t>(value)};
+}
+
+Status decodeRootHeader(const uint8_t* data, size_t len, int nranks, RootFrame* kind, size_t* bodyBytes) {
+  if (len != sizeof(TableHeader))
+    return errorf(braidRemoteError, "rendezvous header of %zu bytes (want %zu)", len, sizeof(TableHeader));
+  TableHeader h;
+  memcpy(&h, data, sizeof(h));
+  switch (h.magic) {
+    case kTableMagic:
+      BRAID_TRY(decodeTableHeader(data, len, nranks, bodyBytes));
+      *kind = RootFrame::kTable;
+      return okStatus();
+    case kWelcomeMagic:
+      if (nranks <= 0 || h.nranks != nranks)
+        return errorf(braidRemoteError, "welcome to a rendezvous of %d ranks (want %d)", h.nranks, nranks);
+      *kind = RootFrame::kWelcome;
+      *bodyBytes = 0;
+      return okStatus();
+    case kRefusalMagic:
+      if (h.nranks < 0 || static_cast<uint32_t>(h.nranks) > kMaxCtrlText)
+        return errorf(braidRemoteError, "refusal of %d bytes (at most %u)", h.nranks, kMaxCtrlText);
+      *kind = RootFrame::kRefusal;
+      *bodyBytes = static_cast<size_t>(h.nranks);
+      return okStatus();
+    default:
+      return errorf(braidRemoteError, "not a braid rendezvous reply");
+  }
+}
+
 Status decodeTableBody(const uint8_t* data, size_t len, int nranks, std::vector<PeerInfo>* out) {
   if (nranks <= 0 || len != sizeof(PeerInfo) * static_cast<size_t>(nranks))
     return errorf(braidRemoteError, "rank table of %zu bytes for %d ranks", len, nranks);

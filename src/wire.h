@@ -7,7 +7,9 @@
 // Formats (little-endian host structs, fixed size unless noted):
 //   unique id      WireId in braidUniqueId::internal (128 bytes)
 //   rank -> root   Hello {magic, version, commId, secret, rank, nranks, PeerInfo}
-//   root -> rank   TableHeader {magic, nranks}, then PeerInfo[nranks]
+//   root -> rank   after the hello is accepted: a welcome {kWelcomeMagic, nranks}; then either the
+//                  table, TableHeader {kTableMagic, nranks} and PeerInfo[nranks], or a refusal
+//                  {kRefusalMagic, len} and len bytes of text (why this rendezvous failed)
 //   allGather      a uint64 length, then that many bytes (both directions)
 //   control        CtrlHeader {type, rank, len}, then len bytes of text (len <= kMaxCtrlText)
 #pragma once
@@ -27,7 +29,8 @@ namespace braid {
 
 constexpr uint32_t kUniqueIdMagic = 0x44494142;  // "BAID"
 // Bump on any change of the formats above: ids and hellos of another version are refused.
-constexpr uint32_t kProtocolVersion = 1;
+// 2: the welcome and the refusal.
+constexpr uint32_t kProtocolVersion = 2;
 
 // The decoded braidUniqueId.
 struct UniqueIdData {
@@ -44,6 +47,9 @@ Status decodeUniqueId(const uint8_t* data, size_t len, UniqueIdData* out);
 inline Status decodeUniqueId(const braidUniqueId& in, UniqueIdData* out) {
   return decodeUniqueId(reinterpret_cast<const uint8_t*>(in.internal), sizeof(in.internal), out);
 }
+
+// The longest text of a control frame or a rendezvous refusal.
+constexpr uint32_t kMaxCtrlText = 4096;
 
 constexpr uint32_t kHelloMagic = 0x4f4c4548;  // "HELO"
 constexpr uint32_t kTableMagic = 0x4c424154;  // "TABL"
@@ -75,13 +81,20 @@ struct TableHeader {
 // The table header of a communicator of `nranks` ranks; the PeerInfo[nranks] that follows is
 // *bodyBytes long.
 Status decodeTableHeader(const uint8_t* data, size_t len, int nranks, size_t* bodyBytes);
+
+// What rank 0 sends a joining rank, each an 8-byte header {magic, value} and a body.
+constexpr uint32_t kWelcomeMagic = 0x434c4557;  // "WELC": value = nranks, no body
+constexpr uint32_t kRefusalMagic = 0x44534652;  // "RFSD": value = text bytes (<= kMaxCtrlText)
+enum class RootFrame { kWelcome, kTable, kRefusal };
+TableHeader makeRootHeader(RootFrame kind, uint32_t value);
+// Any of the three headers (decodeTableHeader for a table); *bodyBytes is what follows it.
+Status decodeRootHeader(const uint8_t* data, size_t len, int nranks, RootFrame* kind, size_t* bodyBytes);
 // PeerInfo[nranks]: ranks set to their index, strings NUL-terminated.
 Status decodeTableBody(const uint8_t* data, size_t len, int nranks, std::vector<PeerInfo>* out);
 
 // An allGather length word (len must be 8) that must equal `expected`.
 Status decodeGatherLength(const uint8_t* data, size_t len, uint64_t expected);
 
-constexpr uint32_t kMaxCtrlText = 4096;
 struct CtrlHeader {
   uint32_t type;
   int32_t rank;

@@ -640,7 +640,8 @@ Environment jobEnvironment(const Options& o) {
       // A secret made up here would differ between the machines' braidruns; braid derives one from the job instead.
       fprintf(stderr,
               "braidrun: warning: BRAID_SECRET is not set; all launchers of a multi-machine job must share the same "
-              "BRAID_SECRET, else braid falls back to a secret derived from the job, which is not a credential\n");
+              "BRAID_SECRET (or BRAID_JOB_ID, from which braid derives one that is not a credential); with neither, "
+              "braid's init refuses to start\n");
     } else {
       env.set("BRAID_SECRET", randomSecret());
     }

@@ -91,9 +91,10 @@ fi
 if ! command -v mpirun.mpich >/dev/null; then
   skip "mpirun (MPICH)" "mpirun.mpich not on PATH (package mpich)"
 else
+  # Hydra exports no job-wide id: the job names itself with BRAID_JOB_ID.
   timeout 120 mpirun.mpich -np "$NP" -genv MASTER_ADDR 127.0.0.1 -genv MASTER_PORT "$(free_port)" \
-    "$PERF" "${ARGS[@]}" >"$TMP/out" 2>"$TMP/err"
-  verify "mpirun.mpich -np $NP -genv MASTER_ADDR/MASTER_PORT" $?
+    -genv BRAID_JOB_ID "mpich-$$" "$PERF" "${ARGS[@]}" >"$TMP/out" 2>"$TMP/err"
+  verify "mpirun.mpich -np $NP -genv MASTER_ADDR/MASTER_PORT/BRAID_JOB_ID" $?
 fi
 
 # --- by hand, as a launcher sets them: one process per rank ------------------------------------------------------
@@ -121,9 +122,10 @@ run_by_hand() {
 port=$(free_port)
 run_by_hand "srun-style variables (SLURM_PROCID/SLURM_NTASKS, MASTER_ADDR/PORT)" SLURM_PROCID SLURM_NTASKS \
   SLURM_JOB_ID=$$ SLURM_STEP_ID=0 SLURM_LOCALID=@R@ SLURM_NODEID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port"
-# A PMI launcher: PMI_RANK/PMI_SIZE, and PMI_ID, which MPICH-style PMI sets per process.
-run_by_hand "PMI variables (PMI_RANK/PMI_SIZE/PMI_ID, BRAID_ROOT)" PMI_RANK PMI_SIZE \
-  PMI_ID=@R@ BRAID_ROOT="127.0.0.1:$(free_port)"
+# A PMI launcher: PMI_RANK/PMI_SIZE, and PMI_ID, which MPICH-style PMI sets per process. Such a launcher
+# exports no job-wide id, so the job passes BRAID_JOB_ID (mpiexec -genv BRAID_JOB_ID ...).
+run_by_hand "PMI variables (PMI_RANK/PMI_SIZE/PMI_ID, BRAID_ROOT, BRAID_JOB_ID)" PMI_RANK PMI_SIZE \
+  PMI_ID=@R@ BRAID_ROOT="127.0.0.1:$(free_port)" BRAID_JOB_ID="pmi-$$"
 
 # --- a real srun, inside a Slurm allocation only --------------------------------------------------------------------
 if ! command -v srun >/dev/null; then

@@ -170,6 +170,7 @@ TEST_CASE("braidCommInitFromEnv reads braidrun's and torchrun's variables", "[mp
         setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
         setenv("MASTER_ADDR", "127.0.0.1", 1);
         setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+        setenv("TORCHELASTIC_RUN_ID", "run-1", 1);
       }
       braidComm_t comm = nullptr;
       CHECK_BRAID(rank, braidCommInitFromEnv(&comm));
@@ -214,6 +215,7 @@ TEST_CASE("braidCommInitFromEnv reads Open MPI's, Slurm's and PMI's variables", 
         setenv("PMI_RANK", r.c_str(), 1);
         setenv("PMI_SIZE", n.c_str(), 1);
         setenv("PMI_ID", r.c_str(), 1);
+        setenv("BRAID_JOB_ID", "pmi-job", 1);  // no job-wide id from PMI: the job names itself
         setenv("BRAID_ROOT", root.c_str(), 1);
       }
       braidComm_t comm = nullptr;

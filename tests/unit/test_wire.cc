@@ -82,6 +82,26 @@ TEST_CASE("hello: only a whole hello with the secret, the rank count and a rank 
   CHECK(!checkHelloPrefix(big.data(), big.size()).ok());
 }
 
+TEST_CASE("rank 0's replies to a joining rank: welcome, table, refusal", "[unit][wire]") {
+  RootFrame kind;
+  size_t body = 99;
+  TableHeader w = makeRootHeader(RootFrame::kWelcome, 3);
+  REQUIRE(decodeRootHeader(raw(w), sizeof(w), 3, &kind, &body).ok());
+  CHECK((kind == RootFrame::kWelcome && body == 0));
+  CHECK(!decodeRootHeader(raw(w), sizeof(w), 4, &kind, &body).ok());  // a welcome to another size
+  TableHeader t = makeRootHeader(RootFrame::kTable, 3);
+  REQUIRE(decodeRootHeader(raw(t), sizeof(t), 3, &kind, &body).ok());
+  CHECK((kind == RootFrame::kTable && body == 3 * sizeof(PeerInfo)));
+  TableHeader r = makeRootHeader(RootFrame::kRefusal, 17);
+  REQUIRE(decodeRootHeader(raw(r), sizeof(r), 3, &kind, &body).ok());
+  CHECK((kind == RootFrame::kRefusal && body == 17));
+  r = makeRootHeader(RootFrame::kRefusal, kMaxCtrlText + 1);
+  CHECK(!decodeRootHeader(raw(r), sizeof(r), 3, &kind, &body).ok());
+  TableHeader junk{kHelloMagic, 3};
+  CHECK(!decodeRootHeader(raw(junk), sizeof(junk), 3, &kind, &body).ok());
+  CHECK(!decodeRootHeader(raw(w), sizeof(w) - 1, 3, &kind, &body).ok());
+}
+
 TEST_CASE("rank table and allGather length", "[unit][wire]") {
   TableHeader th{kTableMagic, 3};
   size_t body = 0;
