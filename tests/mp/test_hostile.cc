@@ -459,7 +459,7 @@ bool readRootFrame(int fd, braid::RootFrame* kind, std::string* body) {
   size_t bytes = 0;
   const Deadline d = Deadline::afterSeconds(kAttackerSec);
   if (!braid::recvAll(fd, header, sizeof(header), d).ok() ||
-      !braid::decodeRootHeader(header, sizeof(header), 2, kind, &bytes).ok())
+      !braid::decodeRootHeader(header, sizeof(header), 3, kind, &bytes).ok())
     return false;
   body->assign(bytes, '\0');
   return bytes == 0 || braid::recvAll(fd, body->data(), bytes, d).ok();
@@ -480,7 +480,7 @@ TEST_CASE("rendezvous: a rank claimed twice fails init on every rank, saying why
     dropListener(id.commId);
     Fd fd;
     if (!braid::connectTo(id.root, Deadline::afterSeconds(kAttackerSec), &fd).ok()) return 1;
-    const braid::Hello h = helloFor(id, 1, 2);
+    const braid::Hello h = helloFor(id, 1, 3);
     if (!braid::sendAll(fd.get(), &h, sizeof(h), Deadline::afterSeconds(kAttackerSec)).ok()) return 2;
     braid::RootFrame kind;
     std::string body;
@@ -493,9 +493,12 @@ TEST_CASE("rendezvous: a rank claimed twice fails init on every rank, saying why
     }
     return 0;
   });
+  // Three ranks, of which rank 2 never starts: the rendezvous cannot complete with the impostor in
+  // place before the real rank 1 arrives.
   auto res = forkRanks(
-      2, {{"BRAID_TIMEOUT", "30"}},
+      3, {{"BRAID_TIMEOUT", "30"}},
       [&](int rank, int n) {
+        if (rank == 2) return 0;
         if (rank == 1) {
           dropListener(id.commId);
           if (!welcomed.wait(Deadline::afterSeconds(kAttackerSec)))
