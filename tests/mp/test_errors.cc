@@ -184,6 +184,53 @@ TEST_CASE("BRAID_CHECK_MISMATCH takes the usual spellings of true", "[mp][errors
   REQUIRE(allOk(res));
 }
 
+TEST_CASE("a FIFO as BRAID_TOPO_FILE or BRAID_DEBUG_FILE fails init instead of hanging", "[mp][errors][topo]") {
+  ScratchDir dir;
+  REQUIRE(!dir.path.empty());
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // Opening a FIFO waits for the other end: past BRAID_TIMEOUT, forever.
+  for (const char* var : {"BRAID_TOPO_FILE", "BRAID_DEBUG_FILE"}) {
+    auto res = initFailsEverywhere(2, {{var, fifo}, {"BRAID_TIMEOUT", "30"}}, {var, fifo});
+    INFO(var << "=" << fifo << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
+
+TEST_CASE("BRAID_TOPO_DUMP_FILE never replaces a FIFO or symlink or directory", "[mp][errors][topo]") {
+  ScratchDir dir;
+  REQUIRE(!dir.path.empty());
+  const std::string fifo = dir.path + "/fifo", target = dir.path + "/target", link = dir.path + "/link";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  FILE* f = fopen(target.c_str(), "w");
+  REQUIRE(f != nullptr);
+  fputs("precious\n", f);
+  fclose(f);
+  REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+  REQUIRE(mkdir((dir.path + "/sub").c_str(), 0700) == 0);
+  for (const std::string& bad : {fifo, link, dir.path + "/sub"}) {
+    // One rank: the dump is rank 0's (no %r), and its init is the one that must say so.
+    auto res = initFailsEverywhere(1, {{"BRAID_TOPO_DUMP_FILE", bad}}, {"BRAID_TOPO_DUMP_FILE", "not replacing"});
+    INFO(bad << "\n" << describe(res));
+    CHECK(allOk(res));
+  }
+  struct stat st;
+  REQUIRE(lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  REQUIRE(lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  REQUIRE(lstat((dir.path + "/sub").c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  char buf[32] = {};
+  f = fopen(target.c_str(), "r");
+  REQUIRE(f != nullptr);
+  CHECK(fgets(buf, sizeof(buf), f) != nullptr);
+  fclose(f);
+  CHECK(std::string(buf) == "precious\n");
+  // Nothing is left beside them (no temporary file).
+  CHECK(system(("test $(ls -A '" + dir.path + "' | wc -l) -eq 4").c_str()) == 0);
+}
+
 TEST_CASE("a rank killed mid-AllReduce makes every other rank fail naming it", "[mp][errors][failure]") {
   const char* transport = GENERATE(as<const char*>{}, "shm", "tcp");
   const int victim = GENERATE(0, 2);  // rank 0 (the hub of failure notices) and an ordinary rank

@@ -213,4 +213,48 @@ TEST_CASE("a log file that cannot be written without blocking is an init error",
   }
 }
 
+TEST_CASE("a topology file must be a regular file; a dump replaces only a regular file", "[unit][config][topo]") {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  topo::TopoFile loaded;
+  // A FIFO: opening it for reading without O_NONBLOCK waited for a writer forever.
+  Status s = topo::loadTopoFile(fifo, &loaded);
+  INFO(s.message());
+  CHECK(mentions(s, fifo.c_str(), "not a regular file"));
+
+  topo::TopoFile f;
+  REQUIRE(topo::loadTopoFile(std::string(BRAID_SOURCE_DIR) + "/topology/examples/cpu-node.topo", &f).ok());
+  const std::string target = dir.file("target");
+  const std::string link = dir.file("link");
+  FILE* t = fopen(target.c_str(), "w");
+  REQUIRE(t != nullptr);
+  fputs("precious\n", t);
+  fclose(t);
+  REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+  for (const std::string& bad : {fifo, link, dir.file("")}) {
+    Status d = topo::dumpTopoFile(bad, f);
+    INFO(bad << ": " << d.message());
+    CHECK(mentions(d, "not a regular file", "not replacing"));
+  }
+  struct stat st;
+  REQUIRE(lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  REQUIRE(lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  char buf[32] = {};
+  t = fopen(target.c_str(), "r");
+  REQUIRE(t != nullptr);
+  CHECK(fgets(buf, sizeof(buf), t) != nullptr);
+  fclose(t);
+  CHECK(std::string(buf) == "precious\n");
+  // A regular file, and a new name, are written.
+  for (const std::string& good : {target, dir.file("new.topo")}) {
+    Status d = topo::dumpTopoFile(good, f);
+    INFO(good << ": " << d.message());
+    REQUIRE(d.ok());
+    REQUIRE(topo::loadTopoFile(good, &loaded).ok());
+  }
+}
+
 }  // namespace braid
