@@ -50,6 +50,8 @@ check "config: one line per declared knob" '[[ $(grep -c "^BRAID_" $TMP/out) == 
 check "config shows each knob's range" 'grep -Eq "^BRAID_HEARTBEAT_MS +1000 +- +0 or 1\.\.3600000 " $TMP/out && grep -Eq "^BRAID_CHECK_MISMATCH .*1\|0\|true" $TMP/out'
 BRAID_HEARTBEAT_MS=9223372036854775807 run --config
 check "config flags an out-of-range value and exits 1" '[[ $rc == 1 ]] && grep -q "invalid: BRAID_HEARTBEAT_MS=9223372036854775807 is out of range (accepted: 0 or 1..3600000)" $TMP/out'
+BRAID_APPROXIMATE=maybe run --plan --ranks 4
+check "plan refuses a boolean it cannot read" '[[ $rc == 2 ]] && grep -q "BRAID_APPROXIMATE=maybe is not a boolean" $TMP/err'
 
 run --dump "$TMP/me.topo"
 check "dump" '[[ $rc == 0 ]] && head -1 $TMP/me.topo | grep -qx "braid-topology 1" && grep -q "^cost " $TMP/me.topo'
