@@ -176,6 +176,9 @@ void setLogRank(int rank) { log_detail::tRank = rank; }
 Status checkLogFile() {
   const std::string file = paramString("BRAID_DEBUG_FILE");
   if (file.empty()) return okStatus();
+  // The logger opens its file first: closing the check's descriptor then is not the last writer
+  // of a pipe going away, which would give its reader an end of file.
+  log_detail::init();
   int fd = -1;
   BRAID_TRY(log_detail::openLogFile(log_detail::expandFileName(file), &fd));
   close(fd);
