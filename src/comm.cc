@@ -120,12 +120,13 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
 }
 
 Status readSettings(double* timeoutSec, uint64_t* chunk) {
+  // Every knob the environment sets, first: a bad value anywhere fails init on every rank, before
+  // any rank waits for another.
+  BRAID_TRY(checkParams());
   int64_t t = 0;
   BRAID_TRY(paramInt("BRAID_TIMEOUT", &t));
-  if (t <= 0) return errorf(braidInvalidArgument, "BRAID_TIMEOUT must be a positive number of seconds");
   size_t c = 0;
   BRAID_TRY(paramSize("BRAID_CHUNK_SIZE", &c));
-  if (c < 64) return errorf(braidInvalidArgument, "BRAID_CHUNK_SIZE must be at least 64 bytes");
   *timeoutSec = static_cast<double>(t);
   *chunk = c;
   int64_t spin = 0;

@@ -59,9 +59,9 @@ Status setupTopology(braidComm* comm, Deadline deadline) {
   }
   BRAID_TRY(local.cost.applyEnv());
   local.hasCost = true;
-  int64_t approx = 0;
-  BRAID_TRY(paramInt("BRAID_APPROXIMATE", &approx));
-  comm->approximate = approx != 0;
+  bool approx = false;
+  BRAID_TRY(paramBool("BRAID_APPROXIMATE", &approx));
+  comm->approximate = approx;
   comm->gossipRounds = local.cost.gossipRounds;
 
   // Hosts, densely numbered in order of their first rank; cores as that rank reports them.

@@ -1,115 +1,310 @@
 #include "src/config.h"
 
+#include <strings.h>
+
 #include <cassert>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "src/log.h"
+
 namespace braid {
 
+namespace {
+
+constexpr double kKi = 1024.0;
+constexpr double kMi = 1024.0 * 1024;
+constexpr double kGi = 1024.0 * 1024 * 1024;
+constexpr double kTi = kGi * 1024;
+// Rank numbers and sizes: the bootstrap's limit (src/comm.cc envInt).
+constexpr double kMaxRanks = 1 << 24;
+// BRAID_TIMEOUT: ten years of seconds. Deadlines are int64 nanoseconds (292 years), so a timeout
+// up to this bound, plus the monotonic clock's reading, cannot overflow.
+constexpr double kMaxTimeoutSec = 10.0 * 365 * 24 * 3600;
+// BRAID_HEARTBEAT_MS: an hour. Times BRAID_HEARTBEAT_MISSES (at most 1000), in nanoseconds:
+// 3.6e18, below INT64_MAX (9.2e18).
+constexpr double kMaxHeartbeatMs = 3600.0 * 1000;
+constexpr double kMaxHeartbeatMisses = 1000;
+// Cost constants: beyond these a "microsecond" or "GB/s" is surely a typo.
+constexpr double kMaxCostUs = 1e6;
+constexpr double kMinCostGbps = 1e-3;
+constexpr double kMaxCostGbps = 1e6;
+constexpr const char* kBoolSpellings = "1|0|true|false|yes|no|on|off";
+
+ParamInfo text(const char* name, const char* def, const char* help) { return {name, def, help}; }
+ParamInfo integer(const char* name, const char* def, double min, double max, const char* help, bool zeroToo = false) {
+  return {name, def, help, ParamKind::kInt, min, max, zeroToo};
+}
+ParamInfo bytes(const char* name, const char* def, double min, double max, const char* help, bool zeroToo = false) {
+  return {name, def, help, ParamKind::kSize, min, max, zeroToo};
+}
+ParamInfo real(const char* name, const char* def, double min, double max, const char* help) {
+  return {name, def, help, ParamKind::kDouble, min, max};
+}
+ParamInfo boolean(const char* name, const char* def, const char* help) { return {name, def, help, ParamKind::kBool}; }
+ParamInfo oneOf(const char* name, const char* def, const char* allowed, const char* help) {
+  return {name, def, help, ParamKind::kEnum, 0, 0, false, allowed};
+}
+ParamInfo listOf(const char* name, const char* def, const char* allowed, const char* help) {
+  return {name, def, help, ParamKind::kList, 0, 0, false, allowed};
+}
+
 // The one table of knobs. Keep it sorted by subsystem; `braid-topo --config` prints it as is.
-static const std::vector<ParamInfo> kParams = {
+// Bounds on sizes keep the products the code forms (slots x slot size x FIFOs, chunk counts) far
+// from overflow.
+const std::vector<ParamInfo> kParams = {
     // Launch and bootstrap.
-    {"BRAID_RANK", "",
-     "this process's rank (set by braidrun; else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"},
-    {"BRAID_WORLD_SIZE", "", "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE)"},
-    {"BRAID_LOCAL_RANK", "", "rank among the ranks of this host (set by braidrun; informational)"},
-    {"BRAID_ROOT", "", "host:port where rank 0 listens for the rendezvous (else MASTER_ADDR:MASTER_PORT+1)"},
-    {"BRAID_SECRET", "", "32 hex digits shared by the job's ranks; without it the secret is derived from the job id"},
-    {"BRAID_JOB_ID", "",
-     "any text unique to this run of the job, the same on every rank: the job id when no launcher sets one"},
-    {"BRAID_HOSTID", "", "host identity override (default hostname + boot id); emulates several hosts on one"},
-    {"BRAID_TIMEOUT", "300", "seconds any wait may last (init, collectives, destroy) before braidTimeout"},
-    {"BRAID_HEARTBEAT_MS", "1000", "liveness heartbeat period between each rank and rank 0, ms (0 = off)"},
-    {"BRAID_HEARTBEAT_MISSES", "5", "heartbeat periods of silence after which a peer is declared stopped"},
-    {"BRAID_CHECK_MISMATCH", "0", "1 = check that all ranks call the same collective, count, type and op"},
+    integer("BRAID_RANK", "", 0, kMaxRanks - 1,
+            "this process's rank (set by braidrun; else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"),
+    integer("BRAID_WORLD_SIZE", "", 1, kMaxRanks,
+            "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE)"),
+    integer("BRAID_LOCAL_RANK", "", 0, kMaxRanks - 1,
+            "rank among the ranks of this host (set by braidrun; informational)"),
+    text("BRAID_ROOT", "", "host:port where rank 0 listens for the rendezvous (else MASTER_ADDR:MASTER_PORT+1)"),
+    text("BRAID_SECRET", "",
+         "32 hex digits shared by the job's ranks; without it the secret is derived from the job id"),
+    text("BRAID_JOB_ID", "",
+         "any text unique to this run of the job, the same on every rank: the job id when no launcher sets one"),
+    text("BRAID_HOSTID", "", "host identity override (default hostname + boot id); emulates several hosts on one"),
+    integer("BRAID_TIMEOUT", "300", 1, kMaxTimeoutSec,
+            "seconds any wait may last (init, collectives, destroy) before braidTimeout"),
+    integer("BRAID_HEARTBEAT_MS", "1000", 1, kMaxHeartbeatMs,
+            "liveness heartbeat period between each rank and rank 0, ms (0 = off)", true),
+    integer("BRAID_HEARTBEAT_MISSES", "5", 1, kMaxHeartbeatMisses,
+            "heartbeat periods of silence after which a peer is declared stopped"),
+    boolean("BRAID_CHECK_MISMATCH", "0", "check that all ranks call the same collective, count, type and op"),
     // Transports.
-    {"BRAID_TRANSPORTS", "shm,tcp", "transports to use, in order of preference"},
-    {"BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"},
-    {"BRAID_SHM_SLOT_SIZE", "256K", "bytes per shared-memory FIFO slot"},
-    {"BRAID_SHM_SLOTS", "8", "slots per shared-memory FIFO (one FIFO per direction per pair)"},
-    {"BRAID_SHM_CMA", "0",
-     "single-copy receives with process_vm_readv: 0, 1, auto (measured slower than the FIFO here)"},
-    {"BRAID_SHM_CMA_MIN", "1M", "smallest message that uses the single-copy path"},
-    {"BRAID_TCP_CHUNK", "512K", "bytes per socket write/read for large tcp messages"},
-    {"BRAID_TCP_SOCKBUF", "4M", "SO_SNDBUF/SO_RCVBUF of tcp data sockets (0 = kernel default)"},
+    listOf("BRAID_TRANSPORTS", "shm,tcp", "shm|tcp", "transports to use, in order of preference"),
+    text("BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"),
+    bytes("BRAID_SHM_SLOT_SIZE", "256K", 64, 64 * kMi,
+          "bytes per shared-memory FIFO slot, a multiple of 64; all FIFOs of a host must fit in half its memory"),
+    integer("BRAID_SHM_SLOTS", "8", 1, 4096, "slots per shared-memory FIFO (one FIFO per direction per pair)"),
+    oneOf("BRAID_SHM_CMA", "0", "0|1|auto",
+          "single-copy receives with process_vm_readv (auto: when the kernel allows; measured slower than the FIFO)"),
+    bytes("BRAID_SHM_CMA_MIN", "1M", 0, kTi, "smallest message that uses the single-copy path"),
+    bytes("BRAID_TCP_CHUNK", "512K", 4 * kKi, 256 * kMi, "bytes per socket write/read for large tcp messages"),
+    // Smaller socket buffers than 64K make every large message crawl (two 256 KiB collectives took
+    // 35 s with 1 byte): the kernel's default, or something that holds a few segments in flight.
+    bytes("BRAID_TCP_SOCKBUF", "4M", 64 * kKi, kGi, "SO_SNDBUF/SO_RCVBUF of tcp data sockets (0 = kernel default)",
+          true),
     // Topology, cost model and algorithm choice.
-    {"BRAID_TOPO_FILE", "", "load the machine and cost constants from this topology file instead of detecting"},
-    {"BRAID_TOPO_DUMP_FILE", "", "write the detected topology here at init (%r = rank, %h = host; else rank 0 only)"},
-    {"BRAID_ALGO", "", "force algorithms: a name for all (ring) or per collective (allreduce:tree;broadcast:ring)"},
-    {"BRAID_APPROXIMATE", "0", "1 = AllReduce with op avg on floats may use approximate gossip averaging"},
-    {"BRAID_GOSSIP_ROUNDS", "0", "gossip AllReduce rounds; 0 = until exact where the graph allows (log2 n)"},
-    {"BRAID_COST_INTRA_ALPHA_US", "0.6", "cost model: microseconds per message step between ranks of one host"},
-    {"BRAID_COST_INTRA_GBPS", "12", "cost model: GB/s a rank moves in and out at once within a host"},
-    {"BRAID_COST_INTER_ALPHA_US", "10", "cost model: microseconds per message step between hosts"},
-    {"BRAID_COST_INTER_GBPS", "2", "cost model: GB/s a rank moves in and out at once between hosts"},
-    {"BRAID_COST_REDUCE_GBPS", "40", "cost model: GB/s of one input a rank reduces"},
-    {"BRAID_COST_OVERSUB_US", "12", "cost model: extra microseconds per step per extra rank sharing a core"},
+    text("BRAID_TOPO_FILE", "", "load the machine and cost constants from this regular file instead of detecting"),
+    text("BRAID_TOPO_DUMP_FILE", "",
+         "write the detected topology here at init (%r = rank, %h = host; else rank 0 only); only a regular file or "
+         "a new name is written"),
+    text("BRAID_ALGO", "", "force algorithms: a name for all (ring) or per collective (allreduce:tree;broadcast:ring)"),
+    boolean("BRAID_APPROXIMATE", "0", "AllReduce with op avg on floats may use approximate gossip averaging"),
+    integer("BRAID_GOSSIP_ROUNDS", "0", 0, 64,
+            "gossip AllReduce rounds; 0 = until exact where the graph allows (log2 n)"),
+    real("BRAID_COST_INTRA_ALPHA_US", "0.6", 0, kMaxCostUs,
+         "cost model: microseconds per message step between ranks of one host"),
+    real("BRAID_COST_INTRA_GBPS", "12", kMinCostGbps, kMaxCostGbps,
+         "cost model: GB/s a rank moves in and out at once within a host"),
+    real("BRAID_COST_INTER_ALPHA_US", "10", 0, kMaxCostUs, "cost model: microseconds per message step between hosts"),
+    real("BRAID_COST_INTER_GBPS", "2", kMinCostGbps, kMaxCostGbps,
+         "cost model: GB/s a rank moves in and out at once between hosts"),
+    real("BRAID_COST_REDUCE_GBPS", "40", kMinCostGbps, kMaxCostGbps, "cost model: GB/s of one input a rank reduces"),
+    real("BRAID_COST_OVERSUB_US", "12", 0, kMaxCostUs,
+         "cost model: extra microseconds per step per extra rank sharing a core"),
     // Algorithms and executor.
-    {"BRAID_CHUNK_SIZE", "256K", "pipelining chunk of the ring and chain algorithms, in bytes"},
-    {"BRAID_SPIN_US", "50", "microseconds a waiter spins before yielding the CPU"},
+    bytes("BRAID_CHUNK_SIZE", "256K", 64, kGi, "pipelining chunk of the ring and chain algorithms, in bytes"),
+    integer("BRAID_SPIN_US", "50", 0, 1e6, "microseconds a waiter spins before yielding the CPU"),
     // Logging.
-    {"BRAID_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
-    {"BRAID_DEBUG_SUBSYS", "ALL", "log subsystems: INIT,COLL,NET,SHM,P2P,TOPO,TUNE,PLAN,BOOT (^X excludes)"},
-    {"BRAID_DEBUG_FILE", "", "log to this file instead of stderr; %h = host, %p = pid"},
-    {"BRAID_SIMD", "", "cap the reduction kernels' instruction set: scalar, avx2, avx512"},
+    oneOf("BRAID_DEBUG", "WARN", "NONE|WARN|INFO|TRACE|0", "log level (0 = NONE)"),
+    listOf("BRAID_DEBUG_SUBSYS", "ALL", "^INIT|COLL|NET|SHM|P2P|TOPO|TUNE|PLAN|BOOT|PROXY|ALL",
+           "log subsystems, comma-separated (^ first excludes the ones listed)"),
+    text("BRAID_DEBUG_FILE", "",
+         "log to this file instead of stderr (%h = host, %p = pid): a regular file, a character device or a pipe "
+         "with a reader"),
+    oneOf("BRAID_SIMD", "", "scalar|avx2|avx512", "cap the reduction kernels' instruction set"),
 };
 
-const std::vector<ParamInfo>& allParams() { return kParams; }
-
-static const ParamInfo* findParam(const char* name) {
+const ParamInfo* findParam(const char* name) {
   for (const auto& p : kParams)
     if (strcmp(p.name, name) == 0) return &p;
   return nullptr;
 }
 
-std::string paramString(const char* name) {
+const ParamInfo& declared(const char* name) {
   const ParamInfo* p = findParam(name);
   assert(p != nullptr && "undeclared BRAID_* parameter");
-  const char* env = getenv(name);
-  if (env != nullptr && env[0] != '\0') return env;
-  return p != nullptr ? p->defaultValue : "";
+  static const ParamInfo kUndeclared = text("?", "", "undeclared");
+  return p != nullptr ? *p : kUndeclared;
 }
 
-static Status parseInt(const char* name, const std::string& text, int64_t multiplierAllowed, int64_t* out) {
+// 1048576 -> "1M", 65 -> "65": a bound as a user would type it.
+std::string sizeText(double v) {
+  if (v >= kTi && std::fmod(v, kTi) == 0) return std::to_string(static_cast<int64_t>(v / kTi)) + "T";
+  if (v >= kGi && std::fmod(v, kGi) == 0) return std::to_string(static_cast<int64_t>(v / kGi)) + "G";
+  if (v >= kMi && std::fmod(v, kMi) == 0) return std::to_string(static_cast<int64_t>(v / kMi)) + "M";
+  if (v >= kKi && std::fmod(v, kKi) == 0) return std::to_string(static_cast<int64_t>(v / kKi)) + "K";
+  return std::to_string(static_cast<int64_t>(v));
+}
+
+// The allowed spellings of an enum or list, without the list's ^ marker.
+std::vector<std::string> spellings(const ParamInfo& p) {
+  std::vector<std::string> out;
+  std::string all = p.allowed != nullptr ? p.allowed : "";
+  if (!all.empty() && all[0] == '^') all.erase(0, 1);
+  size_t pos = 0;
+  while (pos <= all.size()) {
+    size_t bar = all.find('|', pos);
+    if (bar == std::string::npos) bar = all.size();
+    out.push_back(all.substr(pos, bar - pos));
+    pos = bar + 1;
+  }
+  return out;
+}
+
+Status outOfRange(const ParamInfo& p, const std::string& text, const char* what) {
+  return errorf(braidInvalidArgument, "%s=%s %s (accepted: %s)", p.name, text.c_str(), what, paramRange(p).c_str());
+}
+
+Status checkRange(const ParamInfo& p, const std::string& text, double v) {
+  if (p.zeroToo && v == 0) return okStatus();
+  if (!(v >= p.min && v <= p.max)) return outOfRange(p, text, "is out of range");
+  return okStatus();
+}
+
+Status parseDouble(const ParamInfo& p, const std::string& text, double* value) {
   errno = 0;
   char* end = nullptr;
-  long long v = strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str())
-    return errorf(braidInvalidArgument, "%s=%s is not an integer", name, text.c_str());
+  double v = strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || !std::isfinite(v))
+    return outOfRange(p, text, "is not a number");
+  BRAID_TRY(checkRange(p, text, v));
+  *value = v;
+  return okStatus();
+}
+
+Status parseEnum(const ParamInfo& p, const std::string& text, std::string* value) {
+  for (const std::string& s : spellings(p))
+    if (strcasecmp(s.c_str(), text.c_str()) == 0) {
+      *value = s;
+      return okStatus();
+    }
+  return outOfRange(p, text, "is not one of the accepted values");
+}
+
+Status parseList(const ParamInfo& p, const std::string& text) {
+  const bool negatable = p.allowed != nullptr && p.allowed[0] == '^';
+  size_t pos = negatable && !text.empty() && text[0] == '^' ? 1 : 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    std::string canonical;
+    if (!parseEnum(p, item, &canonical).ok())
+      return errorf(braidInvalidArgument, "%s=%s: unknown item '%s' (accepted: %s)", p.name, text.c_str(), item.c_str(),
+                    paramRange(p).c_str());
+  }
+  return okStatus();
+}
+
+// The environment's value of a knob, "" when unset or empty.
+std::string envValue(const ParamInfo& p) {
+  const char* env = getenv(p.name);
+  return env != nullptr ? env : "";
+}
+
+}  // namespace
+
+const std::vector<ParamInfo>& allParams() { return kParams; }
+
+std::string paramRange(const ParamInfo& p) {
+  char buf[96];
+  switch (p.kind) {
+    case ParamKind::kInt:
+      snprintf(buf, sizeof(buf), "%s%.0f..%.0f", p.zeroToo ? "0 or " : "", p.min, p.max);
+      return buf;
+    case ParamKind::kSize:
+      return std::string(p.zeroToo ? "0 or " : "") + sizeText(p.min) + ".." + sizeText(p.max);
+    case ParamKind::kDouble:
+      snprintf(buf, sizeof(buf), "%g..%g", p.min, p.max);
+      return buf;
+    case ParamKind::kBool:
+      return kBoolSpellings;
+    case ParamKind::kEnum:
+      return p.allowed;
+    case ParamKind::kList: {
+      const bool negatable = p.allowed[0] == '^';
+      return std::string("list of ") + (negatable ? p.allowed + 1 : p.allowed) + (negatable ? ", ^ excludes" : "");
+    }
+    case ParamKind::kString:
+      break;
+  }
+  return "";
+}
+
+std::string paramString(const char* name) {
+  const ParamInfo& p = declared(name);
+  const std::string env = envValue(p);
+  return !env.empty() ? env : p.defaultValue;
+}
+
+Status parseParamInt(const ParamInfo& p, const std::string& text, int64_t* value) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = strtoll(text.c_str(), &end, 10);
+  const bool sized = p.kind == ParamKind::kSize;
+  const char* notA = sized ? "is not a size such as 256K" : "is not an integer";
+  if (end == text.c_str()) return outOfRange(p, text, notA);
+  if (errno == ERANGE) return outOfRange(p, text, "is out of range");
   int64_t mult = 1;
-  if (multiplierAllowed && *end != '\0') {
+  if (sized && *end != '\0') {
     switch (*end) {
       case 'k':
       case 'K':
-        mult = 1LL << 10;
+        mult = int64_t{1} << 10;
         ++end;
         break;
       case 'm':
       case 'M':
-        mult = 1LL << 20;
+        mult = int64_t{1} << 20;
         ++end;
         break;
       case 'g':
       case 'G':
-        mult = 1LL << 30;
+        mult = int64_t{1} << 30;
         ++end;
         break;
       default:
         break;
     }
   }
-  if (*end != '\0')
-    return errorf(braidInvalidArgument, "%s=%s is not %s", name, text.c_str(),
-                  multiplierAllowed ? "a size (e.g. 256K)" : "an integer");
-  *out = static_cast<int64_t>(v) * mult;
+  if (*end != '\0') return outOfRange(p, text, notA);
+  // 18014398509482240K wraps to 256K in a plain signed multiply.
+  int64_t scaled = 0;
+  if (__builtin_mul_overflow(static_cast<int64_t>(v), mult, &scaled)) return outOfRange(p, text, "is out of range");
+  if (p.kind == ParamKind::kInt || sized) BRAID_TRY(checkRange(p, text, static_cast<double>(scaled)));
+  *value = scaled;
   return okStatus();
+}
+
+Status parseParamBool(const ParamInfo& p, const std::string& text, bool* value) {
+  static const char* kTrue[] = {"1", "true", "yes", "on"};
+  static const char* kFalse[] = {"0", "false", "no", "off"};
+  for (const char* t : kTrue)
+    if (strcasecmp(text.c_str(), t) == 0) {
+      *value = true;
+      return okStatus();
+    }
+  for (const char* f : kFalse)
+    if (strcasecmp(text.c_str(), f) == 0) {
+      *value = false;
+      return okStatus();
+    }
+  return outOfRange(p, text, "is not a boolean");
 }
 
 Status paramInt(const char* name, int64_t* value) {
   int64_t v = 0;
-  BRAID_TRY(parseInt(name, paramString(name), 0, &v));
+  BRAID_TRY(parseParamInt(declared(name), paramString(name), &v));
   *value = v;
   return okStatus();
 }
@@ -120,21 +315,13 @@ int64_t paramIntOr(const char* name, int64_t fallback) {
 }
 
 Status paramDouble(const char* name, double* value) {
-  std::string text = paramString(name);
-  errno = 0;
-  char* end = nullptr;
-  double v = strtod(text.c_str(), &end);
-  if (errno != 0 || end == text.c_str() || *end != '\0' || !std::isfinite(v))
-    return errorf(braidInvalidArgument, "%s=%s is not a number", name, text.c_str());
+  double v = 0;
+  BRAID_TRY(parseDouble(declared(name), paramString(name), &v));
   *value = v;
   return okStatus();
 }
 
-const char* paramDefault(const char* name) {
-  const ParamInfo* p = findParam(name);
-  assert(p != nullptr && "undeclared BRAID_* parameter");
-  return p != nullptr ? p->defaultValue : "";
-}
+const char* paramDefault(const char* name) { return declared(name).defaultValue; }
 
 bool paramIsSet(const char* name) {
   const char* env = getenv(name);
@@ -143,9 +330,64 @@ bool paramIsSet(const char* name) {
 
 Status paramSize(const char* name, size_t* value) {
   int64_t v = 0;
-  BRAID_TRY(parseInt(name, paramString(name), 1, &v));
+  BRAID_TRY(parseParamInt(declared(name), paramString(name), &v));
   if (v < 0) return errorf(braidInvalidArgument, "%s must not be negative", name);
   *value = static_cast<size_t>(v);
+  return okStatus();
+}
+
+Status paramBool(const char* name, bool* value) {
+  bool v = false;
+  BRAID_TRY(parseParamBool(declared(name), paramString(name), &v));
+  *value = v;
+  return okStatus();
+}
+
+bool paramBoolOr(const char* name, bool fallback) {
+  bool v = false;
+  return paramBool(name, &v).ok() ? v : fallback;
+}
+
+Status paramEnum(const char* name, std::string* value) {
+  const ParamInfo& p = declared(name);
+  const std::string text = paramString(name);
+  std::string v;
+  if (!text.empty()) BRAID_TRY(parseEnum(p, text, &v));
+  *value = v;
+  return okStatus();
+}
+
+Status checkParam(const char* name) {
+  const ParamInfo& p = declared(name);
+  const std::string text = envValue(p);
+  if (text.empty()) return okStatus();
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  std::string e;
+  switch (p.kind) {
+    case ParamKind::kInt:
+    case ParamKind::kSize:
+      return parseParamInt(p, text, &i);
+    case ParamKind::kDouble:
+      return parseDouble(p, text, &d);
+    case ParamKind::kBool:
+      return parseParamBool(p, text, &b);
+    case ParamKind::kEnum:
+      return parseEnum(p, text, &e);
+    case ParamKind::kList:
+      return parseList(p, text);
+    case ParamKind::kString:
+      break;
+  }
+  return okStatus();
+}
+
+Status checkParams() {
+  for (const ParamInfo& p : kParams) BRAID_TRY(checkParam(p.name));
+  // The logger falls back to stderr with a warning (it may run before any communicator); an
+  // init with a log file that cannot be used fails instead.
+  if (paramIsSet("BRAID_DEBUG_FILE")) BRAID_TRY(checkLogFile().withContext("BRAID_DEBUG_FILE"));
   return okStatus();
 }
 

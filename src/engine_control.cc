@@ -265,10 +265,13 @@ Status Engine::readHeartbeatSettings() {
   int64_t ms = 0, misses = 0;
   BRAID_TRY(paramInt("BRAID_HEARTBEAT_MS", &ms));
   BRAID_TRY(paramInt("BRAID_HEARTBEAT_MISSES", &misses));
-  if (ms < 0) return errorf(braidInvalidArgument, "BRAID_HEARTBEAT_MS must be 0 (off) or a positive number");
-  if (misses < 1) return errorf(braidInvalidArgument, "BRAID_HEARTBEAT_MISSES must be at least 1");
-  heartbeatNs_ = ms * 1000000;
-  silenceNs_ = heartbeatNs_ * misses;
+  // paramInt holds both to their declared ranges (an hour, a thousand), whose product in ns fits
+  // in int64; checked products keep a wider table from wrapping into a negative period, which
+  // once failed healthy jobs at their first op.
+  if (ms < 0 || misses < 1 || __builtin_mul_overflow(ms, int64_t{1000000}, &heartbeatNs_) ||
+      __builtin_mul_overflow(heartbeatNs_, misses, &silenceNs_))
+    return errorf(braidInvalidArgument, "BRAID_HEARTBEAT_MS=%lld x BRAID_HEARTBEAT_MISSES=%lld is out of range",
+                  static_cast<long long>(ms), static_cast<long long>(misses));
   // Early progress reports: a tenth of the period on small communicators; on large ones rank 0
   // would read too many, so only the heartbeats carry progress there.
   reportNs_ = comm_->nranks <= 64 ? heartbeatNs_ / 10 : 0;

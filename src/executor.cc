@@ -62,7 +62,7 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
   timeoutSec_ = comm->timeoutSec;
   chunkBytes_ = comm->chunkBytes;
   spinNs_ = paramIntOr("BRAID_SPIN_US", 50) * 1000;
-  checkMismatch_ = paramIntOr("BRAID_CHECK_MISMATCH", 0) != 0;
+  checkMismatch_ = paramBoolOr("BRAID_CHECK_MISMATCH", false);  // validated by checkParams at init
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;

@@ -1,5 +1,7 @@
 #include "src/log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -75,26 +77,67 @@ std::string expandFileName(const std::string& pattern) {
   return out;
 }
 
+// Opens the log file for appending. O_NONBLOCK makes the open of a FIFO without a reader fail
+// (ENXIO) instead of waiting for one forever; writes then block as they would on stderr.
+Status openLogFile(const std::string& path, int* out) {
+  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ENXIO)
+    return errorf(braidInvalidArgument, "log file %s is a FIFO that nobody reads, or a socket", path.c_str());
+  // A setting the user can fix, so braidInvalidArgument like the other settings.
+  if (fd < 0) return errorf(braidInvalidArgument, "cannot open log file %s: %s", path.c_str(), strerror(errno));
+  struct stat st;
+  int flags = fcntl(fd, F_GETFL);
+  if (fstat(fd, &st) != 0 || flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd);
+    return systemError(e, "log file %s", path.c_str());
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+    close(fd);
+    return errorf(braidInvalidArgument, "log file %s is not a regular file, a character device or a pipe",
+                  path.c_str());
+  }
+  *out = fd;
+  return okStatus();
+}
+
+// One line on stderr, in the logger's format, for a setting the logger cannot follow: it may run
+// before any communicator, so it cannot fail anything; the communicator's init fails on the same
+// setting (checkParams).
+void warnFallback(const Status& why, const char* fallback) {
+  fprintf(stderr, "%s:%d braid WARN %s; %s\n", gHost, getpid(), why.message().c_str(), fallback);
+}
+
 void doInit() {
-  std::string level = paramString("BRAID_DEBUG");
-  int l = static_cast<int>(LogLevel::kWarn);
-  if (strcasecmp(level.c_str(), "NONE") == 0 || level == "0") l = static_cast<int>(LogLevel::kNone);
-  if (strcasecmp(level.c_str(), "INFO") == 0) l = static_cast<int>(LogLevel::kInfo);
-  if (strcasecmp(level.c_str(), "TRACE") == 0) l = static_cast<int>(LogLevel::kTrace);
-  // Naming subsystems without a level means "show me those": INFO for them.
-  const char* lv = getenv("BRAID_DEBUG");
-  const char* ss = getenv("BRAID_DEBUG_SUBSYS");
-  if ((lv == nullptr || lv[0] == '\0') && ss != nullptr && ss[0] != '\0') l = static_cast<int>(LogLevel::kInfo);
   gethostname(gHost, sizeof(gHost) - 1);
   char* dot = strchr(gHost, '.');
   if (dot != nullptr) *dot = '\0';
+  std::string level;
+  Status levelOk = paramEnum("BRAID_DEBUG", &level);
+  if (!levelOk.ok()) warnFallback(levelOk, "logging at WARN");
+  int l = static_cast<int>(LogLevel::kWarn);
+  if (level == "NONE" || level == "0") l = static_cast<int>(LogLevel::kNone);
+  if (level == "INFO") l = static_cast<int>(LogLevel::kInfo);
+  if (level == "TRACE") l = static_cast<int>(LogLevel::kTrace);
+  // Naming subsystems without a level means "show me those": INFO for them.
+  if (!paramIsSet("BRAID_DEBUG") && paramIsSet("BRAID_DEBUG_SUBSYS")) l = static_cast<int>(LogLevel::kInfo);
+  Status subsysOk = checkParam("BRAID_DEBUG_SUBSYS");
+  if (!subsysOk.ok()) warnFallback(subsysOk, "ignoring the unknown names");
   gSubsys.store(parseSubsys(paramString("BRAID_DEBUG_SUBSYS")), std::memory_order_relaxed);
   std::string file = paramString("BRAID_DEBUG_FILE");
   if (!file.empty()) {
-    FILE* f = fopen(expandFileName(file).c_str(), "a");
+    int fd = -1;
+    Status opened = openLogFile(expandFileName(file), &fd);
+    FILE* f = opened.ok() ? fdopen(fd, "a") : nullptr;
+    if (opened.ok() && f == nullptr) {
+      opened = systemError(errno, "log file %s", file.c_str());
+      close(fd);
+    }
     if (f != nullptr) {
       setvbuf(f, nullptr, _IOLBF, 0);
       gOut = f;
+    } else {
+      warnFallback(opened.withContext("BRAID_DEBUG_FILE"), "logging to stderr");
     }
   }
   gLevel.store(l, std::memory_order_release);
@@ -129,5 +172,17 @@ void write(LogLevel level, uint32_t subsys, const char* file, int line, const ch
 }  // namespace log_detail
 
 void setLogRank(int rank) { log_detail::tRank = rank; }
+
+Status checkLogFile() {
+  const std::string file = paramString("BRAID_DEBUG_FILE");
+  if (file.empty()) return okStatus();
+  // The logger opens its file first: closing the check's descriptor then is not the last writer
+  // of a pipe going away, which would give its reader an end of file.
+  log_detail::init();
+  int fd = -1;
+  BRAID_TRY(log_detail::openLogFile(log_detail::expandFileName(file), &fd));
+  close(fd);
+  return okStatus();
+}
 
 }  // namespace braid

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "src/status.h"
+
 namespace braid {
 
 enum class LogLevel : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
@@ -42,6 +44,12 @@ inline bool enabled(LogLevel level, uint32_t subsys) {
 
 // The rank printed in log lines of this thread ("[3]"); -1 prints nothing.
 void setLogRank(int rank);
+
+// Whether BRAID_DEBUG_FILE names something the logger can write to without blocking: a regular
+// file (created when missing), a character device (/dev/null, a terminal) or a pipe that has a
+// reader (/dev/stderr when stderr is a pipe). A FIFO without a reader, a directory or a socket is
+// an error naming the path. Opens and closes the file (creating it, as the logger would).
+Status checkLogFile();
 
 }  // namespace braid
 

@@ -14,7 +14,10 @@
 //   min(-0, +0) is +0 and min(+0, -0) is -0, as with the scalar expression.
 #include "src/reduce.h"
 
+#include <strings.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -145,7 +148,13 @@ bool initKernels() {
     for (auto& row : table.kernels) row[braidAvg] = row[braidSum];
   }
   // Read once, here: BRAID_SIMD is meant for tests and comparisons, set before the process starts.
-  gActiveLevel = selectSimdLevel(std::getenv("BRAID_SIMD"));
+  // This runs during static initialization, before the config table (another translation unit)
+  // may exist, so the variable is read directly; a communicator's init refuses a bad value
+  // (checkParams), and a process that never makes one is told here, once.
+  const char* cap = std::getenv("BRAID_SIMD");
+  if (cap != nullptr && cap[0] != '\0' && !knownSimdLevel(cap))
+    fprintf(stderr, "braid WARN BRAID_SIMD=%s is not scalar, avx2 or avx512; using the best this CPU has\n", cap);
+  gActiveLevel = selectSimdLevel(cap);
   gActive = gLevelTables[static_cast<int>(gActiveLevel)];
   return true;
 }
@@ -410,11 +419,17 @@ bool simdLevelSupported(SimdLevel level) {
 #endif
 }
 
+bool knownSimdLevel(const char* cap) {
+  for (int i = 0; i < kNumSimdLevels; ++i)
+    if (strcasecmp(cap, kSimdLevelNames[i]) == 0) return true;
+  return false;
+}
+
 SimdLevel selectSimdLevel(const char* cap) {
   int limit = kNumSimdLevels - 1;
   if (cap != nullptr) {
     for (int i = 0; i < kNumSimdLevels; ++i) {
-      if (std::strcmp(cap, kSimdLevelNames[i]) == 0) limit = i;
+      if (strcasecmp(cap, kSimdLevelNames[i]) == 0) limit = i;
     }
   }
   for (int i = limit; i > 0; --i) {

@@ -26,6 +26,8 @@ bool simdLevelSupported(SimdLevel level);
 // The best supported level, capped by `cap` ("scalar", "avx2" or "avx512", the values of
 // BRAID_SIMD). A null, empty or unknown cap means no cap. Thread-safe.
 SimdLevel selectSimdLevel(const char* cap);
+// Whether `cap` is one of the spellings above (any case).
+bool knownSimdLevel(const char* cap);
 
 // The level reduceKernel() uses (chosen once, when the library is loaded).
 SimdLevel activeSimdLevel();

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "src/config.h"
 #include "tools/braid_topo_plan.h"
 #include "topology/topology.h"
 
@@ -169,10 +170,14 @@ int runPlan(const Options& o, const TopoFile& f) {
     fprintf(stderr, "braid-topo: --plan wants --ranks N (or --load a file with a cluster line)\n");
     return kExitUsage;
   }
-  const char* approx = getenv("BRAID_APPROXIMATE");
-  const char* algo = getenv("BRAID_ALGO");
-  return tools::printPlan(cluster, f.cost, o.coll.empty() ? "allreduce" : o.coll, algo != nullptr ? algo : "",
-                          approx != nullptr && strcmp(approx, "0") != 0 && approx[0] != '\0');
+  // The spellings a communicator accepts ("off" was read as on here).
+  bool approx = false;
+  Status s = paramBool("BRAID_APPROXIMATE", &approx);
+  if (!s.ok()) {
+    fprintf(stderr, "braid-topo: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  return tools::printPlan(cluster, f.cost, o.coll.empty() ? "allreduce" : o.coll, paramString("BRAID_ALGO"), approx);
 }
 
 int runConfig(const Options&) { return tools::printConfig(); }

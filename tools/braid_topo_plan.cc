@@ -92,20 +92,29 @@ int printPlan(const topo::ClusterShape& cluster, const topo::CostParams& cost, c
     const double algbw = t > 0 ? bytes / (t * 1e3) : 0;  // GB/s
     char alt[32] = "-";
     if (!std::isinf(t2)) snprintf(alt, sizeof(alt), "%.2f", t2);
-    printf("%12s  %-18s %12.2f %10.2f %10.2f  %-18s %12s\n", sizeText(bytes).c_str(), algoNameFor(cn->coll, pick), t, algbw,
-           algbw * bus, std::isinf(t2) ? "-" : algoName(second), alt);
+    printf("%12s  %-18s %12.2f %10.2f %10.2f  %-18s %12s\n", sizeText(bytes).c_str(), algoNameFor(cn->coll, pick), t,
+           algbw, algbw * bus, std::isinf(t2) ? "-" : algoName(second), alt);
   }
   return 0;
 }
 
 int printConfig() {
-  printf("%-28s %-10s %-16s %s\n", "variable", "default", "value", "help");
+  // The value column says when the environment's value would fail init (checkParam's message).
+  printf("%-28s %-10s %-16s %-28s %s\n", "variable", "default", "value", "accepted", "help");
+  int bad = 0;
   for (const ParamInfo& p : allParams()) {
     const char* env = getenv(p.name);
     std::string value = env != nullptr && env[0] != '\0' ? env : "-";
-    printf("%-28s %-10s %-16s %s\n", p.name, p.defaultValue[0] ? p.defaultValue : "-", value.c_str(), p.help);
+    const std::string range = paramRange(p);
+    printf("%-28s %-10s %-16s %-28s %s\n", p.name, p.defaultValue[0] ? p.defaultValue : "-", value.c_str(),
+           range.empty() ? "text" : range.c_str(), p.help);
+    Status s = checkParam(p.name);
+    if (!s.ok()) {
+      printf("%-28s   ^ invalid: %s\n", "", s.message().c_str());
+      ++bad;
+    }
   }
-  return 0;
+  return bad == 0 ? 0 : 1;
 }
 
 }  // namespace braid::tools

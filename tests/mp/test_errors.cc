@@ -1,5 +1,6 @@
 // Bad input gets a clear error and changes nothing; a dead peer becomes an error naming it.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/bootstrap.h"
@@ -91,6 +93,142 @@ TEST_CASE("bad configuration is a clear error at init", "[mp][errors]") {
     INFO(var << "=" << value << "\n" << describe(res));
     REQUIRE(allOk(res));
   }
+}
+
+// Each of n ranks inits with env; every rank must fail with braidInvalidArgument and a message
+// holding every needle. A rank that hangs is killed at the harness deadline and fails the check.
+static std::vector<RankResult> initFailsEverywhere(int n, const Env& env, std::vector<std::string> needles) {
+  braidUniqueId uid;
+  if (braidGetUniqueId(&uid) != braidSuccess) return std::vector<RankResult>(n);
+  return forkRanks(
+      n, env,
+      [&](int rank, int size) {
+        braidComm_t c = nullptr;
+        braidResult_t r = braidCommInitRank(&c, size, uid, rank);
+        if (r != braidInvalidArgument)
+          return fail(rank, "init gave %s: %s", braidGetErrorString(r), braidGetLastError());
+        for (const std::string& needle : needles)
+          if (strstr(braidGetLastError(), needle.c_str()) == nullptr)
+            return fail(rank, "message lacks '%s': %s", needle.c_str(), braidGetLastError());
+        return 0;
+      },
+      120);
+}
+
+// A private directory for FIFOs, links and dumps; removed with its entries.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    char tmpl[] = "/tmp/braid-errors-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path = tmpl;
+  }
+  ~ScratchDir() {
+    if (!path.empty()) (void)system(("rm -rf '" + path + "'").c_str());
+  }
+};
+
+TEST_CASE("a setting out of its range fails init on every rank naming the variable and the range", "[mp][errors]") {
+  ScratchDir dir;
+  REQUIRE(!dir.path.empty());
+  // Each of these was accepted and misbehaved later: a negative heartbeat period (a healthy job
+  // failed at its first op), a deadline in the past, a slot size wrapped to 256K or an 8 GiB
+  // segment per rank, a crawling socket, a check silently left off, logs silently at WARN.
+  for (auto [var, value, needle] : {
+           std::tuple{"BRAID_HEARTBEAT_MS", "9223372036854775807", "0 or 1..3600000"},
+           std::tuple{"BRAID_HEARTBEAT_MISSES", "4611686018427387904", "1..1000"},
+           std::tuple{"BRAID_TIMEOUT", "99999999999", "1..315360000"},
+           std::tuple{"BRAID_SHM_SLOT_SIZE", "18014398509482240K", "64..64M"},
+           std::tuple{"BRAID_SHM_SLOT_SIZE", "1G", "64..64M"},
+           std::tuple{"BRAID_TCP_SOCKBUF", "1", "0 or 64K..1G"},
+           std::tuple{"BRAID_CHECK_MISMATCH", "abc", "true"},
+           std::tuple{"BRAID_APPROXIMATE", "7x", "true"},
+           std::tuple{"BRAID_DEBUG", "LOUD", "NONE|WARN|INFO|TRACE"},
+           std::tuple{"BRAID_SIMD", "sse9", "scalar|avx2|avx512"},
+           std::tuple{"BRAID_DEBUG_SUBSYS", "INIT,BOGUS", "'BOGUS'"},
+       }) {
+    auto res = initFailsEverywhere(2, {{var, value}}, {std::string(var), needle});
+    INFO(var << "=" << value << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+  // A log file that cannot be opened (a directory) fails init too, instead of logging elsewhere
+  // in silence.
+  auto res = initFailsEverywhere(2, {{"BRAID_DEBUG_FILE", dir.path}}, {"BRAID_DEBUG_FILE", dir.path});
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("shared-memory FIFOs that need more than half of the host's memory fail init", "[mp][errors][shm]") {
+  // Each setting is in range, the product is not: 64M x 4096 slots is 256 GiB per FIFO. Before the
+  // bound, BRAID_SHM_SLOT_SIZE=1G made each rank populate an 8 GiB segment.
+  auto res =
+      initFailsEverywhere(2, {{"BRAID_SHM_SLOT_SIZE", "64M"}, {"BRAID_SHM_SLOTS", "4096"}, {"BRAID_TRANSPORTS", "shm"}},
+                          {"BRAID_SHM_SLOT_SIZE", "BRAID_SHM_SLOTS", "half of this host"});
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("BRAID_CHECK_MISMATCH takes the usual spellings of true", "[mp][errors][mismatch]") {
+  const char* spelling = GENERATE(as<const char*>{}, "true", "yes", "ON");
+  INFO("BRAID_CHECK_MISMATCH=" << spelling);
+  auto res =
+      runComm(2, {{"BRAID_CHECK_MISMATCH", spelling}, {"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int) {
+        // Sum on one rank, max on the other: with the check off both "succeed" with
+        // different results.
+        std::vector<float> v(64, 1.0f + rank);
+        braidResult_t r =
+            braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, rank == 0 ? braidSum : braidMax, comm, nullptr);
+        if (r != braidInvalidUsage) return fail(rank, "mismatched ops gave %s", braidGetErrorString(r));
+        return 0;
+      });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a FIFO as BRAID_TOPO_FILE or BRAID_DEBUG_FILE fails init instead of hanging", "[mp][errors][topo]") {
+  ScratchDir dir;
+  REQUIRE(!dir.path.empty());
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // Opening a FIFO waits for the other end: past BRAID_TIMEOUT, forever.
+  for (const char* var : {"BRAID_TOPO_FILE", "BRAID_DEBUG_FILE"}) {
+    auto res = initFailsEverywhere(2, {{var, fifo}, {"BRAID_TIMEOUT", "30"}}, {var, fifo});
+    INFO(var << "=" << fifo << "\n" << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
+
+TEST_CASE("BRAID_TOPO_DUMP_FILE never replaces a FIFO or symlink or directory", "[mp][errors][topo]") {
+  ScratchDir dir;
+  REQUIRE(!dir.path.empty());
+  const std::string fifo = dir.path + "/fifo", target = dir.path + "/target", link = dir.path + "/link";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  FILE* f = fopen(target.c_str(), "w");
+  REQUIRE(f != nullptr);
+  fputs("precious\n", f);
+  fclose(f);
+  REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+  REQUIRE(mkdir((dir.path + "/sub").c_str(), 0700) == 0);
+  for (const std::string& bad : {fifo, link, dir.path + "/sub"}) {
+    // One rank: the dump is rank 0's (no %r), and its init is the one that must say so.
+    auto res = initFailsEverywhere(1, {{"BRAID_TOPO_DUMP_FILE", bad}}, {"BRAID_TOPO_DUMP_FILE", "not replacing"});
+    INFO(bad << "\n" << describe(res));
+    CHECK(allOk(res));
+  }
+  struct stat st;
+  REQUIRE(lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  REQUIRE(lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  REQUIRE(lstat((dir.path + "/sub").c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  char buf[32] = {};
+  f = fopen(target.c_str(), "r");
+  REQUIRE(f != nullptr);
+  CHECK(fgets(buf, sizeof(buf), f) != nullptr);
+  fclose(f);
+  CHECK(std::string(buf) == "precious\n");
+  // Nothing is left beside them (no temporary file).
+  CHECK(system(("test $(ls -A '" + dir.path + "' | wc -l) -eq 4").c_str()) == 0);
 }
 
 TEST_CASE("a rank killed mid-AllReduce makes every other rank fail naming it", "[mp][errors][failure]") {

@@ -55,7 +55,8 @@ struct Config {
   size_t cmaMin = 0;
 };
 
-Status loadConfig(Config* out) {
+// nfifos: this rank's shm peers, one FIFO each in its segment.
+Status loadConfig(size_t nfifos, Config* out) {
   Config c;
   BRAID_TRY(paramSize("BRAID_SHM_SLOT_SIZE", &c.slotSize));
   if (c.slotSize < kCacheLine || c.slotSize % kCacheLine != 0 || c.slotSize > kMaxSlotSize)
@@ -67,8 +68,22 @@ Status loadConfig(Config* out) {
     return errorf(braidInvalidArgument, "BRAID_SHM_SLOTS=%lld must be between 1 and %lld",
                   static_cast<long long>(slots), static_cast<long long>(kMaxSlots));
   c.nslots = static_cast<uint32_t>(slots);
+  // Every rank of this host (this one and its nfifos shm peers) creates and populates a segment of
+  // nfifos FIFOs. Half the host's memory for all of them leaves room for the job's own buffers;
+  // beyond that a slot size such as 1G pushes the host into swap or the OOM killer.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const long physPages = sysconf(_SC_PHYS_PAGES);
+  const size_t hostBytes = physPages > 0 ? static_cast<size_t>(physPages) * page : SIZE_MAX;
+  size_t perRank = 0, needed = 0;
+  if (__builtin_mul_overflow(fifoBytes(c.slotSize, c.nslots, page), nfifos, &perRank) ||
+      __builtin_mul_overflow(perRank, nfifos + 1, &needed) || needed > hostBytes / 2)
+    return errorf(braidInvalidArgument,
+                  "BRAID_SHM_SLOT_SIZE=%zu x BRAID_SHM_SLOTS=%u x %zu FIFOs per rank x %zu ranks on this host needs "
+                  "more than half of this host's %zu MiB of memory",
+                  c.slotSize, c.nslots, nfifos, nfifos + 1, hostBytes >> 20);
   BRAID_TRY(paramSize("BRAID_SHM_CMA_MIN", &c.cmaMin));
-  std::string mode = paramString("BRAID_SHM_CMA");
+  std::string mode;
+  BRAID_TRY(paramEnum("BRAID_SHM_CMA", &mode));
   if (mode == "auto") {
     c.cma = CmaMode::kAuto;
   } else if (mode == "0") {
@@ -285,7 +300,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
                              std::vector<std::unique_ptr<Link>>* out) {
   const size_t n = peers.size();
   Config cfg;
-  Status local = loadConfig(&cfg);
+  Status local = loadConfig(n, &cfg);
   if (local.ok()) local = checkPeerList(ctx, peers);
   if (local.ok()) local = randomBytes(probeToken_, sizeof(probeToken_));
   OwnSegment own;
