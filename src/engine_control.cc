@@ -45,7 +45,7 @@ std::string rankRanges(const std::vector<int>& ranks) {
 
 }  // namespace
 
-void Engine::fail(const Status& s, int culprit, bool notify, int skip) {
+void Engine::fail(const Status& s, int culprit, bool notify, int skip, const std::string& relayText) {
   const int n = comm_->nranks;
   if (culprit < -1 || culprit >= n) culprit = -1;
   bool first = false, newCulprit = false;
@@ -84,7 +84,7 @@ void Engine::fail(const Status& s, int culprit, bool notify, int skip) {
     for (int r = 1; r < n; ++r) {
       if (r == skip || (r == culprit && type != CtrlType::kTimeout)) continue;
       (void)comm_->boot->sendCtrl(r, CtrlType::kProgress, 0, progress);
-      (void)comm_->boot->sendCtrl(r, type, culprit, s.message());
+      (void)comm_->boot->sendCtrl(r, type, culprit, relayText.empty() ? s.message() : relayText);
     }
   } else {
     (void)comm_->boot->sendCtrl(0, type, culprit, s.message());
@@ -102,7 +102,7 @@ std::vector<int> Engine::failedRanks() const {
   return failedRanks_;
 }
 
-std::string Engine::reachedText(uint64_t seq) const {
+std::string Engine::reachedText(uint64_t seq, bool timedOut) const {
   std::vector<int> reached, behind;
   std::string detail;
   {
@@ -126,6 +126,12 @@ std::string Engine::reachedText(uint64_t seq) const {
   auto ranks = [](const std::vector<int>& v) { return (v.size() == 1 ? "rank " : "ranks ") + rankRanges(v); };
   std::string out = "; reached by " + (reached.empty() ? std::string("no rank") : ranks(reached));
   if (!behind.empty()) out += "; the others last reported " + detail + (behind.size() > 8 ? ", ..." : "");
+  // Every rank posted the call and still it did not finish: the ranks wait for each other, which
+  // happens when their calls differ (a Reduce whose ranks name different roots, say).
+  if (timedOut && behind.empty() && static_cast<int>(reached.size()) == comm_->nranks)
+    out +=
+        "; every rank posted it, so their calls likely differ (root, count, datatype or op; BRAID_CHECK_MISMATCH=1 "
+        "compares them)";
   return out;
 }
 
@@ -158,13 +164,15 @@ void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
     case CtrlType::kAbort:
     case CtrlType::kTimeout:
     case CtrlType::kUsage: {
+      // A notice that blames this very rank (another rank waited for us, or took us for stopped)
+      // says so: read here, "waiting for rank 1" would otherwise seem to be our own wait.
       Status s(msg.type == CtrlType::kTimeout ? braidTimeout
                : msg.type == CtrlType::kUsage ? braidInvalidUsage
                                               : braidRemoteError,
-               msg.text);
+               msg.rank == comm_->rank ? msg.text + " (this rank)" : msg.text);
       // Rank 0 passes a notice on to everyone but its sender; the others apply it.
       if (comm_->rank == 0)
-        fail(s, msg.rank, true, peer);
+        fail(s, msg.rank, true, peer, msg.text);
       else
         fail(s, msg.rank, false);
       break;

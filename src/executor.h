@@ -117,8 +117,9 @@ class Engine {
 
   // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
   // the rank at fault (-1 unknown), recorded in failedRanks() even when the communicator had failed
-  // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`).
-  void fail(const Status& s, int culprit, bool notify, int skip = -1);
+  // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`, with
+  // relayText instead of s's message when given: a notice passed on as it came).
+  void fail(const Status& s, int culprit, bool notify, int skip = -1, const std::string& relayText = {});
   // After fail(): completes every pending operation with the failure and returns once no thread
   // is left inside wait() or test() (braidCommAbort frees the engine next).
   void abortWaiters();
@@ -168,8 +169,9 @@ class Engine {
   // that has been silent for too long.
   void heartbeat(int64_t now);
   Status readHeartbeatSettings();
-  // " reached by ranks 0-1,3; not by rank 2 (at #16)" for the op with sequence number seq.
-  std::string reachedText(uint64_t seq) const;
+  // " reached by ranks 0-1,3; not by rank 2 (at #16)" for the op with sequence number seq. timedOut:
+  // the op timed out, so a call that every rank reached points at calls that differ.
+  std::string reachedText(uint64_t seq, bool timedOut) const;
 
   // epoll tags besides control sockets (whose tag is the peer's rank).
   static constexpr uint64_t kWakeTag = UINT64_MAX;
