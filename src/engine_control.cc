@@ -203,39 +203,51 @@ bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
       continue;
     }
     if (tag == kLinkTag) continue;
-    const int peer = static_cast<int>(tag);
-    while (!gone_[peer]) {
-      bool got = false, eof = false;
-      Bootstrap::CtrlMsg msg;
-      Status s = comm_->boot->pollCtrl(peer, &got, &msg, &eof);
-      if (!s.ok()) {
-        gone_[peer] = 1;
-        comm_->boot->closeCtrl(peer);
-        fail(s.withContext("control connection of " + comm_->describeRank(peer)), peer, true);
-        break;
-      }
-      if (got) {
-        lastHeard_[peer] = nowNs();
-        heard_[peer] = 1;
-        onControl(peer, msg);
-        continue;
-      }
-      if (eof) {
-        gone_[peer] = 1;
-        comm_->boot->closeCtrl(peer);
-        fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
-                    comm_->describeRank(peer).c_str()),
-             peer, true);
-        if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
-      }
-      break;
-    }
+    servePeer(static_cast<int>(tag));
   }
   return woken;
 }
 
+void Engine::servePeer(int peer) {
+  while (!gone_[peer]) {
+    bool got = false, eof = false;
+    Bootstrap::CtrlMsg msg;
+    Status s = comm_->boot->pollCtrl(peer, &got, &msg, &eof);
+    if (!s.ok()) {
+      gone_[peer] = 1;
+      comm_->boot->closeCtrl(peer);
+      fail(s.withContext("control connection of " + comm_->describeRank(peer)), peer, true);
+      return;
+    }
+    if (got) {
+      lastHeard_[peer] = nowNs();
+      heard_[peer] = 1;
+      onControl(peer, msg);
+      continue;
+    }
+    if (eof) {
+      gone_[peer] = 1;
+      comm_->boot->closeCtrl(peer);
+      fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
+                  comm_->describeRank(peer).c_str()),
+           peer, true);
+      if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    return;
+  }
+}
+
 void Engine::heartbeat(int64_t now) {
   if (heartbeatNs_ == 0) return;
+  // The background thread looks here on every turn of its loop, at least every kIdleSleepUs. A gap
+  // of more than a heartbeat period means the judge itself did not run (SIGSTOP, a suspended VM, a
+  // starved core): the silence it would measure across the gap says nothing about the peers, so
+  // their silence clocks skip it.
+  if (lastLookNs_ != 0 && now - lastLookNs_ > heartbeatNs_) {
+    const int64_t away = now - lastLookNs_;
+    for (int64_t& t : lastHeard_) t = std::min(now, t + away);
+  }
+  lastLookNs_ = now;
   // Called on every turn of the background loop: the common case returns before building anything.
   const uint64_t mine = postedSeq_.load(std::memory_order_relaxed);
   if (now < nextBeatNs_) {
@@ -257,7 +269,12 @@ void Engine::heartbeat(int64_t now) {
     (void)comm_->boot->sendCtrl(r, CtrlType::kHeartbeat, comm_->rank, beat);
     // Until a peer's first heartbeat, allow for init skew: it may still be connecting its links
     // (a dead one closes its control socket; a stopped one is caught by the init deadline).
-    if (now - lastHeard_[r] <= (heard_[r] ? silenceNs_ : std::max(silenceNs_, initGraceNs_))) continue;
+    const auto allowed = [&] { return heard_[r] ? silenceNs_ : std::max(silenceNs_, initGraceNs_); };
+    if (now - lastHeard_[r] <= allowed()) continue;
+    // Silence is judged on what the peer sent, not on what we happened to read: its heartbeats or
+    // its goodbye may wait unread on the socket (we were busy or stopped). Read them first.
+    servePeer(r);
+    if (gone_[r] || now - lastHeard_[r] <= allowed()) continue;
     gone_[r] = 1;
     fail(errorf(braidTimeout,
                 "%s stopped answering: no heartbeat for %.1f s (BRAID_HEARTBEAT_MS=%lld x "

@@ -163,6 +163,8 @@ class Engine {
   void bgLoop();
   // Returns whether the wake eventfd fired (a post or a departing waiter).
   bool serveControl(int64_t timeoutUs, bool withLinks = false);
+  // Reads and handles every control message already queued from `peer`; notes its goodbye or death.
+  void servePeer(int peer);
   // One control message from `peer` (src/engine_control.cc).
   void onControl(int peer, const Bootstrap::CtrlMsg& msg);
   // Heartbeats (background thread): sends ours when due and fails the communicator naming a peer
@@ -240,7 +242,8 @@ class Engine {
   int64_t heartbeatNs_ = 0;     // BRAID_HEARTBEAT_MS; 0 = off
   int64_t silenceNs_ = 0;       // heartbeatNs_ * BRAID_HEARTBEAT_MISSES
   int64_t nextBeatNs_ = 0;
-  int64_t reportNs_ = 0;  // early progress reports (non-root ranks), 0 = off
+  int64_t lastLookNs_ = 0;  // heartbeat()'s previous call, to tell our own stops from the peers
+  int64_t reportNs_ = 0;    // early progress reports (non-root ranks), 0 = off
   int64_t nextReportNs_ = 0;
   uint64_t lastReported_ = 0;
   std::atomic<int> departed_{0};

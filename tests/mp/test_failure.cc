@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ void expectOnlyKilled(const std::vector<RankResult>& res, int victim) {
 struct Shared {
   int64_t killNs;
   int32_t victimPid;
+  int32_t left;  // ranks that finished braidCommDestroy
   int64_t detectNs[8];
 };
 
@@ -91,6 +93,29 @@ int checkAndShrink(braidComm_t comm, int rank, int size, int victim, braidResult
       return fail(rank, "shrunk AllReduce: [%zu] = %d", i, v[i]);
   CHECK_BRAID(rank, braidCommDestroy(small));
   return 0;
+}
+
+// Whether process pid is stopped (state T in /proc/<pid>/stat).
+bool isStopped(pid_t pid) {
+  char path[64], buf[256] = {};
+  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = fopen(path, "r");
+  if (f == nullptr) return false;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  const char* paren = strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  return n > 0 && paren != nullptr && paren[1] == ' ' && paren[2] == 'T';
+}
+
+std::string readFile(const char* path) {
+  std::string out;
+  FILE* f = fopen(path, "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  fclose(f);
+  return out;
 }
 
 }  // namespace
@@ -343,5 +368,59 @@ TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the n
     return 0;
   });
   expectOnlyKilled(res, 3);
+  munmap(shared, sizeof(*shared));
+}
+
+TEST_CASE("a rank resumed after SIGSTOP reads its peers' goodbyes before it judges their silence", "[mp][failure]") {
+  // Rank 0 (it watches every rank) is stopped for longer than BRAID_HEARTBEAT_MS x MISSES while
+  // ranks 1 and 2 leave cleanly; resumed, it must find their goodbyes, not blame their silence.
+  Shared* shared = mapShared();
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  char logPath[] = "/tmp/braid-test-sigstop-XXXXXX";
+  const int logFd = mkstemp(logPath);
+  REQUIRE(logFd >= 0);
+  auto res = forkRanks(
+      3, {{"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "100"}, {"BRAID_HEARTBEAT_MISSES", "3"}},
+      [&](int rank, int size) {
+        if (rank == 0) dup2(logFd, 2);  // its warnings, for the parent to read
+        braidComm_t comm = nullptr;
+        CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+        // Long enough for every rank to have heard the others' heartbeats: silence counts from then.
+        float f = 1.0f;
+        for (int i = 0; i < 3; ++i) {
+          CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidMax, comm, nullptr));
+          usleep(100 * 1000);
+        }
+        CHECK_BRAID(rank, braidBarrier(comm, nullptr));
+        if (rank == 0) {
+          __atomic_store_n(&shared->victimPid, getpid(), __ATOMIC_SEQ_CST);
+          raise(SIGSTOP);
+          braidResult_t async = braidSuccess;
+          CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
+          if (async != braidSuccess) return fail(rank, "async error after SIGCONT: %s", braidGetLastError());
+          // Destroy waits for the goodbyes, which the background thread reads after its first look.
+          CHECK_BRAID(rank, braidCommDestroy(comm));
+          return 0;
+        }
+        pid_t victim = 0;
+        while ((victim = __atomic_load_n(&shared->victimPid, __ATOMIC_SEQ_CST)) == 0 || !isStopped(victim))
+          usleep(1000);
+        CHECK_BRAID(rank, braidCommDestroy(comm));
+        if (__atomic_add_fetch(&shared->left, 1, __ATOMIC_SEQ_CST) == size - 1) {
+          // The last to leave: keep rank 0 stopped for three times heartbeat x misses, then resume it.
+          usleep(900 * 1000);
+          kill(victim, SIGCONT);
+        }
+        return 0;
+      },
+      120);
+  close(logFd);
+  const std::string log = readFile(logPath);
+  unlink(logPath);
+  INFO(describe(res) << "\nrank 0 log:\n" << log);
+  CHECK(allOk(res));
+  CHECK(log.find("stopped answering") == std::string::npos);
+  CHECK(log.find("communicator failed") == std::string::npos);
   munmap(shared, sizeof(*shared));
 }
