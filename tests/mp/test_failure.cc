@@ -525,3 +525,57 @@ TEST_CASE("a rank killed during shm setup leaves no segment of the job in /dev/s
   }
   printf("shm kill during init (victim rank %d): inside the window in %d of %d runs\n", victim, hits, rounds);
 }
+
+TEST_CASE("a rank resumed after SIGSTOP learns it was the one stopped and blames no live peer", "[mp][failure]") {
+  // Rank 0 is stopped; ranks 1 and 2 stay alive, keep beating and rightly declare rank 0 stopped.
+  // Resumed, rank 0 must read their notice (it names rank 0), not take their silence toward a
+  // stopped process for theirs.
+  Shared* shared = mapShared();
+  auto res = runComm(
+      3, {{"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "100"}, {"BRAID_HEARTBEAT_MISSES", "3"}},
+      [&](braidComm_t comm, int rank, int size) {
+        float f = 1.0f;
+        for (int i = 0; i < 3; ++i) {  // every rank hears the others' heartbeats before the stop
+          CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidMax, comm, nullptr));
+          usleep(100 * 1000);
+        }
+        CHECK_BRAID(rank, braidBarrier(comm, nullptr));
+        braidResult_t async = braidSuccess;
+        if (rank == 0) {
+          __atomic_store_n(&shared->victimPid, getpid(), __ATOMIC_SEQ_CST);
+          raise(SIGSTOP);
+          for (int i = 0; i < 60000 && async == braidSuccess; ++i) {
+            CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
+            if (async == braidSuccess) usleep(1000);
+          }
+          std::string msg = braidGetLastError();
+          __atomic_store_n(&shared->killNs, 1, __ATOMIC_SEQ_CST);  // the others may go
+          // Who "stopped answering" is the rank named last before those words.
+          const size_t stopped = msg.find(" stopped answering");
+          const size_t named = stopped == std::string::npos ? std::string::npos : msg.rfind("rank ", stopped);
+          if (named != std::string::npos && atoi(msg.c_str() + named + 5) != 0)
+            return fail(rank, "blames a live rank: %s", msg.c_str());
+          if (async != braidTimeout || msg.find("rank 0 (host") == std::string::npos ||
+              msg.find("stopped answering") == std::string::npos || msg.find("(this rank)") == std::string::npos)
+            return fail(rank, "expected the notice that this rank stopped, got %s: %s", braidGetErrorString(async),
+                        msg.c_str());
+          return 0;
+        }
+        pid_t victim = 0;
+        while ((victim = __atomic_load_n(&shared->victimPid, __ATOMIC_SEQ_CST)) == 0 || !isStopped(victim))
+          usleep(1000);
+        while (async == braidSuccess) {  // the heartbeats find the stopped rank 0
+          CHECK_BRAID(rank, braidCommGetAsyncError(comm, &async));
+          if (async == braidSuccess) usleep(1000);
+        }
+        if (async != braidTimeout || strstr(braidGetLastError(), "rank 0 (host") == nullptr)
+          return fail(rank, "expected a timeout naming rank 0: %s", braidGetLastError());
+        if (__atomic_add_fetch(&shared->left, 1, __ATOMIC_SEQ_CST) == size - 1) kill(victim, SIGCONT);
+        while (__atomic_load_n(&shared->killNs, __ATOMIC_SEQ_CST) == 0) usleep(1000);
+        return 0;
+      },
+      120);
+  INFO(describe(res));
+  CHECK(allOk(res));
+  munmap(shared, sizeof(*shared));
+}
