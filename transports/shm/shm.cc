@@ -335,8 +335,9 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
                              std::vector<std::unique_ptr<Link>>* out) {
   const size_t n = peers.size();
   Config cfg;
-  Status local = loadConfig(&cfg);
-  if (local.ok()) local = checkPeerList(ctx, peers);
+  Status local = checkPeerList(ctx, peers);
+  const bool peersValid = local.ok();  // only then may peers[] index the records below
+  if (local.ok()) local = loadConfig(&cfg);
   if (local.ok()) local = randomBytes(probeToken_, sizeof(probeToken_));
   std::string prefix;
   if (local.ok() && n > 0) local = randomPrefix(&prefix);
@@ -353,7 +354,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
   // From here every exit unlinks what it can: our names (OwnSegment) and our peers' names for us.
   PeerNames theirs;
   theirs.names.resize(n);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && peersValid; ++i) {
     const int p = peers[i];
     all[p].prefix[sizeof(all[p].prefix) - 1] = '\0';
     if (all[p].status == braidSuccess && validPrefix(all[p])) {
