@@ -3,20 +3,19 @@
 // messages by single copy with process_vm_readv (CMA) where the kernel allows it.
 //
 // Each rank creates one segment per shm peer, holding the FIFO toward that peer (we are its
-// sender), named /braid-<our pid>-<random>-<peer rank>. A name in /dev/shm outlives a process that
-// is killed, so connect() keeps names short-lived and known to someone who can remove them:
-//   1. allGather #1: the name prefix, setup status, pid, and a CMA probe address + token. Nothing
-//      exists yet, and from here on every peer knows the names it will be given;
-//   2. create the segments (we are now known to be in step with every peer);
-//   3. allGather #2: everyone's creation status;
-//   4. open each peer's segment for us and unlink its name at once (we are its only reader), verify
+// sender), named /braid-<our pid>-<communicator id>-<random>-<peer rank>. A name in /dev/shm
+// outlives a process that is killed, so connect() keeps names short-lived and removable by others:
+//   1. create the segments;
+//   2. allGather #1: the names' prefix, setup status, pid, and a CMA probe address + token;
+//   3. open each peer's segment for us and unlink its name at once (we are its only reader), verify
 //      the header (magic, version, communicator, rank, secret), probe process_vm_readv on the
 //      peer's token, and tell the peer in the FIFO whether we accept CMA descriptors;
-//   5. allGather #3: everyone's status (a barrier: all peers attached and probed); where the peer
+//   4. allGather #2: everyone's status (a barrier: all peers attached and probed); where the peer
 //      accepts CMA, enable it on the send side.
-// Whatever happens after #1, connect() unlinks on its way out both its own names and the ones its
-// peers made for it, so a name stays behind only if its creator and its reader both die between
-// steps 2 and 4 (braidrun removes those: the pid in the name says whose they are).
+// On any way out of connect() a rank unlinks its own names and those its peers made for it: known
+// from #1, or, when #1 failed (a peer died before its record went out), found in /dev/shm by the
+// peer's pid (from the rank table), the communicator and our rank. So a name stays behind only if
+// its creator and its reader both die during setup; braidrun removes those by the creator's pid.
 // Any failure anywhere makes every rank return an error naming the rank, instead of some ranks
 // waiting for peers that gave up.
 //
@@ -25,6 +24,7 @@
 // 12-15 GB/s, and a 2-rank AllReduce with CMA for 256 KiB chunks ran at half the FIFO's bandwidth.
 // BRAID_SHM_CMA_MIN (1M) above the executor's chunk size keeps it out of collectives by default.
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -89,7 +89,7 @@ Status loadConfig(Config* out) {
 
 // What each rank contributes to allGather #1 (fixed size, whatever the number of shm peers).
 struct ConnectRecord {
-  char prefix[48];     // our segments' names less "-<peer rank>", "" when we have no shm peers
+  char prefix[64];     // our segments' names less "-<peer rank>", "" when we have no shm peers
   int32_t status;      // braidResult_t of our setup so far
   int32_t pid;         // for process_vm_readv and liveness checks
   uint64_t probeAddr;  // where probeToken lives in our address space
@@ -124,16 +124,6 @@ struct OwnSegment {
   ~OwnSegment() { unlink(); }
 };
 
-// The names that peers created for us: unlinked when connect() returns, in case the peer made
-// one and then could not tell us (it died or failed), or we never got as far as opening it.
-struct PeerNames {
-  std::vector<std::string> names;
-  ~PeerNames() {
-    for (const std::string& n : names)
-      if (!n.empty()) unlinkName(n);
-  }
-};
-
 size_t pageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
 Status randomBytes(void* buf, size_t n) {
@@ -150,14 +140,21 @@ Status randomBytes(void* buf, size_t n) {
   return okStatus();
 }
 
-// "/braid-<pid>-" starts every name that process `pid` creates: what braidrun looks for.
-std::string pidPrefix(int pid) { return "/braid-" + std::to_string(pid) + "-"; }
+// "/braid-<pid>-<communicator id>-" starts every name that process `pid` creates for a communicator;
+// "/braid-<pid>-" is what braidrun looks for.
+std::string commPrefix(int pid, uint64_t commId) {
+  char id[17];
+  snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(commId));
+  return "/braid-" + std::to_string(pid) + "-" + id + "-";
+}
 
-// "/braid-<pid>-<96 random bits>": another user cannot guess it, so it cannot be taken before us.
-Status randomPrefix(std::string* prefix) {
-  unsigned char r[12];
+constexpr size_t kRandomHex = 24;  // 96 bits: another user cannot guess a name to take it before us
+
+// commPrefix + 96 random bits.
+Status randomPrefix(uint64_t commId, std::string* prefix) {
+  unsigned char r[kRandomHex / 2];
   BRAID_TRY(randomBytes(r, sizeof(r)));
-  std::string out = pidPrefix(static_cast<int>(getpid()));
+  std::string out = commPrefix(static_cast<int>(getpid()), commId);
   char hex[3];
   for (unsigned char c : r) {
     snprintf(hex, sizeof(hex), "%02x", c);
@@ -167,12 +164,12 @@ Status randomPrefix(std::string* prefix) {
   return okStatus();
 }
 
-// Whether a peer's record names segments the way randomPrefix does, with the peer's own pid: we
-// unlink names built from it, so it must not point anywhere else.
-bool validPrefix(const ConnectRecord& r) {
-  const std::string want = pidPrefix(r.pid);
+// Whether a peer's record names segments the way randomPrefix does, with the peer's own pid and
+// our communicator: we unlink names built from it, so it must not point anywhere else.
+bool validPrefix(const ConnectRecord& r, uint64_t commId) {
+  const std::string want = commPrefix(r.pid, commId);
   const size_t len = strnlen(r.prefix, sizeof(r.prefix));
-  if (len != want.size() + 24 || strncmp(r.prefix, want.c_str(), want.size()) != 0) return false;
+  if (len != want.size() + kRandomHex || strncmp(r.prefix, want.c_str(), want.size()) != 0) return false;
   for (size_t i = want.size(); i < len; ++i)
     if (!isxdigit(static_cast<unsigned char>(r.prefix[i]))) return false;
   return true;
@@ -185,14 +182,48 @@ std::string segmentName(const char* prefix, int receiver) {
   return name;
 }
 
+// Unlinks the segments that process creatorPid made for rank `receiver` of this communicator,
+// whatever their random part: for when its record, which says the name, never arrived.
+void unlinkFoundNames(int creatorPid, uint64_t commId, int receiver) {
+  const std::string head = commPrefix(creatorPid, commId).substr(1);  // entries have no leading '/'
+  std::string tail(1, '-');
+  tail += std::to_string(receiver);
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = readdir(dir)) {
+    const size_t len = strlen(e->d_name);
+    if (len == head.size() + kRandomHex + tail.size() && strncmp(e->d_name, head.c_str(), head.size()) == 0 &&
+        strcmp(e->d_name + len - tail.size(), tail.c_str()) == 0)
+      unlinkName(std::string("/") + e->d_name);
+  }
+  closedir(dir);
+}
+
+// The names that peers created for us, unlinked when connect() returns: the peer may have made
+// one and then failed or died, or we never got as far as opening it.
+struct PeerNames {
+  const TransportContext* ctx = nullptr;
+  std::vector<int> peers;          // empty when the peer list was invalid: then we know no one
+  std::vector<std::string> names;  // by peer index, from allGather #1
+  bool gathered = false;           // allGather #1 completed (else the names are to be found)
+  ~PeerNames() {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (gathered && !names[i].empty())
+        unlinkName(names[i]);
+      else if (!gathered)
+        unlinkFoundNames((*ctx->peers)[peers[i]].pid, ctx->commId, ctx->rank);
+    }
+  }
+};
+
 // Creates, sizes and maps the segment holding our FIFO toward `peer`, then writes its header.
 Status createSegment(const TransportContext& ctx, int peer, const Config& cfg, OwnSegment* seg) {
   const size_t page = pageSize();
   seg->headerBytes = headerBytes(1, page);
   const size_t fifo = fifoBytes(cfg.slotSize, cfg.nslots, page);
   const size_t total = seg->headerBytes + fifo;
-  // The name was announced in allGather #1, so there is no retry under another name: EEXIST means
-  // someone took it, which 96 random bits make an attack, not chance.
+  // No retry under another name: with our pid and 96 random bits in it, EEXIST means that someone
+  // took the name on purpose.
   int fd = shm_open(seg->name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0)
     return systemError(errno,
@@ -340,7 +371,17 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
   if (local.ok()) local = loadConfig(&cfg);
   if (local.ok()) local = randomBytes(probeToken_, sizeof(probeToken_));
   std::string prefix;
-  if (local.ok() && n > 0) local = randomPrefix(&prefix);
+  if (local.ok() && n > 0) local = randomPrefix(ctx.commId, &prefix);
+  std::vector<OwnSegment> own(n);
+  for (size_t i = 0; i < n && local.ok(); ++i) {
+    own[i].name = segmentName(prefix.c_str(), peers[i]);
+    local = createSegment(ctx, peers[i], cfg, &own[i]);
+  }
+  // From here every way out unlinks what it can: our names (OwnSegment) and our peers' for us.
+  PeerNames theirs;
+  theirs.ctx = &ctx;
+  if (peersValid) theirs.peers = peers;
+  theirs.names.resize(n);
 
   ConnectRecord mine{};
   snprintf(mine.prefix, sizeof(mine.prefix), "%s", prefix.c_str());
@@ -350,39 +391,23 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
   memcpy(mine.probeToken, probeToken_, sizeof(probeToken_));
   std::vector<ConnectRecord> all(ctx.nranks);
   BRAID_TRY(ctx.allGather(&mine, sizeof(mine), all.data()).withContext("shm setup: exchanging segment names"));
-
-  // From here every exit unlinks what it can: our names (OwnSegment) and our peers' names for us.
-  PeerNames theirs;
-  theirs.names.resize(n);
-  for (size_t i = 0; i < n && peersValid; ++i) {
-    const int p = peers[i];
-    all[p].prefix[sizeof(all[p].prefix) - 1] = '\0';
-    if (all[p].status == braidSuccess && validPrefix(all[p])) {
-      theirs.names[i] = segmentName(all[p].prefix, ctx.rank);
-    } else if (local.ok()) {
-      local = all[p].status != braidSuccess
-                  ? errorf(braidRemoteError, "shm setup failed on peer %s", who(ctx, p).c_str())
-                  : errorf(braidRemoteError, "peer %s announced a malformed shm segment name", who(ctx, p).c_str());
-    }
+  theirs.gathered = true;
+  for (size_t i = 0; i < theirs.peers.size(); ++i) {
+    ConnectRecord& r = all[peers[i]];
+    r.prefix[sizeof(r.prefix) - 1] = '\0';
+    // A peer that failed may still have made ours before it did: its prefix counts either way.
+    const bool named = validPrefix(r, ctx.commId);
+    if (named) theirs.names[i] = segmentName(r.prefix, ctx.rank);
+    if (local.ok() && r.status != braidSuccess)
+      local = errorf(braidRemoteError, "shm setup failed on peer %s", who(ctx, peers[i]).c_str());
+    else if (local.ok() && !named)
+      local = errorf(braidRemoteError, "peer %s announced a malformed shm segment name", who(ctx, peers[i]).c_str());
   }
-  std::vector<OwnSegment> own(n);
-  for (size_t i = 0; i < n && local.ok(); ++i) {
-    own[i].name = segmentName(prefix.c_str(), peers[i]);
-    local = createSegment(ctx, peers[i], cfg, &own[i]);
-  }
-  int32_t created = local.code();
-  std::vector<int32_t> createdAll(ctx.nranks);
-  BRAID_TRY(ctx.allGather(&created, sizeof(created), createdAll.data())
-                .withContext("shm setup: exchanging segment creation status"));
 
   std::vector<std::unique_ptr<ShmLink>> links(n);
   for (size_t i = 0; i < n && local.ok(); ++i) {
     const int p = peers[i];
     const ConnectRecord& r = all[p];
-    if (createdAll[p] != braidSuccess) {
-      local = errorf(braidRemoteError, "shm setup failed on peer %s", who(ctx, p).c_str());
-      break;
-    }
     LinkSetup s;
     s.peerRank = p;
     s.peerPid = r.pid;
@@ -403,7 +428,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
     }
     s.cmaRecv = probed;
     links[i] = std::make_unique<ShmLink>(std::move(s));
-    // Read by the peer after allGather #3 (the barrier orders it; release/acquire for the record).
+    // Read by the peer after allGather #2 (the barrier orders it; release/acquire for the record).
     links[i]->inControl()->cmaAccept.store(links[i]->cmaRecv() ? 1 : 0, std::memory_order_release);
   }
 
@@ -416,7 +441,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
     return local;
   }
   for (int r = 0; r < ctx.nranks; ++r) {
-    if (all[r].status != braidSuccess || createdAll[r] != braidSuccess || statuses[r] != braidSuccess)
+    if (all[r].status != braidSuccess || statuses[r] != braidSuccess)
       return errorf(braidRemoteError, "shm transport setup failed on %s", who(ctx, r).c_str());
   }
 
