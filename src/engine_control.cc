@@ -26,6 +26,10 @@ namespace braid {
 
 namespace {
 
+// Ten times the background loop's longest sleep (kIdleSleepUs, 10 ms): a shorter gap between two
+// heartbeat checks is the loop's normal pace, not a stop, even with a heartbeat period below it.
+constexpr int64_t kJudgeAwayNs = 100 * 1000000LL;
+
 // "0-2,5,7-9"
 std::string rankRanges(const std::vector<int>& ranks) {
   std::string out;
@@ -240,10 +244,10 @@ void Engine::servePeer(int peer) {
 void Engine::heartbeat(int64_t now) {
   if (heartbeatNs_ == 0) return;
   // The background thread looks here on every turn of its loop, at least every kIdleSleepUs. A gap
-  // of more than a heartbeat period means the judge itself did not run (SIGSTOP, a suspended VM, a
-  // starved core): the silence it would measure across the gap says nothing about the peers, so
-  // their silence clocks skip it.
-  if (lastLookNs_ != 0 && now - lastLookNs_ > heartbeatNs_) {
+  // longer than both a heartbeat period and kJudgeAwayNs means the judge itself did not run
+  // (SIGSTOP, a suspended VM, a starved core): the silence it would measure across the gap says
+  // nothing about the peers, so their silence clocks skip it.
+  if (lastLookNs_ != 0 && now - lastLookNs_ > std::max(heartbeatNs_, kJudgeAwayNs)) {
     const int64_t away = now - lastLookNs_;
     for (int64_t& t : lastHeard_) t = std::min(now, t + away);
   }
