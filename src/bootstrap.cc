@@ -89,6 +89,7 @@ Status Bootstrap::init(const UniqueIdData& id, int rank, int nranks, const PeerI
   }
   for (int r = 0; r < nranks; ++r) (*table)[r].rank = r;
   b->inbuf_.resize(b->socks_.size());
+  b->peers_ = *table;
   *out = std::move(b);
   return okStatus();
 }
@@ -97,25 +98,29 @@ Status Bootstrap::allGather(const void* mine, size_t bytes, void* all, Deadline 
   char* out = static_cast<char*>(all);
   uint64_t len = bytes;
   uint8_t word[sizeof(uint64_t)];
+  // The socket layer knows no ranks: each failure is named here, by the peer and the direction.
   if (rank_ != 0) {
-    BRAID_TRY(sendAll(socks_[0].get(), &len, sizeof(len), deadline));
-    BRAID_TRY(sendAll(socks_[0].get(), mine, bytes, deadline));
-    BRAID_TRY(recvAll(socks_[0].get(), word, sizeof(word), deadline));
-    BRAID_TRY(decodeGatherLength(word, sizeof(word), bytes * nranks_).withContext("allgather from rank 0"));
-    return recvAll(socks_[0].get(), out, bytes * nranks_, deadline);
+    Status s = sendAll(socks_[0].get(), &len, sizeof(len), deadline);
+    if (s.ok()) s = sendAll(socks_[0].get(), mine, bytes, deadline);
+    if (!s.ok()) return s.withContext("allgather: sending our " + std::to_string(bytes) + " bytes to " + describe(0));
+    s = recvAll(socks_[0].get(), word, sizeof(word), deadline);
+    if (s.ok()) s = decodeGatherLength(word, sizeof(word), bytes * nranks_);
+    if (s.ok()) s = recvAll(socks_[0].get(), out, bytes * nranks_, deadline);
+    if (!s.ok()) return s.withContext("allgather: receiving everyone's records from " + describe(0));
+    return okStatus();
   }
   memcpy(out, mine, bytes);
   for (int r = 1; r < nranks_; ++r) {
     Status s = recvAll(socks_[r].get(), word, sizeof(word), deadline);
     if (s.ok()) s = decodeGatherLength(word, sizeof(word), bytes);
     if (s.ok()) s = recvAll(socks_[r].get(), out + r * bytes, bytes, deadline);
-    if (!s.ok()) return s.withContext("allgather from rank " + std::to_string(r));
+    if (!s.ok()) return s.withContext("allgather: receiving the record of " + describe(r));
   }
   uint64_t total = bytes * nranks_;
   for (int r = 1; r < nranks_; ++r) {
     Status s = sendAll(socks_[r].get(), &total, sizeof(total), deadline);
     if (s.ok()) s = sendAll(socks_[r].get(), out, total, deadline);
-    if (!s.ok()) return s.withContext("allgather to rank " + std::to_string(r));
+    if (!s.ok()) return s.withContext("allgather: sending everyone's records to " + describe(r));
   }
   return okStatus();
 }

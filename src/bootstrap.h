@@ -76,11 +76,13 @@ class Bootstrap {
   void closeCtrl(int rank);
 
  private:
+  std::string describe(int r) const { return describePeer(peers_, r); }
   Bootstrap() = default;
   int rank_ = 0;
   int nranks_ = 0;
   std::vector<Fd> socks_;  // rank 0: per rank; others: [0] = root
   std::vector<std::string> inbuf_;
+  std::vector<PeerInfo> peers_;  // the rank table, to name the peer in errors
   std::mutex sendMu_;
 };
 

@@ -10,12 +10,14 @@
 #include "src/config.h"
 #include "src/log.h"
 
-std::string braidComm::describeRank(int r) const {
+std::string braidComm::describeRank(int r) const { return braid::describePeer(peers, r); }
+
+namespace braid {
+
+std::string describePeer(const std::vector<PeerInfo>& peers, int r) {
   if (r < 0 || r >= static_cast<int>(peers.size())) return "rank " + std::to_string(r);
   return "rank " + std::to_string(r) + " (host " + peers[r].hostname + ", pid " + std::to_string(peers[r].pid) + ")";
 }
-
-namespace braid {
 
 namespace {
 

@@ -26,6 +26,10 @@ namespace braid {
 
 namespace {
 
+// Ten times the background loop's longest sleep (kIdleSleepUs, 10 ms): a shorter gap between two
+// heartbeat checks is the loop's normal pace, not a stop, even with a heartbeat period below it.
+constexpr int64_t kJudgeAwayNs = 100 * 1000000LL;
+
 // "0-2,5,7-9"
 std::string rankRanges(const std::vector<int>& ranks) {
   std::string out;
@@ -45,7 +49,7 @@ std::string rankRanges(const std::vector<int>& ranks) {
 
 }  // namespace
 
-void Engine::fail(const Status& s, int culprit, bool notify, int skip) {
+void Engine::fail(const Status& s, int culprit, bool notify, int skip, const std::string& relayText) {
   const int n = comm_->nranks;
   if (culprit < -1 || culprit >= n) culprit = -1;
   bool first = false, newCulprit = false;
@@ -84,7 +88,7 @@ void Engine::fail(const Status& s, int culprit, bool notify, int skip) {
     for (int r = 1; r < n; ++r) {
       if (r == skip || (r == culprit && type != CtrlType::kTimeout)) continue;
       (void)comm_->boot->sendCtrl(r, CtrlType::kProgress, 0, progress);
-      (void)comm_->boot->sendCtrl(r, type, culprit, s.message());
+      (void)comm_->boot->sendCtrl(r, type, culprit, relayText.empty() ? s.message() : relayText);
     }
   } else {
     (void)comm_->boot->sendCtrl(0, type, culprit, s.message());
@@ -102,7 +106,7 @@ std::vector<int> Engine::failedRanks() const {
   return failedRanks_;
 }
 
-std::string Engine::reachedText(uint64_t seq) const {
+std::string Engine::reachedText(uint64_t seq, bool timedOut) const {
   std::vector<int> reached, behind;
   std::string detail;
   {
@@ -126,6 +130,12 @@ std::string Engine::reachedText(uint64_t seq) const {
   auto ranks = [](const std::vector<int>& v) { return (v.size() == 1 ? "rank " : "ranks ") + rankRanges(v); };
   std::string out = "; reached by " + (reached.empty() ? std::string("no rank") : ranks(reached));
   if (!behind.empty()) out += "; the others last reported " + detail + (behind.size() > 8 ? ", ..." : "");
+  // Every rank posted the call and still it did not finish: the ranks wait for each other, which
+  // happens when their calls differ (a Reduce whose ranks name different roots, say).
+  if (timedOut && behind.empty() && static_cast<int>(reached.size()) == comm_->nranks)
+    out +=
+        "; every rank posted it, so their calls likely differ (root, count, datatype or op; BRAID_CHECK_MISMATCH=1 "
+        "compares them)";
   return out;
 }
 
@@ -158,13 +168,15 @@ void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
     case CtrlType::kAbort:
     case CtrlType::kTimeout:
     case CtrlType::kUsage: {
+      // A notice that blames this very rank (another rank waited for us, or took us for stopped)
+      // says so: read here, "waiting for rank 1" would otherwise seem to be our own wait.
       Status s(msg.type == CtrlType::kTimeout ? braidTimeout
                : msg.type == CtrlType::kUsage ? braidInvalidUsage
                                               : braidRemoteError,
-               msg.text);
+               msg.rank == comm_->rank ? msg.text + " (this rank)" : msg.text);
       // Rank 0 passes a notice on to everyone but its sender; the others apply it.
       if (comm_->rank == 0)
-        fail(s, msg.rank, true, peer);
+        fail(s, msg.rank, true, peer, msg.text);
       else
         fail(s, msg.rank, false);
       break;
@@ -195,39 +207,51 @@ bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
       continue;
     }
     if (tag == kLinkTag) continue;
-    const int peer = static_cast<int>(tag);
-    while (!gone_[peer]) {
-      bool got = false, eof = false;
-      Bootstrap::CtrlMsg msg;
-      Status s = comm_->boot->pollCtrl(peer, &got, &msg, &eof);
-      if (!s.ok()) {
-        gone_[peer] = 1;
-        comm_->boot->closeCtrl(peer);
-        fail(s.withContext("control connection of " + comm_->describeRank(peer)), peer, true);
-        break;
-      }
-      if (got) {
-        lastHeard_[peer] = nowNs();
-        heard_[peer] = 1;
-        onControl(peer, msg);
-        continue;
-      }
-      if (eof) {
-        gone_[peer] = 1;
-        comm_->boot->closeCtrl(peer);
-        fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
-                    comm_->describeRank(peer).c_str()),
-             peer, true);
-        if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
-      }
-      break;
-    }
+    servePeer(static_cast<int>(tag));
   }
   return woken;
 }
 
+void Engine::servePeer(int peer) {
+  while (!gone_[peer]) {
+    bool got = false, eof = false;
+    Bootstrap::CtrlMsg msg;
+    Status s = comm_->boot->pollCtrl(peer, &got, &msg, &eof);
+    if (!s.ok()) {
+      gone_[peer] = 1;
+      comm_->boot->closeCtrl(peer);
+      fail(s.withContext("control connection of " + comm_->describeRank(peer)), peer, true);
+      return;
+    }
+    if (got) {
+      lastHeard_[peer] = nowNs();
+      heard_[peer] = 1;
+      onControl(peer, msg);
+      continue;
+    }
+    if (eof) {
+      gone_[peer] = 1;
+      comm_->boot->closeCtrl(peer);
+      fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
+                  comm_->describeRank(peer).c_str()),
+           peer, true);
+      if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    return;
+  }
+}
+
 void Engine::heartbeat(int64_t now) {
   if (heartbeatNs_ == 0) return;
+  // The background thread looks here on every turn of its loop, at least every kIdleSleepUs. A gap
+  // longer than both a heartbeat period and kJudgeAwayNs means the judge itself did not run
+  // (SIGSTOP, a suspended VM, a starved core): the silence it would measure across the gap says
+  // nothing about the peers, so their silence clocks skip it.
+  if (lastLookNs_ != 0 && now - lastLookNs_ > std::max(heartbeatNs_, kJudgeAwayNs)) {
+    const int64_t away = now - lastLookNs_;
+    for (int64_t& t : lastHeard_) t = std::min(now, t + away);
+  }
+  lastLookNs_ = now;
   // Called on every turn of the background loop: the common case returns before building anything.
   const uint64_t mine = postedSeq_.load(std::memory_order_relaxed);
   if (now < nextBeatNs_) {
@@ -249,7 +273,12 @@ void Engine::heartbeat(int64_t now) {
     (void)comm_->boot->sendCtrl(r, CtrlType::kHeartbeat, comm_->rank, beat);
     // Until a peer's first heartbeat, allow for init skew: it may still be connecting its links
     // (a dead one closes its control socket; a stopped one is caught by the init deadline).
-    if (now - lastHeard_[r] <= (heard_[r] ? silenceNs_ : std::max(silenceNs_, initGraceNs_))) continue;
+    const auto allowed = [&] { return heard_[r] ? silenceNs_ : std::max(silenceNs_, initGraceNs_); };
+    if (now - lastHeard_[r] <= allowed()) continue;
+    // Silence is judged on what the peer sent, not on what we happened to read: its heartbeats or
+    // its goodbye may wait unread on the socket (we were busy or stopped). Read them first.
+    servePeer(r);
+    if (gone_[r] || now - lastHeard_[r] <= allowed()) continue;
     gone_[r] = 1;
     fail(errorf(braidTimeout,
                 "%s stopped answering: no heartbeat for %.1f s (BRAID_HEARTBEAT_MS=%lld x "

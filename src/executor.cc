@@ -467,7 +467,7 @@ void Engine::failAll() {
     char ctx[96];
     snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d", collName(op->coll), static_cast<unsigned long long>(op->seq),
              comm_->rank);
-    op->error = f.message() + ctx + reachedText(op->seq) + "]";
+    op->error = f.message() + ctx + reachedText(op->seq, f.code() == braidTimeout) + "]";
     activeCount_.fetch_sub(1, std::memory_order_acq_rel);
     op->state.store(Op::kDone, std::memory_order_release);
   }
@@ -490,8 +490,11 @@ void Engine::checkDeadline() {
       waitingOn = plan->peers[qi].peer;
   }
   std::string who = waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn) : "with no peer pending";
-  fail(errorf(braidTimeout, "%s #%llu timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
-              static_cast<unsigned long long>(op->seq), timeoutSec_, who.c_str()),
+  // The notice reaches every rank, the awaited one included: it names the waiter too, or the
+  // awaited rank would read that it was waiting for itself.
+  fail(errorf(braidTimeout, "%s #%llu on %s timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
+              static_cast<unsigned long long>(op->seq), comm_->describeRank(comm_->rank).c_str(), timeoutSec_,
+              who.c_str()),
        waitingOn, true);
 }
 

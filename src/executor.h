@@ -117,8 +117,9 @@ class Engine {
 
   // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
   // the rank at fault (-1 unknown), recorded in failedRanks() even when the communicator had failed
-  // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`).
-  void fail(const Status& s, int culprit, bool notify, int skip = -1);
+  // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`, with
+  // relayText instead of s's message when given: a notice passed on as it came).
+  void fail(const Status& s, int culprit, bool notify, int skip = -1, const std::string& relayText = {});
   // After fail(): completes every pending operation with the failure and returns once no thread
   // is left inside wait() or test() (braidCommAbort frees the engine next).
   void abortWaiters();
@@ -162,14 +163,17 @@ class Engine {
   void bgLoop();
   // Returns whether the wake eventfd fired (a post or a departing waiter).
   bool serveControl(int64_t timeoutUs, bool withLinks = false);
+  // Reads and handles every control message already queued from `peer`; notes its goodbye or death.
+  void servePeer(int peer);
   // One control message from `peer` (src/engine_control.cc).
   void onControl(int peer, const Bootstrap::CtrlMsg& msg);
   // Heartbeats (background thread): sends ours when due and fails the communicator naming a peer
   // that has been silent for too long.
   void heartbeat(int64_t now);
   Status readHeartbeatSettings();
-  // " reached by ranks 0-1,3; not by rank 2 (at #16)" for the op with sequence number seq.
-  std::string reachedText(uint64_t seq) const;
+  // " reached by ranks 0-1,3; not by rank 2 (at #16)" for the op with sequence number seq. timedOut:
+  // the op timed out, so a call that every rank reached points at calls that differ.
+  std::string reachedText(uint64_t seq, bool timedOut) const;
 
   // epoll tags besides control sockets (whose tag is the peer's rank).
   static constexpr uint64_t kWakeTag = UINT64_MAX;
@@ -238,7 +242,8 @@ class Engine {
   int64_t heartbeatNs_ = 0;     // BRAID_HEARTBEAT_MS; 0 = off
   int64_t silenceNs_ = 0;       // heartbeatNs_ * BRAID_HEARTBEAT_MISSES
   int64_t nextBeatNs_ = 0;
-  int64_t reportNs_ = 0;  // early progress reports (non-root ranks), 0 = off
+  int64_t lastLookNs_ = 0;  // heartbeat()'s previous call, to tell our own stops from the peers
+  int64_t reportNs_ = 0;    // early progress reports (non-root ranks), 0 = off
   int64_t nextReportNs_ = 0;
   uint64_t lastReported_ = 0;
   std::atomic<int> departed_{0};

@@ -209,7 +209,7 @@ Status serveRendezvous(const UniqueIdData& id, int nranks, const PeerInfo& me, D
   for (int r = 1; r < nranks; ++r) {
     Status s = sendAll((*socks)[r].get(), &th, sizeof(th), deadline);
     if (s.ok()) s = sendAll((*socks)[r].get(), table->data(), sizeof(PeerInfo) * nranks, deadline);
-    if (!s.ok()) return s.withContext("rendezvous: sending the rank table to rank " + std::to_string(r));
+    if (!s.ok()) return s.withContext("rendezvous: sending the rank table to " + describePeer(*table, r));
   }
   return okStatus();
 }

@@ -7,8 +7,14 @@
 // --tag-output, the ranks' output pipes; it reaps children, forwards signals and enforces the deadlines. When a
 // rank fails, the others get a grace period to fail on their own (braid makes them report the dead peer, which is
 // worth reading), then SIGTERM, then SIGKILL. The first failure decides braidrun's exit status.
+//
+// When a rank exits, braidrun removes the shared-memory segments it left in /dev/shm: braid's shm transport names
+// them /braid-<creator pid>-..., unlinks them itself within connect(), and leaves one behind only when both of the
+// ranks sharing it are killed at that moment. Only names with the pid of one of our ranks are touched, never those
+// of other jobs (nor those of processes a rank started: their pids are not ours to know).
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -352,6 +358,26 @@ struct InheritedSignals {
   struct sigaction pipe, child;
 };
 
+// Unlinks /dev/shm/braid-<pid>-*, the segments that process pid created and did not remove; returns how many.
+int removeSegmentsOf(pid_t pid) {
+  const std::string prefix = "braid-" + std::to_string(pid) + "-";
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    // unlinkat on the directory we list: a name, never a path a rank could have bent elsewhere.
+    if (unlinkat(dirfd(dir), e->d_name, 0) == 0) {
+      ++removed;
+    } else if (errno != ENOENT) {
+      fprintf(stderr, "braidrun: cannot remove /dev/shm/%s left by pid %d: %s\n", e->d_name, static_cast<int>(pid),
+              strerror(errno));
+    }
+  }
+  closedir(dir);
+  return removed;
+}
+
 // The signals braidrun handles or sends.
 const char* signalName(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGKILL";
@@ -517,19 +543,26 @@ class Job {
 
   void reap() {
     for (;;) {
-      int status = 0;
-      pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid < 0 && errno == EINTR) continue;
-      if (pid <= 0) return;
+      siginfo_t info{};
+      // WNOWAIT: an exited child stays a zombie until waitpid below, so its pid, which names its segments, cannot
+      // pass to another process while we remove them.
+      int rc = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc < 0 || info.si_pid == 0) return;
+      const pid_t pid = info.si_pid;
       auto it = pidToIndex_.find(pid);
+      const int removed = it == pidToIndex_.end() ? 0 : removeSegmentsOf(pid);
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
       if (it == pidToIndex_.end()) continue;
       long index = it->second;
       pidToIndex_.erase(it);
-      onExit(index, status);
+      onExit(index, status, removed);
     }
   }
 
-  void onExit(long index, int status) {
+  void onExit(long index, int status, int segmentsRemoved) {
     pid_t pid = pids_[index];
     pids_[index] = 0;
     --live_;
@@ -537,6 +570,9 @@ class Job {
       streams_[2 * index].pump(true);
       streams_[2 * index + 1].pump(true);
     }
+    if (segmentsRemoved > 0 && !quiet_)
+      fprintf(stderr, "braidrun: removed %d shared-memory segment(s) that rank %ld (pid %d) left in /dev/shm\n",
+              segmentsRemoved, globalRank(index), pid);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     char how[96];

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "src/clock.h"
@@ -25,6 +26,9 @@ struct PeerInfo {
   char hostname[64] = {};
   char hostId[128] = {};  // hostname + boot id, or BRAID_HOSTID
 };
+
+// "rank 3 (host vm, pid 123)": how every message names a peer (rank alone when r is outside peers).
+std::string describePeer(const std::vector<PeerInfo>& peers, int r);
 
 // How a receive folds incoming bytes into the destination: out = fn(local, incoming) elementwise.
 // Transports know nothing of datatypes; they call fn on whole elements only (carry a partial element

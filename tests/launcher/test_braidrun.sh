@@ -146,6 +146,21 @@ unset BRAIDRUN_GRACE_MS
 run -n 4 /nonexistent/braid-program
 check "exec failure" '[[ $rc == 127 && $(grep -c "/nonexistent/braid-program" "$TMP/err") == 1 ]]'
 
+# Segments named as braid's shm transport names them (/dev/shm/braid-<creator pid>-...): a rank's go when it exits,
+# killed or not; another job's (here under the script's own pid) stay.
+if [[ -d /dev/shm && -w /dev/shm ]]; then
+  foreign=/dev/shm/braid-$$-braidrun-test-other-job
+  : >"$foreign"
+  rm -f "$TMP"/pid.*
+  run -n 2 sh -c 'echo $$ > "$0/pid.$BRAID_RANK"; : > /dev/shm/braid-$$-a; : > /dev/shm/braid-$$-b
+    [ $BRAID_RANK = 1 ] && kill -9 $$; exit 0' "$TMP"
+  left=$(find /dev/shm -maxdepth 1 -name "braid-$(cat "$TMP/pid.0")-*" -o -name "braid-$(cat "$TMP/pid.1")-*" | wc -l)
+  check "segments of exited and killed ranks removed" '[[ $rc == 137 && $left == 0 ]]'
+  check "removal reported" 'grep -qE "^braidrun: removed 2 shared-memory segment\(s\) that rank 1 \(pid [0-9]+\) left" "$TMP/err"'
+  check "another job's segment kept" '[[ -e $foreign ]]'
+  rm -f "$foreign"
+fi
+
 run --timeout 0.5 -n 2 sleep 30
 check "timeout" '[[ $rc == 124 ]] && grep -q "timeout" "$TMP/err" && (( elapsed_ms < 5000 ))'
 

@@ -311,3 +311,58 @@ TEST_CASE("strangers on the rendezvous port are refused and do not stop the real
   braid::Status st = braid::recvAll(strangers[0].get(), &c, 1, braid::Deadline::afterSeconds(5));
   CHECK(st.code() == braidRemoteError);
 }
+
+TEST_CASE("a Reduce with different roots names whom each side waits for and never the waiting rank itself",
+          "[mp][errors][mismatch]") {
+  auto res = runComm(2, {{"BRAID_TIMEOUT", "2"}}, [&](braidComm_t comm, int rank, int) {
+    // Each rank believes it is the root: each waits for the other's contribution, and whoever times
+    // out first tells the other.
+    std::vector<float> in(4096, 1.0f), out(4096);
+    braidResult_t r = braidReduce(in.data(), out.data(), in.size(), braidFloat32, braidSum, rank, comm, nullptr);
+    if (r != braidTimeout) return fail(rank, "expected braidTimeout, got %s", braidGetErrorString(r));
+    std::string msg = braidGetLastError();
+    fprintf(stderr, "rank %d: %s\n", rank, msg.c_str());
+    const size_t on = msg.find("Reduce #1 on rank "), wait = msg.find("waiting for rank ");
+    if (on == std::string::npos || wait == std::string::npos)
+      return fail(rank, "message does not name the waiting rank and the awaited one: %s", msg.c_str());
+    const int waiter = atoi(msg.c_str() + on + strlen("Reduce #1 on rank "));
+    const int awaited = atoi(msg.c_str() + wait + strlen("waiting for rank "));
+    if (waiter == awaited || waiter < 0 || waiter > 1 || awaited != 1 - waiter)
+      return fail(rank, "rank %d waiting for rank %d: %s", waiter, awaited, msg.c_str());
+    if (msg.find("rank " + std::to_string(waiter) + " (host") == std::string::npos ||
+        msg.find("rank " + std::to_string(awaited) + " (host") == std::string::npos)
+      return fail(rank, "ranks without host and pid: %s", msg.c_str());
+    if (awaited == rank && msg.find("(this rank)") == std::string::npos)
+      return fail(rank, "the notice blames this rank without saying so: %s", msg.c_str());
+    if (msg.find("calls likely differ (root") == std::string::npos)
+      return fail(rank, "no word that the calls differ: %s", msg.c_str());
+    braidCommAbort(comm);
+    _exit(0);
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("an init that fails because a peer gave up names that peer and the step", "[mp][errors]") {
+  // The quitter cannot read its BRAID_TOPO_FILE and leaves right after the rendezvous; the other
+  // rank finds the connection closed in the next exchange and must say whose it was.
+  const int quitter = GENERATE(0, 1);  // the hub of the bootstrap star, and an ordinary rank
+  INFO("quitter " << quitter);
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(2, {{"BRAID_TIMEOUT", "20"}}, [&](int rank, int size) {
+    if (rank == quitter) setenv("BRAID_TOPO_FILE", "/nonexistent/braid-topo.json", 1);
+    braidComm_t comm = nullptr;
+    braidResult_t r = braidCommInitRank(&comm, size, id, rank);
+    if (r == braidSuccess) return fail(rank, "init succeeded");
+    if (rank == quitter) return 0;
+    std::string msg = braidGetLastError();
+    fprintf(stderr, "rank %d: %s\n", rank, msg.c_str());
+    const std::string peer = "rank " + std::to_string(quitter) + " (host ";
+    if (msg.find(peer) == std::string::npos || msg.find("allgather") == std::string::npos)
+      return fail(rank, "message does not name %s...) and the step: %s", peer.c_str(), msg.c_str());
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

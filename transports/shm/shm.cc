@@ -2,15 +2,20 @@
 // memory (layout in transports/shm/shm_layout.h, data path in transports/shm/shm_link.cc), and large
 // messages by single copy with process_vm_readv (CMA) where the kernel allows it.
 //
-// connect(), on every rank (also ranks without shm peers, so that allGather counts match):
-//   1. create one segment holding a FIFO to each shm peer (we are the sender of those FIFOs);
-//   2. allGather #1: segment name, creation status, pid, and a CMA probe address + token;
-//   3. attach each peer's FIFO toward us, verify the header (magic, version, communicator, rank,
-//      secret), probe process_vm_readv on the peer's token, and tell the peer in the FIFO whether
-//      we accept CMA descriptors;
-//   4. allGather #2: everyone's status (a barrier: all peers attached and probed);
-//   5. unlink our segment (nothing stays in /dev/shm even if a process dies later) and, where the
-//      peer accepts CMA, enable it on the send side.
+// Each rank creates one segment per shm peer, holding the FIFO toward that peer (we are its
+// sender), named /braid-<our pid>-<communicator id>-<random>-<peer rank>. A name in /dev/shm
+// outlives a process that is killed, so connect() keeps names short-lived and removable by others:
+//   1. create the segments;
+//   2. allGather #1: the names' prefix, setup status, pid, and a CMA probe address + token;
+//   3. open each peer's segment for us and unlink its name at once (we are its only reader), verify
+//      the header (magic, version, communicator, rank, secret), probe process_vm_readv on the
+//      peer's token, and tell the peer in the FIFO whether we accept CMA descriptors;
+//   4. allGather #2: everyone's status (a barrier: all peers attached and probed); where the peer
+//      accepts CMA, enable it on the send side.
+// On any way out of connect() a rank unlinks its own names and those its peers made for it: known
+// from #1, or, when #1 failed (a peer died before its record went out), found in /dev/shm by the
+// peer's pid (from the rank table), the communicator and our rank. So a name stays behind only if
+// its creator and its reader both die during setup; braidrun removes those by the creator's pid.
 // Any failure anywhere makes every rank return an error naming the rank, instead of some ranks
 // waiting for peers that gave up.
 //
@@ -18,6 +23,8 @@
 // (page pinning, kernel copy without vector registers) while the FIFO's two pipelined memcpys move
 // 12-15 GB/s, and a 2-rank AllReduce with CMA for 256 KiB chunks ran at half the FIFO's bandwidth.
 // BRAID_SHM_CMA_MIN (1M) above the executor's chunk size keeps it out of collectives by default.
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -43,8 +50,6 @@
 namespace braid {
 namespace shm {
 namespace {
-
-constexpr int kNameAttempts = 4;
 
 enum class CmaMode { kOff, kAuto, kOn };
 
@@ -99,7 +104,7 @@ Status loadConfig(size_t nfifos, Config* out) {
 
 // What each rank contributes to allGather #1 (fixed size, whatever the number of shm peers).
 struct ConnectRecord {
-  char name[48];       // our segment, "" when we have no shm peers
+  char prefix[64];     // our segments' names less "-<peer rank>", "" when we have no shm peers
   int32_t status;      // braidResult_t of our setup so far
   int32_t pid;         // for process_vm_readv and liveness checks
   uint64_t probeAddr;  // where probeToken lives in our address space
@@ -114,17 +119,21 @@ struct FdCloser {
   }
 };
 
-// Our own segment; unlinked on destruction if connect() did not get that far.
+// Removes a segment name unless it is gone already (its reader unlinks it as soon as it opened it).
+void unlinkName(const std::string& name) {
+  if (shm_unlink(name.c_str()) != 0 && errno != ENOENT)
+    BRAID_WARN(kLogShm, "shm_unlink /dev/shm%s: %s", name.c_str(), strerror(errno));
+}
+
+// One segment we created: the FIFO toward one peer.
 struct OwnSegment {
   std::string name;
   std::shared_ptr<Mapping> mapping;
   size_t headerBytes = 0;
-  size_t fifoBytes = 0;
   bool linked = false;
 
   void unlink() {
-    if (linked && shm_unlink(name.c_str()) != 0)
-      BRAID_WARN(kLogShm, "shm_unlink /dev/shm%s: %s", name.c_str(), strerror(errno));
+    if (linked) unlinkName(name);
     linked = false;
   }
   ~OwnSegment() { unlink(); }
@@ -146,37 +155,104 @@ Status randomBytes(void* buf, size_t n) {
   return okStatus();
 }
 
-Status randomName(std::string* name) {
-  unsigned char r[16];
+// "/braid-<pid>-<communicator id>-" starts every name that process `pid` creates for a communicator;
+// "/braid-<pid>-" is what braidrun looks for.
+std::string commPrefix(int pid, uint64_t commId) {
+  char id[17];
+  snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(commId));
+  return "/braid-" + std::to_string(pid) + "-" + id + "-";
+}
+
+constexpr size_t kRandomHex = 24;  // 96 bits: another user cannot guess a name to take it before us
+
+// commPrefix + 96 random bits.
+Status randomPrefix(uint64_t commId, std::string* prefix) {
+  unsigned char r[kRandomHex / 2];
   BRAID_TRY(randomBytes(r, sizeof(r)));
-  char buf[8 + 2 * sizeof(r)] = "/braid-";
-  for (size_t i = 0; i < sizeof(r); ++i) snprintf(buf + 7 + 2 * i, 3, "%02x", r[i]);
-  *name = buf;
+  std::string out = commPrefix(static_cast<int>(getpid()), commId);
+  char hex[3];
+  for (unsigned char c : r) {
+    snprintf(hex, sizeof(hex), "%02x", c);
+    out += hex;
+  }
+  *prefix = out;
   return okStatus();
 }
 
-Status createSegment(const TransportContext& ctx, const std::vector<int>& peers, const Config& cfg, OwnSegment* seg) {
-  const size_t page = pageSize();
-  seg->headerBytes = headerBytes(peers.size(), page);
-  seg->fifoBytes = fifoBytes(cfg.slotSize, cfg.nslots, page);
-  const size_t total = seg->headerBytes + peers.size() * seg->fifoBytes;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    BRAID_TRY(randomName(&seg->name));
-    fd = shm_open(seg->name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0 && (errno != EEXIST || attempt + 1 == kNameAttempts))
-      return systemError(errno, "cannot create shared memory /dev/shm%s (is /dev/shm mounted and writable?)",
-                         seg->name.c_str());
+// Whether a peer's record names segments the way randomPrefix does, with the peer's own pid and
+// our communicator: we unlink names built from it, so it must not point anywhere else.
+bool validPrefix(const ConnectRecord& r, uint64_t commId) {
+  const std::string want = commPrefix(r.pid, commId);
+  const size_t len = strnlen(r.prefix, sizeof(r.prefix));
+  if (len != want.size() + kRandomHex || strncmp(r.prefix, want.c_str(), want.size()) != 0) return false;
+  for (size_t i = want.size(); i < len; ++i)
+    if (!isxdigit(static_cast<unsigned char>(r.prefix[i]))) return false;
+  return true;
+}
+
+std::string segmentName(const char* prefix, int receiver) {
+  std::string name(prefix);
+  name += '-';
+  name += std::to_string(receiver);
+  return name;
+}
+
+// Unlinks the segments that process creatorPid made for rank `receiver` of this communicator,
+// whatever their random part: for when its record, which says the name, never arrived.
+void unlinkFoundNames(int creatorPid, uint64_t commId, int receiver) {
+  const std::string head = commPrefix(creatorPid, commId).substr(1);  // entries have no leading '/'
+  std::string tail(1, '-');
+  tail += std::to_string(receiver);
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = readdir(dir)) {
+    const size_t len = strlen(e->d_name);
+    if (len == head.size() + kRandomHex + tail.size() && strncmp(e->d_name, head.c_str(), head.size()) == 0 &&
+        strcmp(e->d_name + len - tail.size(), tail.c_str()) == 0)
+      unlinkName(std::string("/") + e->d_name);
   }
+  closedir(dir);
+}
+
+// The names that peers created for us, unlinked when connect() returns: the peer may have made
+// one and then failed or died, or we never got as far as opening it.
+struct PeerNames {
+  const TransportContext* ctx = nullptr;
+  std::vector<int> peers;          // empty when the peer list was invalid: then we know no one
+  std::vector<std::string> names;  // by peer index, from allGather #1
+  bool gathered = false;           // allGather #1 completed (else the names are to be found)
+  ~PeerNames() {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (gathered && !names[i].empty())
+        unlinkName(names[i]);
+      else if (!gathered)
+        unlinkFoundNames((*ctx->peers)[peers[i]].pid, ctx->commId, ctx->rank);
+    }
+  }
+};
+
+// Creates, sizes and maps the segment holding our FIFO toward `peer`, then writes its header.
+Status createSegment(const TransportContext& ctx, int peer, const Config& cfg, OwnSegment* seg) {
+  const size_t page = pageSize();
+  seg->headerBytes = headerBytes(1, page);
+  const size_t fifo = fifoBytes(cfg.slotSize, cfg.nslots, page);
+  const size_t total = seg->headerBytes + fifo;
+  // No retry under another name: with our pid and 96 random bits in it, EEXIST means that someone
+  // took the name on purpose.
+  int fd = shm_open(seg->name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return systemError(errno,
+                       "cannot create shared memory /dev/shm%s for peer rank %d (is /dev/shm mounted and writable?)",
+                       seg->name.c_str(), peer);
   FdCloser closer{fd};
   seg->linked = true;
   // Reserve the pages now: tmpfs would otherwise fail a later page fault with SIGBUS when full.
   int err = posix_fallocate(fd, 0, static_cast<off_t>(total));
   if (err != 0)
     return systemError(err,
-                       "cannot allocate %zu bytes of shared memory for %zu shm peer(s) in /dev/shm%s (is /dev/shm "
+                       "cannot allocate %zu bytes of shared memory for peer rank %d in /dev/shm%s (is /dev/shm "
                        "full or too small? see `df /dev/shm`; lower BRAID_SHM_SLOTS or BRAID_SHM_SLOT_SIZE)",
-                       total, peers.size(), seg->name.c_str());
+                       total, peer, seg->name.c_str());
   void* addr = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (addr == MAP_FAILED) return systemError(errno, "mmap %zu bytes of /dev/shm%s", total, seg->name.c_str());
   seg->mapping = std::make_shared<Mapping>(addr, total);
@@ -188,18 +264,16 @@ Status createSegment(const TransportContext& ctx, const std::vector<int>& peers,
   h->commId = ctx.commId;
   memcpy(h->secret, ctx.secret, sizeof(h->secret));
   h->segmentBytes = total;
-  h->fifoBytes = seg->fifoBytes;
+  h->fifoBytes = fifo;
   h->slotSize = static_cast<uint32_t>(cfg.slotSize);
   h->nslots = cfg.nslots;
-  h->nfifos = static_cast<uint32_t>(peers.size());
+  h->nfifos = 1;
   auto* dir = reinterpret_cast<FifoEntry*>(h + 1);
-  for (size_t i = 0; i < peers.size(); ++i) {
-    dir[i] = FifoEntry{peers[i], 0, seg->headerBytes + i * seg->fifoBytes};
-    unsigned char* fifo = seg->mapping->data() + dir[i].offset;
-    new (fifo) FifoControl{};
-    for (uint32_t k = 0; k < cfg.nslots; ++k)
-      new (fifo + sizeof(FifoControl) + k * slotStride(cfg.slotSize)) SlotHeader{};
-  }
+  dir[0] = FifoEntry{peer, 0, seg->headerBytes};
+  unsigned char* base = seg->mapping->data() + seg->headerBytes;
+  new (base) FifoControl{};
+  for (uint32_t k = 0; k < cfg.nslots; ++k)
+    new (base + sizeof(FifoControl) + k * slotStride(cfg.slotSize)) SlotHeader{};
   return okStatus();
 }
 
@@ -223,6 +297,10 @@ Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoV
                        "/dev/shm? set BRAID_HOSTID or BRAID_TRANSPORTS)",
                        name, peer);
   FdCloser closer{fd};
+  // We are the segment's only reader: from now on the descriptor and the mapping keep it alive, and
+  // the name would only be left behind if both of us died. (Not ours to remove if the checks below
+  // find a stranger's file: then /dev/shm's sticky bit refuses, and the checks fail.)
+  unlinkName(name);
   struct stat st;
   if (fstat(fd, &st) != 0) return systemError(errno, "fstat /dev/shm%s of peer rank %d", name, peer);
   // Ours is created 0600 by our own user: anything else was not made by a peer of this communicator.
@@ -296,50 +374,71 @@ Status checkPeerList(const TransportContext& ctx, const std::vector<int>& peers)
   return okStatus();
 }
 
+// "rank 3 (host vm, pid 123)", from the rank table.
+std::string who(const TransportContext& ctx, int r) { return describePeer(*ctx.peers, r); }
+
 Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>& peers,
                              std::vector<std::unique_ptr<Link>>* out) {
   const size_t n = peers.size();
   Config cfg;
-  Status local = loadConfig(n, &cfg);
-  if (local.ok()) local = checkPeerList(ctx, peers);
+  Status local = checkPeerList(ctx, peers);
+  const bool peersValid = local.ok();  // only then may peers[] index the records below
+  if (local.ok()) local = loadConfig(n, &cfg);
   if (local.ok()) local = randomBytes(probeToken_, sizeof(probeToken_));
-  OwnSegment own;
-  if (local.ok() && n > 0) local = createSegment(ctx, peers, cfg, &own);
+  std::string prefix;
+  if (local.ok() && n > 0) local = randomPrefix(ctx.commId, &prefix);
+  std::vector<OwnSegment> own(n);
+  for (size_t i = 0; i < n && local.ok(); ++i) {
+    own[i].name = segmentName(prefix.c_str(), peers[i]);
+    local = createSegment(ctx, peers[i], cfg, &own[i]);
+  }
+  // From here every way out unlinks what it can: our names (OwnSegment) and our peers' for us.
+  PeerNames theirs;
+  theirs.ctx = &ctx;
+  if (peersValid) theirs.peers = peers;
+  theirs.names.resize(n);
 
   ConnectRecord mine{};
-  snprintf(mine.name, sizeof(mine.name), "%s", own.name.c_str());
+  snprintf(mine.prefix, sizeof(mine.prefix), "%s", prefix.c_str());
   mine.status = local.code();
   mine.pid = static_cast<int32_t>(getpid());
   mine.probeAddr = reinterpret_cast<uintptr_t>(probeToken_);
   memcpy(mine.probeToken, probeToken_, sizeof(probeToken_));
   std::vector<ConnectRecord> all(ctx.nranks);
-  BRAID_TRY(ctx.allGather(&mine, sizeof(mine), all.data()));
+  BRAID_TRY(ctx.allGather(&mine, sizeof(mine), all.data()).withContext("shm setup: exchanging segment names"));
+  theirs.gathered = true;
+  for (size_t i = 0; i < theirs.peers.size(); ++i) {
+    ConnectRecord& r = all[peers[i]];
+    r.prefix[sizeof(r.prefix) - 1] = '\0';
+    // A peer that failed may still have made ours before it did: its prefix counts either way.
+    const bool named = validPrefix(r, ctx.commId);
+    if (named) theirs.names[i] = segmentName(r.prefix, ctx.rank);
+    if (local.ok() && r.status != braidSuccess)
+      local = errorf(braidRemoteError, "shm setup failed on peer %s", who(ctx, peers[i]).c_str());
+    else if (local.ok() && !named)
+      local = errorf(braidRemoteError, "peer %s announced a malformed shm segment name", who(ctx, peers[i]).c_str());
+  }
 
   std::vector<std::unique_ptr<ShmLink>> links(n);
   for (size_t i = 0; i < n && local.ok(); ++i) {
     const int p = peers[i];
-    ConnectRecord& r = all[p];
-    r.name[sizeof(r.name) - 1] = '\0';
-    if (r.status != braidSuccess) {
-      local = errorf(braidRemoteError, "shm setup failed on peer rank %d", p);
-      break;
-    }
+    const ConnectRecord& r = all[p];
     LinkSetup s;
     s.peerRank = p;
     s.peerPid = r.pid;
     s.peerHost = (*ctx.peers)[p].hostname;
-    local = attachPeer(ctx, p, r.name, &s.in);
+    local = attachPeer(ctx, p, theirs.names[i].c_str(), &s.in);
     if (!local.ok()) break;
-    s.out.mapping = own.mapping;
-    s.out.base = own.mapping->data() + own.headerBytes + i * own.fifoBytes;
+    s.out.mapping = own[i].mapping;
+    s.out.base = own[i].mapping->data() + own[i].headerBytes;
     s.out.slotSize = cfg.slotSize;
     s.out.nslots = cfg.nslots;
     const bool probed = cfg.cma != CmaMode::kOff && probeCma(p, r);
     if (cfg.cma == CmaMode::kOn && !probed) {
       local = errorf(braidSystemError,
-                     "BRAID_SHM_CMA=1 but process_vm_readv from peer rank %d (pid %d) does not work here "
+                     "BRAID_SHM_CMA=1 but process_vm_readv from peer %s does not work here "
                      "(ptrace restrictions or another pid namespace); use BRAID_SHM_CMA=auto",
-                     p, static_cast<int>(r.pid));
+                     who(ctx, p).c_str());
       break;
     }
     s.cmaRecv = probed;
@@ -350,15 +449,15 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
 
   int32_t myStatus = local.code();
   std::vector<int32_t> statuses(ctx.nranks);
-  BRAID_TRY(ctx.allGather(&myStatus, sizeof(myStatus), statuses.data()));
-  own.unlink();  // every peer has it mapped now (or gave up)
+  BRAID_TRY(ctx.allGather(&myStatus, sizeof(myStatus), statuses.data())
+                .withContext("shm setup: waiting for every rank to attach"));
   if (!local.ok()) {
     BRAID_WARN(kLogShm, "%s", local.message().c_str());
     return local;
   }
   for (int r = 0; r < ctx.nranks; ++r) {
     if (all[r].status != braidSuccess || statuses[r] != braidSuccess)
-      return errorf(braidRemoteError, "shm transport setup failed on rank %d", r);
+      return errorf(braidRemoteError, "shm transport setup failed on %s", who(ctx, r).c_str());
   }
 
   out->clear();
