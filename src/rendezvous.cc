@@ -207,9 +207,9 @@ Status serveRendezvous(const UniqueIdData& id, int nranks, const PeerInfo& me, D
   }
   TableHeader th{kTableMagic, nranks};
   for (int r = 1; r < nranks; ++r) {
-    Status s = sendAll((*socks)[r].get(), &th, sizeof(th), deadline);
-    if (s.ok()) s = sendAll((*socks)[r].get(), table->data(), sizeof(PeerInfo) * nranks, deadline);
-    if (!s.ok()) return s.withContext("rendezvous: sending the rank table to " + describePeer(*table, r));
+    Status sent = sendAll((*socks)[r].get(), &th, sizeof(th), deadline);
+    if (sent.ok()) sent = sendAll((*socks)[r].get(), table->data(), sizeof(PeerInfo) * nranks, deadline);
+    if (!sent.ok()) return sent.withContext("rendezvous: sending the rank table to " + describePeer(*table, r));
   }
   return okStatus();
 }
