@@ -672,7 +672,28 @@ Status Engine::test(Op* op, bool* done) {
 Status Engine::drain() {
   auto idle = [this] { return activeCount_.load(std::memory_order_acquire) == 0 || failed(); };
   if (!driveUntil(idle, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec))) failStuckWait("braidCommDestroy");
-  return okStatus();
+  // What is left unreleased was posted and never waited for: destroy is the caller's last chance to
+  // hear that it failed.
+  lock();
+  if (failed()) failAll();
+  int pending = 0, failedOps = 0;
+  const Op* first = nullptr;
+  for (const auto& op : all_) {
+    const int state = op->state.load(std::memory_order_acquire);
+    if (state == Op::kFree) continue;
+    ++pending;
+    if (state != Op::kDone || op->result == braidSuccess) continue;
+    if (failedOps++ == 0 || op->seq < first->seq) first = op.get();  // the earliest posted
+  }
+  Status dropped;
+  if (first != nullptr) {
+    dropped = errorf(first->result, "%d operation%s still pending (posted, not waited for) and dropped; %d failed: %s",
+                     pending, pending == 1 ? " was" : "s were", failedOps, first->error.c_str());
+  }
+  unlock();
+  if (pending > 0 && first == nullptr)
+    BRAID_INFO(kLogColl, "destroy drops %d finished operation(s) nobody waited for", pending);
+  return dropped;
 }
 
 void Engine::bgLoop() {

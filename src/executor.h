@@ -114,7 +114,8 @@ class Engine {
   // One step of progress; *done when finished, in which case the op is released.
   Status test(Op* op, bool* done);
   // Waits until every posted operation finished or failed (destroy). Bounded by the operations'
-  // own deadlines (BRAID_TIMEOUT).
+  // own deadlines (BRAID_TIMEOUT). Returns what destroy drops: the operations never released (posted
+  // and not waited for), and the first failure among them as the result.
   Status drain();
 
   // Fails the communicator: every pending and later operation completes with `s`. `culprit` is

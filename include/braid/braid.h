@@ -137,6 +137,9 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 
 /* Waits for this rank's pending operations (up to BRAID_TIMEOUT), leaves the communicator and frees
  * it. Not collective, but rank 0 serves failure notices for the others and lingers until they left.
+ * Operations posted and never waited for are dropped: when any of them failed, the result is the
+ * earliest one's code (braidTimeout, braidRemoteError, ...) and braidGetLastError() says how many
+ * were pending, how many failed and the first failure; the communicator is freed all the same.
  * Afterwards `comm` is refused by every call (braidInvalidArgument), and so are its requests not yet
  * waited for (braidInvalidUsage). NULL or a destroyed communicator is braidInvalidArgument. */
 braidResult_t braidCommDestroy(braidComm_t comm);

@@ -427,3 +427,29 @@ TEST_CASE("a destroyed graph's handle is refused even where a new graph took its
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+TEST_CASE("braidCommDestroy reports the pending operations that failed", "[mp][requests]") {
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(2, {{"BRAID_TIMEOUT", "5"}}, [&](int rank, int size) {
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+    if (rank == 1) {
+      CHECK_BRAID(rank, braidCommDestroy(comm));  // never posts the AllReduce: nothing pending here
+      return 0;
+    }
+    std::vector<float> a(100, 1.0f);
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), a.data(), a.size(), braidFloat32, braidSum, comm, nullptr, &req));
+    braidResult_t r = braidCommDestroy(comm);
+    if (r != braidTimeout && r != braidRemoteError) return fail(rank, "destroy gave %s", braidGetErrorString(r));
+    const char* msg = braidGetLastError();
+    if (strstr(msg, "1 operation") == nullptr || strstr(msg, "AllReduce") == nullptr)
+      return fail(rank, "message does not say what was dropped: %s", msg);
+    int done = 0;
+    if (braidTest(req, &done) != braidInvalidUsage) return fail(rank, "the dropped request is still accepted");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
