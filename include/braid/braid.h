@@ -240,7 +240,9 @@ braidResult_t braidIBarrier(braidComm_t comm, braidStream_t stream, braidRequest
 
 /* Groups: calls between Start and End (per thread, nestable) are recorded with their arguments
  * checked, then issued as one operation at the outermost End, which blocks until all of them
- * completed. Inside a group the nonblocking forms are refused (braidInvalidUsage). */
+ * completed. Inside a group the nonblocking forms are refused (braidInvalidUsage). A communicator
+ * destroyed between its call and the outermost End fails End with braidInvalidArgument, and nothing
+ * of the group is issued. */
 braidResult_t braidGroupStart(void);
 braidResult_t braidGroupEnd(void);
 
