@@ -613,8 +613,7 @@ bool Engine::driveUntil(Done done, Deadline backstop) {
 
 // A wait past its backstop: fails the communicator, which completes every running operation.
 void Engine::failStuckWait(const char* what) {
-  fail(errorf(braidTimeout, "%s on rank %d did not finish within BRAID_TIMEOUT (%.0f s)", what, comm_->rank,
-              timeoutSec_),
+  fail(errorf(braidTimeout, "rank %d: %s did not end within BRAID_TIMEOUT (%.0f s)", comm_->rank, what, timeoutSec_),
        -1, true);
   lock();
   failAll();
@@ -633,7 +632,11 @@ Status Engine::wait(Op* op) {
   // is left inside it.
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   auto isDone = [op] { return op->state.load(std::memory_order_acquire) == Op::kDone; };
-  if (!driveUntil(isDone, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec))) failStuckWait("braidWait");
+  if (!driveUntil(isDone, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec))) {
+    char what[96];
+    snprintf(what, sizeof(what), "waiting for %s #%llu", collName(op->coll), static_cast<unsigned long long>(op->seq));
+    failStuckWait(what);
+  }
   // Not done even now: the op is not among the running ones, and is left as it is.
   Status result = isDone() ? finish(op)
                            : errorf(braidInternalError, "braidWait: %s #%llu is not running on rank %d",
@@ -671,7 +674,8 @@ Status Engine::test(Op* op, bool* done) {
 
 Status Engine::drain() {
   auto idle = [this] { return activeCount_.load(std::memory_order_acquire) == 0 || failed(); };
-  if (!driveUntil(idle, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec))) failStuckWait("braidCommDestroy");
+  if (!driveUntil(idle, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec)))
+    failStuckWait("draining the operations before destroy");
   // What is left unreleased was posted and never waited for: destroy is the caller's last chance to
   // hear that it failed.
   lock();
