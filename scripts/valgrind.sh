@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Valgrind memcheck on a 2-rank run of every collective (tests/tools/valgrind_collectives.cc), once
-# over shared memory and once over TCP. Run by hand (minutes; not part of `meson test`).
+# over shared memory and once over TCP. The run also calls braid with handles that are no longer
+# live (a destroyed communicator and graph, released requests, requests of a destroyed
+# communicator): they must be refused without an invalid read. Run by hand (minutes; not part of
+# `meson test`).
 #
 #   scripts/valgrind.sh
 #

@@ -1,6 +1,10 @@
 // The C API: versions, errors, communicators, requests. Collectives are in src/api_coll.cc.
 #include "src/api.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "braid/braid.h"
 #include "src/comm.h"
 
@@ -14,20 +18,52 @@ thread_local std::string tLastError;
 
 void setLastError(const std::string& message) { tLastError = message; }
 
-Status checkComm(const braidComm* comm) {
-  if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
-  if (comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
+Status commOf(braidComm_t handle, braidComm** out, uint32_t* slot) {
+  void* obj = nullptr;
+  BRAID_TRY(commHandles().find(reinterpret_cast<uintptr_t>(handle), &obj, slot));
+  *out = static_cast<braidComm*>(obj);
   return okStatus();
+}
+
+Status requestOf(braidRequest_t handle, braidRequest** out) {
+  void* obj = nullptr;
+  BRAID_TRY(requestHandles().find(reinterpret_cast<uintptr_t>(handle), &obj));
+  *out = static_cast<braidRequest*>(obj);
+  return okStatus();
+}
+
+braidRequest_t requestHandle(const braidRequest* op) {
+  return reinterpret_cast<braidRequest_t>(static_cast<uintptr_t>(requestHandles().handleOf(op->handleSlot)));
 }
 
 }  // namespace braid
 
 namespace {
 
-Status checkRequest(braidRequest_t req) {
-  if (req == nullptr) return errorf(braidInvalidArgument, "request is NULL");
-  if (req->state.load(std::memory_order_acquire) == braidRequest::kFree)
-    return errorf(braidInvalidUsage, "request was already completed and released");
+// requests[0..n) of braidWaitAll, checked before anything is waited for: live, and none twice.
+// Pairwise for the usual handful of requests; a sorted copy beyond.
+Status checkWaitAll(int n, braidRequest_t* requests) {
+  braidRequest* op = nullptr;
+  for (int i = 0; i < n; ++i)
+    if (requests[i] != nullptr)
+      BRAID_TRY(requestOf(requests[i], &op).withContext("requests[" + std::to_string(i) + "]"));
+  auto repeated = [](int i, int j) {
+    return errorf(braidInvalidArgument, "requests[%d] repeats requests[%d] (a request is waited for once)", i, j);
+  };
+  constexpr int kPairwiseMax = 64;
+  if (n <= kPairwiseMax) {
+    for (int i = 1; i < n; ++i)
+      for (int j = 0; j < i; ++j)
+        if (requests[i] != nullptr && requests[i] == requests[j]) return repeated(i, j);
+    return okStatus();
+  }
+  std::vector<std::pair<uintptr_t, int>> sorted;
+  sorted.reserve(n);
+  for (int i = 0; i < n; ++i)
+    if (requests[i] != nullptr) sorted.emplace_back(reinterpret_cast<uintptr_t>(requests[i]), i);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t k = 1; k < sorted.size(); ++k)
+    if (sorted[k].first == sorted[k - 1].first) return repeated(sorted[k].second, sorted[k - 1].second);
   return okStatus();
 }
 
@@ -86,59 +122,64 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId com
       return errorf(braidInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
     UniqueIdData id;
     BRAID_TRY(decodeUniqueId(commId, &id));
-    braidComm* c = nullptr;
-    BRAID_TRY(commInit(id, nranks, rank, &c));
-    *comm = c;
-    return okStatus();
+    return publishHandle<braidComm_t, braidComm>(commHandles(), comm,
+                                                 [&](braidComm** c) { return commInit(id, nranks, rank, c); });
   });
 }
 
 braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
   return guard(__func__, [&] {
     if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
-    braidComm* c = nullptr;
-    BRAID_TRY(commInitFromEnv(&c));
-    *comm = c;
-    return okStatus();
+    return publishHandle<braidComm_t, braidComm>(commHandles(), comm, [](braidComm** c) { return commInitFromEnv(c); });
   });
 }
 
-braidResult_t braidCommDestroy(braidComm_t comm) {
+braidResult_t braidCommDestroy(braidComm_t handle) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    uint32_t slot = 0;
+    BRAID_TRY(commOf(handle, &comm, &slot));
+    // The handle dies first: from here on every call with it is refused, also while destroy waits.
+    commHandles().remove(slot, HandleEnd::kDestroyed);
     return commDestroy(comm);
   });
 }
 
-braidResult_t braidCommAbort(braidComm_t comm) {
+braidResult_t braidCommAbort(braidComm_t handle) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    uint32_t slot = 0;
+    BRAID_TRY(commOf(handle, &comm, &slot));
+    commHandles().remove(slot, HandleEnd::kDestroyed);
     commAbort(comm);
     return okStatus();
   });
 }
 
-braidResult_t braidCommCount(braidComm_t comm, int* count) {
+braidResult_t braidCommCount(braidComm_t handle, int* count) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    BRAID_TRY(commOf(handle, &comm));
     if (count == nullptr) return errorf(braidInvalidArgument, "count is NULL");
     *count = comm->nranks;
     return okStatus();
   });
 }
 
-braidResult_t braidCommUserRank(braidComm_t comm, int* rank) {
+braidResult_t braidCommUserRank(braidComm_t handle, int* rank) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    BRAID_TRY(commOf(handle, &comm));
     if (rank == nullptr) return errorf(braidInvalidArgument, "rank is NULL");
     *rank = comm->rank;
     return okStatus();
   });
 }
 
-braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError) {
+braidResult_t braidCommGetAsyncError(braidComm_t handle, braidResult_t* asyncError) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    BRAID_TRY(commOf(handle, &comm));
     if (asyncError == nullptr) return errorf(braidInvalidArgument, "asyncError is NULL");
     if (comm->engine->failed()) {
       Status f = comm->engine->failure();
@@ -153,10 +194,11 @@ braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError
 
 braidResult_t braidTest(braidRequest_t request, int* done) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkRequest(request));
+    braidRequest* op = nullptr;
+    BRAID_TRY(requestOf(request, &op));
     if (done == nullptr) return errorf(braidInvalidArgument, "done is NULL");
     bool d = false;
-    Status s = request->engine->test(request, &d);
+    Status s = op->engine->test(op, &d);
     *done = d ? 1 : 0;
     return s;
   });
@@ -164,8 +206,9 @@ braidResult_t braidTest(braidRequest_t request, int* done) {
 
 braidResult_t braidWait(braidRequest_t request) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkRequest(request));
-    return request->engine->wait(request);
+    braidRequest* op = nullptr;
+    BRAID_TRY(requestOf(request, &op));
+    return op->engine->wait(op);
   });
 }
 
@@ -173,12 +216,13 @@ braidResult_t braidWaitAll(int n, braidRequest_t* requests) {
   return guard(__func__, [&] {
     if (n < 0) return errorf(braidInvalidArgument, "n %d is negative", n);
     if (n > 0 && requests == nullptr) return errorf(braidInvalidArgument, "requests is NULL");
-    for (int i = 0; i < n; ++i)
-      if (requests[i] != nullptr) BRAID_TRY(checkRequest(requests[i]));
+    BRAID_TRY(checkWaitAll(n, requests));
     Status first;
     for (int i = 0; i < n; ++i) {
       if (requests[i] == nullptr) continue;
-      Status s = requests[i]->engine->wait(requests[i]);
+      braidRequest* op = nullptr;
+      Status s = requestOf(requests[i], &op);  // live: checked above, and waited for once
+      if (s.ok()) s = op->engine->wait(op);
       if (!s.ok() && first.ok()) first = s;
     }
     return first;

@@ -5,17 +5,43 @@
 #include <new>
 #include <string>
 
+#include "braid/braid.h"
+#include "src/handles.h"
 #include "src/log.h"
 #include "src/status.h"
-
-struct braidComm;
 
 namespace braid {
 
 void setLastError(const std::string& message);
 
-// braidInvalidArgument unless `comm` is a live communicator (src/api.cc).
-Status checkComm(const braidComm* comm);
+// The objects behind the handles of the C API (src/handles.h), or an error naming what the handle
+// is instead (NULL, stale, never handed out). *out is set on success only; the slot, when asked
+// for, is the one to remove() on destroy.
+Status commOf(braidComm_t handle, braidComm** out, uint32_t* slot = nullptr);
+Status graphOf(braidGraph_t handle, braidGraph** out, uint32_t* slot = nullptr);
+Status requestOf(braidRequest_t handle, braidRequest** out);
+// The handle of a posted request (its generation changes when it is released).
+braidRequest_t requestHandle(const braidRequest* op);
+
+// Registers an object made by make(&obj) (a Status-returning callable) in `table` and sets *out to
+// its handle; on failure nothing is registered. A slot is reserved first, so that a full table
+// fails before a collective create involves the other ranks. make may set obj to NULL (a split
+// rank of no color): *out is then NULL.
+template <class Handle, class T, class Make>
+Status publishHandle(HandleTable& table, Handle* out, Make make) {
+  uint32_t slot = 0;
+  BRAID_TRY(table.reserve(&slot));
+  T* obj = nullptr;
+  Status s = make(&obj);
+  if (!s.ok() || obj == nullptr) {
+    table.remove(slot, HandleEnd::kNone);
+    if (s.ok()) *out = nullptr;
+    return s;
+  }
+  table.publish(slot, obj);
+  *out = reinterpret_cast<Handle>(static_cast<uintptr_t>(table.handleOf(slot)));
+  return okStatus();
+}
 
 // Runs `body` (returning Status); converts failures and exceptions at the C boundary.
 template <class F>

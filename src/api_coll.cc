@@ -21,8 +21,9 @@ struct CallArgs {
   braidDataType_t dtype;
   braidRedOp_t op;
   int root;  // rooted collectives; the peer for point-to-point
-  braidComm_t comm;
-  bool isSend = false;  // point-to-point: a send (buffer in `send`) or a receive (in `recv`)
+  braidComm_t handle;
+  bool isSend = false;        // point-to-point: a send (buffer in `send`) or a receive (in `recv`)
+  braidComm* comm = nullptr;  // `handle` resolved: at the call, and again at braidGroupEnd
 };
 
 // A call recorded between braidGroupStart and braidGroupEnd.
@@ -32,10 +33,9 @@ struct GroupState {
 };
 thread_local GroupState tGroup;
 
-Status checkCommon(const CallArgs& a, braidStream_t stream) {
-  if (a.comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
-  if (a.comm->magic != kCommMagic) return errorf(braidInvalidArgument, "comm is not a live communicator (destroyed?)");
-  if (!validDtype(a.dtype)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", a.dtype);
+Status checkCommon(CallArgs* a, braidStream_t stream) {
+  BRAID_TRY(commOf(a->handle, &a->comm));
+  if (!validDtype(a->dtype)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", a->dtype);
   if (stream != nullptr)
     return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
   return okStatus();
@@ -123,7 +123,7 @@ Status checkP2p(const CallArgs& a) {
 
 // Builds the plan of a comm's point-to-point calls, in call order. Self-sends pair with
 // self-receives in order and become copies.
-Status buildP2pPlan(braidComm_t comm, const std::vector<const CallArgs*>& calls, Plan* plan) {
+Status buildP2pPlan(braidComm* comm, const std::vector<const CallArgs*>& calls, Plan* plan) {
   plan->coll = Coll::kSendRecv;
   plan->algorithm = "p2p";
   plan->rank = comm->rank;
@@ -170,10 +170,10 @@ Status buildP2pPlan(braidComm_t comm, const std::vector<const CallArgs*>& calls,
 // Posts a group's calls: each comm's collectives in call order, then its point-to-point calls as
 // one operation. Returns the posted ops through `ops`.
 Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector<Op*>* ops) {
-  std::vector<braidComm_t> comms;
+  std::vector<braidComm*> comms;
   for (const CallArgs& c : calls)
     if (std::find(comms.begin(), comms.end(), c.comm) == comms.end()) comms.push_back(c.comm);
-  for (braidComm_t comm : comms) {
+  for (braidComm* comm : comms) {
     std::vector<const CallArgs*> p2p;
     for (const CallArgs& c : calls) {
       if (c.comm != comm) continue;
@@ -207,8 +207,8 @@ Status waitAll(const std::vector<Op*>& ops) {
 }
 
 // The one path of every collective and point-to-point call.
-Status issue(const CallArgs& a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
-  BRAID_TRY(checkCommon(a, stream));
+Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
+  BRAID_TRY(checkCommon(&a, stream));
   if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
   PostArgs p;
   if (a.coll == Coll::kSendRecv) {
@@ -221,7 +221,7 @@ Status issue(const CallArgs& a, braidStream_t stream, braidRequest_t* request, b
     Op* op = nullptr;
     BRAID_TRY(a.comm->engine->post(p, nonblocking, &op));
     if (nonblocking) {
-      *request = op;
+      *request = requestHandle(op);
       return okStatus();
     }
     return a.comm->engine->wait(op);
@@ -236,7 +236,7 @@ Status issue(const CallArgs& a, braidStream_t stream, braidRequest_t* request, b
   std::vector<Op*> ops;
   BRAID_TRY(postCalls({a}, nonblocking, &ops));
   if (nonblocking) {
-    *request = ops.front();
+    *request = requestHandle(ops.front());
     return okStatus();
   }
   return waitAll(ops);
@@ -342,6 +342,8 @@ braidResult_t braidGroupEnd(void) {
     if (--tGroup.depth > 0) return okStatus();
     std::vector<CallArgs> calls;
     calls.swap(tGroup.calls);
+    // A communicator destroyed since its call was recorded: refused before anything is posted.
+    for (CallArgs& c : calls) BRAID_TRY(commOf(c.handle, &c.comm).withContext("a call of the group"));
     std::vector<Op*> ops;
     Status posted = postCalls(calls, false, &ops);
     Status done = waitAll(ops);

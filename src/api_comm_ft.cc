@@ -9,9 +9,10 @@ using namespace braid;
 
 #pragma GCC visibility push(default)
 
-braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* ranks, int max, int* n) {
+braidResult_t braidCommGetFailedRanks(braidComm_t handle, int* ranks, int max, int* n) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    BRAID_TRY(commOf(handle, &comm));
     if (n == nullptr) return errorf(braidInvalidArgument, "n is NULL");
     if (max < 0) return errorf(braidInvalidArgument, "max is negative");
     if (max > 0 && ranks == nullptr) return errorf(braidInvalidArgument, "ranks is NULL");
@@ -22,25 +23,23 @@ braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* ranks, int max, int
   });
 }
 
-braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int nExclude, braidComm_t* newcomm) {
+braidResult_t braidCommShrink(braidComm_t handle, const int* excludeRanks, int nExclude, braidComm_t* newcomm) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    BRAID_TRY(commOf(handle, &comm));
     if (newcomm == nullptr) return errorf(braidInvalidArgument, "newcomm is NULL");
-    braidComm* out = nullptr;
-    BRAID_TRY(commShrink(comm, excludeRanks, nExclude, &out));
-    *newcomm = out;
-    return okStatus();
+    return publishHandle<braidComm_t, braidComm>(
+        commHandles(), newcomm, [&](braidComm** out) { return commShrink(comm, excludeRanks, nExclude, out); });
   });
 }
 
-braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm) {
+braidResult_t braidCommSplit(braidComm_t handle, int color, int key, braidComm_t* newcomm) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkComm(comm));
+    braidComm* comm = nullptr;
+    BRAID_TRY(commOf(handle, &comm));
     if (newcomm == nullptr) return errorf(braidInvalidArgument, "newcomm is NULL");
-    braidComm* out = nullptr;
-    BRAID_TRY(commSplit(comm, color, key, &out));
-    *newcomm = out;
-    return okStatus();
+    return publishHandle<braidComm_t, braidComm>(commHandles(), newcomm,
+                                                 [&](braidComm** out) { return commSplit(comm, color, key, out); });
   });
 }
 

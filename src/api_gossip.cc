@@ -32,7 +32,6 @@ using namespace braid;
 
 namespace {
 
-constexpr uint64_t kGraphMagic = 0x6272616964677068ULL;  // "braidgph"
 // |selfWeight + sum(weights) - 1| allowed: row sums of doubles computed by the caller.
 constexpr double kWeightSumTolerance = 1e-9;
 // Shapes whose plans a graph keeps. Beyond this a call builds its plan and hands it to the op, which
@@ -58,8 +57,10 @@ struct PlanKeyHash {
 }  // namespace
 
 struct braidGraph {
-  uint64_t magic = kGraphMagic;
   braidComm* comm = nullptr;
+  // The handle `comm` was created with: a call names the graph's communicator by this (a handle of a
+  // destroyed communicator never matches, and never names a newer one).
+  braidComm_t commHandle = nullptr;
   std::vector<graph::Topology> sides;  // this rank's side per rotation (size 1 for static graphs)
   // Where calls run: `comm`, or after failures its successor of survivors (owned by `comm`), and
   // each original rank's rank there (-1: failed).
@@ -87,19 +88,13 @@ class GraphLock {
   braidGraph* g_;
 };
 
-Status checkGraph(braidGraph_t graph) {
-  if (graph == nullptr) return errorf(braidInvalidArgument, "graph is NULL");
-  if (graph->magic != kGraphMagic) return errorf(braidInvalidArgument, "graph is not a live graph (destroyed?)");
-  return okStatus();
-}
-
 bool isFloatType(braidDataType_t dt) {
   return dt == braidFloat16 || dt == braidBfloat16 || dt == braidFloat32 || dt == braidFloat64;
 }
 
 // This rank's input to braidGraphCreate, checked without the other ranks. Reads neighbors and
 // weights only when the pointers and count allow it.
-Status checkLocalGraph(braidComm_t comm, int nNeighbors, const int* neighbors, const double* weights, double selfWeight,
+Status checkLocalGraph(braidComm* comm, int nNeighbors, const int* neighbors, const double* weights, double selfWeight,
                        braidGraph_t* graph) {
   const int n = comm->nranks, rank = comm->rank;
   if (graph == nullptr) return errorf(braidInvalidArgument, "graph is NULL");
@@ -140,7 +135,15 @@ struct Records {
   bool listens(int r, int peer) const { return (all[r * bytes + 8 + peer / 8] >> (peer % 8)) & 1; }
 };
 
-Status gatherRecords(braidComm_t comm, bool valid, int nNeighbors, const int* neighbors, Records* out) {
+// Hands out the handle of a new graph (src/handles.h).
+Status publishGraph(std::unique_ptr<braidGraph> g, braidGraph_t* out) {
+  return publishHandle<braidGraph_t, braidGraph>(graphHandles(), out, [&](braidGraph** obj) {
+    *obj = g.release();
+    return okStatus();
+  });
+}
+
+Status gatherRecords(braidComm* comm, bool valid, int nNeighbors, const int* neighbors, Records* out) {
   const int n = comm->nranks;
   out->bytes = 8 + (static_cast<size_t>(n) + 63) / 64 * 8;
   std::vector<uint8_t> mine(out->bytes, 0);
@@ -164,9 +167,10 @@ Status gatherRecords(braidComm_t comm, bool valid, int nNeighbors, const int* ne
   return comm->engine->wait(op).withContext("exchanging the neighbour lists");
 }
 
-Status createGraph(braidComm_t comm, int nNeighbors, const int* neighbors, const double* weights, double selfWeight,
+Status createGraph(braidComm_t handle, int nNeighbors, const int* neighbors, const double* weights, double selfWeight,
                    braidGraph_t* graph) {
-  BRAID_TRY(checkComm(comm));
+  braidComm* comm = nullptr;
+  BRAID_TRY(commOf(handle, &comm));
   Status local = checkLocalGraph(comm, nNeighbors, neighbors, weights, selfWeight, graph);
   Records rec;
   BRAID_TRY(gatherRecords(comm, local.ok(), nNeighbors, neighbors, &rec));
@@ -182,14 +186,15 @@ Status createGraph(braidComm_t comm, int nNeighbors, const int* neighbors, const
     if (r != comm->rank && rec.listens(r, comm->rank)) side.out.push_back(r);
   auto g = std::make_unique<braidGraph>();
   g->comm = g->runOn = comm;
+  g->commHandle = handle;
   for (int r = 0; r < comm->nranks; ++r) g->toRun.push_back(r);
   g->sides.push_back(std::move(side));
-  *graph = g.release();
-  return okStatus();
+  return publishGraph(std::move(g), graph);
 }
 
-Status createNamed(braidComm_t comm, const char* name, braidGraph_t* graph) {
-  BRAID_TRY(checkComm(comm));
+Status createNamed(braidComm_t handle, const char* name, braidGraph_t* graph) {
+  braidComm* comm = nullptr;
+  BRAID_TRY(commOf(handle, &comm));
   if (name == nullptr) return errorf(braidInvalidArgument, "name is NULL");
   if (graph == nullptr) return errorf(braidInvalidArgument, "graph is NULL");
   graph::Named kind;
@@ -200,11 +205,11 @@ Status createNamed(braidComm_t comm, const char* name, braidGraph_t* graph) {
     return errorf(braidInvalidArgument, "graph '%s' needs a power-of-two rank count, not %d", name, n);
   auto g = std::make_unique<braidGraph>();
   g->comm = g->runOn = comm;
+  g->commHandle = handle;
   for (int r = 0; r < n; ++r) g->toRun.push_back(r);
   const int period = graph::rotationPeriod(kind, n);
   for (int t = 0; t < period; ++t) g->sides.push_back(graph::named(kind, comm->rank, n, static_cast<uint64_t>(t)));
-  *graph = g.release();
-  return okStatus();
+  return publishGraph(std::move(g), graph);
 }
 
 // This rank's side of rotation t among the survivors, renumbered for g->runOn: failed neighbours
@@ -299,16 +304,23 @@ Status postNeighbor(braidGraph* g, const void* send, void* recv, size_t count, b
   return okStatus();
 }
 
-Status neighborAllReduce(const void* send, void* recv, size_t count, braidDataType_t dt, braidGraph_t graph,
-                         braidComm_t comm, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
-  BRAID_TRY(checkComm(comm));
+Status neighborAllReduce(const void* send, void* recv, size_t count, braidDataType_t dt, braidGraph_t graphHandle,
+                         braidComm_t commHandle, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
+  braidComm* comm = nullptr;
+  BRAID_TRY(commOf(commHandle, &comm));
   if (!validDtype(dt)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", dt);
   if (!isFloatType(dt))
     return errorf(braidInvalidArgument, "datatype %s: neighbour allreduce takes floating types only", dtypeName(dt));
   if (stream != nullptr)
     return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
-  BRAID_TRY(checkGraph(graph));
-  if (graph->comm != comm) return errorf(braidInvalidArgument, "graph belongs to another communicator");
+  braidGraph* graph = nullptr;
+  BRAID_TRY(graphOf(graphHandle, &graph));
+  if (graph->commHandle != commHandle) {
+    braidComm* other = nullptr;
+    if (!commOf(graph->commHandle, &other).ok())
+      return errorf(braidInvalidArgument, "graph belongs to a communicator that was destroyed");
+    return errorf(braidInvalidArgument, "graph belongs to another communicator");
+  }
   if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
   const size_t es = dtypeSize(dt);
   if (count > static_cast<size_t>(PTRDIFF_MAX) / es)
@@ -325,13 +337,24 @@ Status neighborAllReduce(const void* send, void* recv, size_t count, braidDataTy
     BRAID_TRY(postNeighbor(graph, send, recv, count, dt, inPlace, nonblocking, &op));
   }
   if (nonblocking) {
-    *request = op;
+    *request = requestHandle(op);
     return okStatus();
   }
   return op->engine->wait(op);
 }
 
 }  // namespace
+
+namespace braid {
+
+Status graphOf(braidGraph_t handle, braidGraph** out, uint32_t* slot) {
+  void* obj = nullptr;
+  BRAID_TRY(graphHandles().find(reinterpret_cast<uintptr_t>(handle), &obj, slot));
+  *out = static_cast<braidGraph*>(obj);
+  return okStatus();
+}
+
+}  // namespace braid
 
 #pragma GCC visibility push(default)
 
@@ -344,10 +367,12 @@ braidResult_t braidGraphCreateNamed(braidComm_t comm, const char* name, braidGra
   return guard(__func__, [&] { return createNamed(comm, name, graph); });
 }
 
-braidResult_t braidGraphDestroy(braidGraph_t graph) {
+braidResult_t braidGraphDestroy(braidGraph_t handle) {
   return guard(__func__, [&] {
-    BRAID_TRY(checkGraph(graph));
-    graph->magic = 0;
+    braidGraph* graph = nullptr;
+    uint32_t slot = 0;
+    BRAID_TRY(graphOf(handle, &graph, &slot));
+    graphHandles().remove(slot, HandleEnd::kDestroyed);
     delete graph;
     return okStatus();
   });

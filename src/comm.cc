@@ -306,7 +306,6 @@ Status commInitFromEnv(braidComm** out) {
 
 // Teardown in dependency order: the engine (and its thread) uses links and the control plane.
 static void freeComm(braidComm* comm) {
-  comm->magic = 0;
   comm->engine.reset();
   comm->links.clear();
   comm->transports.clear();

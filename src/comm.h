@@ -11,10 +11,8 @@
 #include "topology/select.h"
 #include "transports/transport.h"
 
-constexpr uint64_t kCommMagic = 0x6272616964636f6dULL;  // "braidcom"
-
+// A communicator. The C API hands out handles of it (src/handles.h), never this pointer.
 struct braidComm {
-  uint64_t magic = kCommMagic;
   int rank = 0;
   int nranks = 0;
   uint64_t commId = 0;

@@ -73,10 +73,22 @@ Status commSplit(braidComm* comm, int color, int key, braidComm** out) {
   // Everyone's (color, key), over the parent (which must be healthy).
   int32_t mine[2] = {color, key};
   std::vector<int32_t> all(2 * static_cast<size_t>(n));
-  braidRequest_t req = nullptr;
-  braidResult_t r = braidIAllGather(mine, all.data(), 2, braidInt32, comm, nullptr, &req);
-  if (r == braidSuccess) r = braidWait(req);
-  if (r != braidSuccess) return Status(r, std::string("split: exchanging colors: ") + braidGetLastError());
+  // Through the engine, not the C API: `comm` is the communicator itself, not a handle of it.
+  PostArgs p;
+  p.shape.coll = Coll::kAllGather;
+  p.shape.algo = Algo::kRing;
+  p.shape.rank = comm->rank;
+  p.shape.nranks = n;
+  p.shape.count = 2;
+  p.shape.elemSize = sizeof(int32_t);
+  p.shape.chunkBytes = comm->chunkBytes;
+  p.send = mine;
+  p.recv = all.data();
+  p.dtype = braidInt32;
+  Op* op = nullptr;
+  Status s = comm->engine->post(p, false, &op);
+  if (s.ok()) s = comm->engine->wait(op);
+  if (!s.ok()) return s.withContext("split: exchanging colors");
   const uint64_t nth = comm->splits++;
   if (color == BRAID_SPLIT_NOCOLOR) {
     *out = nullptr;

@@ -9,6 +9,7 @@
 
 #include "src/comm.h"
 #include "src/config.h"
+#include "src/handles.h"
 #include "src/log.h"
 
 namespace braid {
@@ -44,6 +45,11 @@ constexpr int64_t kIdleSleepUs = 10000;
 // rank that died), before the link's own peer is blamed. Notices travel in well under this.
 constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
 
+// A wait's own deadline, beyond BRAID_TIMEOUT: the operations' deadlines end every wait before it
+// (an op's deadline runs from its post, before the wait began), so this only catches a wait that
+// nothing would ever complete. The slack covers the deadline check's stride and kBlameGraceNs.
+constexpr double kBackstopSlackSec = 2.0;
+
 inline void cpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -70,6 +76,8 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
 
 Engine::~Engine() {
   stop();
+  // The pool's request handles die with it: braidWait or braidTest on one is refused from now on.
+  for (const auto& op : all_) requestHandles().remove(op->handleSlot, HandleEnd::kDestroyed);
   if (wakeFd_ >= 0) close(wakeFd_);
   if (epollFd_ >= 0) close(epollFd_);
   if (epollLinksFd_ >= 0) close(epollLinksFd_);
@@ -128,15 +136,20 @@ void Engine::wake() {
   (void)rc;  // a full counter already means "awake"
 }
 
-Op* Engine::takeOp() {
+Status Engine::takeOp(Op** out) {
   if (!free_.empty()) {
-    Op* op = free_.back();
+    *out = free_.back();
     free_.pop_back();
-    return op;
+    return okStatus();
   }
-  all_.push_back(std::make_unique<Op>());
-  all_.back()->engine = this;
-  return all_.back().get();
+  // The pool grows: the new entry gets its handle slot, kept until the engine goes.
+  auto op = std::make_unique<Op>();
+  BRAID_TRY(requestHandles().reserve(&op->handleSlot));
+  op->engine = this;
+  requestHandles().publish(op->handleSlot, op.get());
+  all_.push_back(std::move(op));
+  *out = all_.back().get();
+  return okStatus();
 }
 
 void Engine::releaseOp(Op* op) {
@@ -144,6 +157,8 @@ void Engine::releaseOp(Op* op) {
   if (op->planUsers != nullptr) --*op->planUsers;
   op->planUsers = nullptr;
   op->sharedPlan.reset();
+  // Before the entry can be taken again: the released handle must never reach its next operation.
+  requestHandles().retire(op->handleSlot, HandleEnd::kReleased);
   op->state.store(Op::kFree, std::memory_order_relaxed);
   op->error.clear();
   free_.push_back(op);
@@ -242,7 +257,12 @@ Status Engine::postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log) {
     unlock();
     return r;
   }
-  Op* op = takeOp();
+  Op* op = nullptr;
+  Status taken = takeOp(&op);
+  if (!taken.ok()) {
+    unlock();
+    return taken;
+  }
   fill(op);
   prepare(op, userOwned);
   log(op);
@@ -566,12 +586,13 @@ void Engine::backoff(int64_t idleSinceNs) {
 }
 
 // Drives progress in the calling thread until done() holds. Ops time out through checkDeadline()
-// inside progressOnce(), so this loop needs no deadline of its own.
+// inside progressOnce(); `backstop` (read while idle, every 256 passes) ends a wait they miss.
 template <class Done>
-void Engine::driveUntil(Done done) {
+bool Engine::driveUntil(Done done, Deadline backstop) {
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   int64_t idleSince = 0;
   int idle = 0;
+  bool met = true;
   while (!done()) {
     bool progressed = false;
     if (tryLock()) {
@@ -583,9 +604,23 @@ void Engine::driveUntil(Done done) {
       continue;
     }
     if (idle++ == 0) idleSince = nowNs();
+    if ((idle & 255) == 0 && backstop.expired()) {
+      met = false;
+      break;
+    }
     backoff(idleSince);
   }
   waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  return met;
+}
+
+// A wait past its backstop: fails the communicator, which completes every running operation.
+void Engine::failStuckWait(const char* what) {
+  fail(errorf(braidTimeout, "rank %d: %s did not end within BRAID_TIMEOUT (%.0f s)", comm_->rank, what, timeoutSec_),
+       -1, true);
+  lock();
+  failAll();
+  unlock();
 }
 
 // The result of a finished op; the op goes back to the pool.
@@ -599,8 +634,16 @@ Status Engine::wait(Op* op) {
   // Counted as a waiter until the op is released: braidCommAbort frees the engine once no waiter
   // is left inside it.
   waiters_.fetch_add(1, std::memory_order_acq_rel);
-  driveUntil([op] { return op->state.load(std::memory_order_acquire) == Op::kDone; });
-  Status result = finish(op);
+  auto isDone = [op] { return op->state.load(std::memory_order_acquire) == Op::kDone; };
+  if (!driveUntil(isDone, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec))) {
+    char what[96];
+    snprintf(what, sizeof(what), "waiting for %s #%llu", collName(op->coll), static_cast<unsigned long long>(op->seq));
+    failStuckWait(what);
+  }
+  // Not done even now: the op is not among the running ones, and is left as it is.
+  Status result = isDone() ? finish(op)
+                           : errorf(braidInternalError, "braidWait: %s #%llu is not running on rank %d",
+                                    collName(op->coll), static_cast<unsigned long long>(op->seq), comm_->rank);
   // Operations left behind get the background thread back (seq_cst pair with bgSleeping_). That
   // check reads the engine after waiters_ dropped: leaving_ (raised before, dropped after, both
   // seq_cst) keeps abortWaiters from returning, and braidCommAbort from freeing the engine, meanwhile.
@@ -633,8 +676,31 @@ Status Engine::test(Op* op, bool* done) {
 }
 
 Status Engine::drain() {
-  driveUntil([this] { return activeCount_.load(std::memory_order_acquire) == 0 || failed(); });
-  return okStatus();
+  auto idle = [this] { return activeCount_.load(std::memory_order_acquire) == 0 || failed(); };
+  if (!driveUntil(idle, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec)))
+    failStuckWait("draining the operations before destroy");
+  // What is left unreleased was posted and never waited for: destroy is the caller's last chance to
+  // hear that it failed.
+  lock();
+  if (failed()) failAll();
+  int pending = 0, failedOps = 0;
+  const Op* first = nullptr;
+  for (const auto& op : all_) {
+    const int state = op->state.load(std::memory_order_acquire);
+    if (state == Op::kFree) continue;
+    ++pending;
+    if (state != Op::kDone || op->result == braidSuccess) continue;
+    if (failedOps++ == 0 || op->seq < first->seq) first = op.get();  // the earliest posted
+  }
+  Status dropped;
+  if (first != nullptr) {
+    dropped = errorf(first->result, "%d operation%s still pending (posted, not waited for) and dropped; %d failed: %s",
+                     pending, pending == 1 ? " was" : "s were", failedOps, first->error.c_str());
+  }
+  unlock();
+  if (pending > 0 && first == nullptr)
+    BRAID_INFO(kLogColl, "destroy drops %d finished operation(s) nobody waited for", pending);
+  return dropped;
 }
 
 void Engine::bgLoop() {

@@ -35,7 +35,8 @@ namespace braid {
 class Engine;
 }
 
-// A posted operation; braidRequest_t points to one. Pooled per communicator.
+// A posted operation; a braidRequest_t names one through the request handle table (src/handles.h).
+// Pooled per communicator.
 struct braidRequest {
   enum State : int { kFree = 0, kRunning = 1, kDone = 2 };
   std::atomic<int> state{kFree};
@@ -43,6 +44,7 @@ struct braidRequest {
   std::string error;  // set on failure only
   bool userOwned = false;
   braid::Engine* engine = nullptr;
+  uint32_t handleSlot = 0;  // this pool entry's slot in requestHandles(), for its whole life
 
   // Execution state (engine lock).
   const braid::Plan* plan = nullptr;
@@ -112,7 +114,8 @@ class Engine {
   // One step of progress; *done when finished, in which case the op is released.
   Status test(Op* op, bool* done);
   // Waits until every posted operation finished or failed (destroy). Bounded by the operations'
-  // own deadlines (BRAID_TIMEOUT).
+  // own deadlines (BRAID_TIMEOUT). Returns what destroy drops: the operations never released (posted
+  // and not waited for), and the first failure among them as the result.
   Status drain();
 
   // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
@@ -137,7 +140,7 @@ class Engine {
   void lock();
   void unlock() { lock_.store(false, std::memory_order_release); }
 
-  Op* takeOp();
+  Status takeOp(Op** out);
   Status refused(Coll coll) const;
   void releaseOp(Op* op);
   // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
@@ -156,8 +159,11 @@ class Engine {
   void checkDeadline();
   void backoff(int64_t idleSinceNs);
   bool worthWaking(const Op* op) const;
+  // Drives progress until done() holds; false when `backstop` passed first.
   template <class Done>
-  void driveUntil(Done done);
+  bool driveUntil(Done done, Deadline backstop);
+  // A wait that outlived every deadline it should have met (see wait()).
+  void failStuckWait(const char* what);
   Status finish(Op* op);
 
   void bgLoop();

@@ -17,6 +17,12 @@
  *   that dies or stops answering becomes braidRemoteError or braidTimeout naming the rank, never
  *   a hang.
  * - No function throws or calls exit(); out-of-memory is braidSystemError.
+ * - Handles (braidComm_t, braidGraph_t, braidRequest_t) are opaque values, not pointers: each names
+ *   a slot of a process-wide table plus the slot's generation, which advances when the object ends
+ *   (destroyed, aborted, released). A handle that outlived its object is refused (communicators and
+ *   graphs: braidInvalidArgument; requests: braidInvalidUsage), as is a value braid never handed
+ *   out (braidInvalidArgument); braid reads nothing it points to, and a stale handle never names a
+ *   newer object that took its place. Checking a handle is a few loads, without a lock.
  */
 #ifndef BRAID_BRAID_H_
 #define BRAID_BRAID_H_
@@ -131,13 +137,17 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 
 /* Waits for this rank's pending operations (up to BRAID_TIMEOUT), leaves the communicator and frees
  * it. Not collective, but rank 0 serves failure notices for the others and lingers until they left.
- * Do not use `comm` or its requests afterwards. NULL is braidInvalidArgument. */
+ * Operations posted and never waited for are dropped: when any of them failed, the result is the
+ * earliest one's code (braidTimeout, braidRemoteError, ...) and braidGetLastError() says how many
+ * were pending, how many failed and the first failure; the communicator is freed all the same.
+ * Afterwards `comm` is refused by every call (braidInvalidArgument), and so are its requests not yet
+ * waited for (braidInvalidUsage). NULL or a destroyed communicator is braidInvalidArgument. */
 braidResult_t braidCommDestroy(braidComm_t comm);
 
 /* Fails every pending operation of `comm` with braidRemoteError on every rank, without waiting, and
  * frees the communicator. May be called from any thread, also while others block in braidWait or
  * are inside braidTest on its requests: they return promptly, and the requests are gone once
- * braidCommAbort returned (a later braidTest or braidWait on them is use after free). */
+ * braidCommAbort returned (a later braidTest or braidWait on them is braidInvalidUsage). */
 braidResult_t braidCommAbort(braidComm_t comm);
 
 /* Number of ranks and this rank's index. Thread-safe, never block. */
@@ -230,14 +240,18 @@ braidResult_t braidIBarrier(braidComm_t comm, braidStream_t stream, braidRequest
 
 /* Groups: calls between Start and End (per thread, nestable) are recorded with their arguments
  * checked, then issued as one operation at the outermost End, which blocks until all of them
- * completed. Inside a group the nonblocking forms are refused (braidInvalidUsage). */
+ * completed. Inside a group the nonblocking forms are refused (braidInvalidUsage). A communicator
+ * destroyed between its call and the outermost End fails End with braidInvalidArgument, and nothing
+ * of the group is issued. */
 braidResult_t braidGroupStart(void);
 braidResult_t braidGroupEnd(void);
 
 /* ---- Requests ----------------------------------------------------------------------------------
  * A request is released when braidTest reports *done = 1 or when braidWait returns (success or
- * not): do not use it afterwards. A request may be tested or waited from another thread than the
- * one that posted it, but only by one thread at a time. */
+ * not); after that, and after its communicator was destroyed or aborted, braidTest and braidWait
+ * refuse it with braidInvalidUsage (the message says which), even when a newer request took its
+ * place in the communicator's pool. A request may be tested or waited from another thread than the
+ * one that posted it, but only by one thread at a time. Every wait ends by BRAID_TIMEOUT. */
 
 /* *done = 1 when finished (the result code is the operation's), 0 while running (braidSuccess).
  * Never blocks beyond one step of progress. */
@@ -245,7 +259,9 @@ braidResult_t braidTest(braidRequest_t request, int* done);
 /* Blocks until the operation finished or failed; returns its result. */
 braidResult_t braidWait(braidRequest_t request);
 /* Waits for all n requests (NULL entries are skipped); returns the first failure, if any. Every
- * request is released. */
+ * request is released. The requests are checked first: one that is not live, or one given twice
+ * (braidInvalidArgument, naming both entries), fails the call before anything is waited for, and the
+ * live requests stay the caller's. */
 braidResult_t braidWaitAll(int n, braidRequest_t* requests);
 
 /* ---- Gossip (decentralized averaging) ------------------------------------------------------------

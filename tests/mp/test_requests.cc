@@ -288,3 +288,170 @@ TEST_CASE("braidCommAbort from another thread unblocks a waiter on every rank", 
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+// Handles that are no longer (or never were) live: each must be refused with an error, never waited
+// on (a spin until the harness kills the rank) and never read through a dangling pointer.
+
+TEST_CASE("braidWaitAll refuses a request given twice and leaves the requests to the caller", "[mp][requests]") {
+  auto res = runComm(2, {{"BRAID_TIMEOUT", "5"}}, [](braidComm_t comm, int rank, int size) {
+    std::vector<float> a(1000, 1.0f), b(1000, 0.0f);
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, nullptr, &req));
+    braidRequest_t twice[2] = {req, req};
+    braidResult_t r = braidWaitAll(2, twice);
+    if (r != braidInvalidArgument) return fail(rank, "WaitAll of a duplicate gave %s", braidGetErrorString(r));
+    if (strstr(braidGetLastError(), "requests[1]") == nullptr) return fail(rank, "message: %s", braidGetLastError());
+    // Nothing was waited for or released: the request is still the caller's.
+    CHECK_BRAID(rank, braidWait(req));
+    if (b[0] != static_cast<float>(size)) return fail(rank, "sum %g", b[0]);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a released request is refused after its slot was reused by a newer request", "[mp][requests]") {
+  auto res = runComm(2, {{"BRAID_TIMEOUT", "5"}}, [](braidComm_t comm, int rank, int size) {
+    std::vector<float> a(100, 1.0f), b(100, 0.0f);
+    braidRequest_t first = nullptr, second = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, nullptr, &first));
+    CHECK_BRAID(rank, braidWait(first));
+    // The pool hands the same operation to the next call: the old handle must not reach it.
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, nullptr, &second));
+    braidResult_t r = braidWait(first);
+    if (r != braidInvalidUsage) return fail(rank, "wait on the released request gave %s", braidGetErrorString(r));
+    int done = 0;
+    r = braidTest(first, &done);
+    if (r != braidInvalidUsage) return fail(rank, "test on the released request gave %s", braidGetErrorString(r));
+    CHECK_BRAID(rank, braidWait(second));
+    if (b[0] != static_cast<float>(size)) return fail(rank, "sum %g", b[0]);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a pointer that was never a request is refused by braidWait and braidTest and braidWaitAll",
+          "[mp][requests]") {
+  auto res = forkRanks(1, {{"BRAID_TIMEOUT", "5"}}, [](int rank, int) {
+    // Junk that looks like a running operation to a check that reads it.
+    alignas(64) static unsigned char junk[4096];
+    memset(junk, 1, sizeof(junk));
+    braidRequest_t fake = reinterpret_cast<braidRequest_t>(junk);
+    int done = 7;
+    braidResult_t r = braidWait(fake);
+    if (r != braidInvalidArgument) return fail(rank, "wait gave %s", braidGetErrorString(r));
+    r = braidTest(fake, &done);
+    if (r != braidInvalidArgument || done != 7) return fail(rank, "test gave %s", braidGetErrorString(r));
+    r = braidWaitAll(1, &fake);
+    if (r != braidInvalidArgument) return fail(rank, "waitall gave %s", braidGetErrorString(r));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("requests of a destroyed communicator are refused and not waited on", "[mp][requests]") {
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(2, {{"BRAID_TIMEOUT", "5"}}, [&](int rank, int size) {
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+    std::vector<float> a(100, 1.0f), b(100, 0.0f);
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, nullptr, &req));
+    CHECK_BRAID(rank, braidCommDestroy(comm));  // completes the AllReduce and drops its request
+    if (b[0] != static_cast<float>(size)) return fail(rank, "sum %g", b[0]);
+    int done = 7;
+    braidResult_t r = braidTest(req, &done);
+    if (r != braidInvalidUsage || done != 7) return fail(rank, "test gave %s, done %d", braidGetErrorString(r), done);
+    if (strstr(braidGetLastError(), "destroyed") == nullptr) return fail(rank, "message: %s", braidGetLastError());
+    r = braidWait(req);
+    if (r != braidInvalidUsage) return fail(rank, "wait gave %s", braidGetErrorString(r));
+    r = braidWaitAll(1, &req);
+    if (r != braidInvalidUsage) return fail(rank, "waitall gave %s", braidGetErrorString(r));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a destroyed communicator's handle is refused even where a new communicator took its place",
+          "[mp][requests]") {
+  // Communicators are created until one lands where the destroyed one was (malloc reuses the
+  // address; with handles that are not addresses, never), or kTries times.
+  constexpr int kTries = 6;
+  std::vector<braidUniqueId> ids(kTries + 1);
+  for (auto& id : ids) REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(2, {{"BRAID_TIMEOUT", "5"}}, [&](int rank, int size) {
+    braidComm_t stale = nullptr, live = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&stale, size, ids[0], rank));
+    CHECK_BRAID(rank, braidCommDestroy(stale));
+    for (int k = 1; k <= kTries; ++k) {
+      CHECK_BRAID(rank, braidCommInitRank(&live, size, ids[k], rank));
+      if (live == stale || k == kTries) break;
+      CHECK_BRAID(rank, braidCommDestroy(live));
+    }
+    int64_t v = rank + 1, sum = 0;
+    braidResult_t r = braidAllReduce(&v, &sum, 1, braidInt64, braidSum, stale, nullptr);
+    if (r != braidInvalidArgument) return fail(rank, "AllReduce on the stale comm gave %s", braidGetErrorString(r));
+    int n = 0;
+    r = braidCommCount(stale, &n);
+    if (r != braidInvalidArgument) return fail(rank, "CommCount on the stale comm gave %s", braidGetErrorString(r));
+    r = braidCommDestroy(stale);
+    if (r != braidInvalidArgument) return fail(rank, "destroying the stale comm gave %s", braidGetErrorString(r));
+    // The live communicator is untouched.
+    CHECK_BRAID(rank, braidAllReduce(&v, &sum, 1, braidInt64, braidSum, live, nullptr));
+    if (sum != 3) return fail(rank, "sum %lld", static_cast<long long>(sum));
+    CHECK_BRAID(rank, braidCommDestroy(live));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a destroyed graph's handle is refused even where a new graph took its place", "[mp][requests]") {
+  auto res = runComm(2, {{"BRAID_TIMEOUT", "5"}}, [](braidComm_t comm, int rank, int) {
+    braidGraph_t stale = nullptr, live = nullptr;
+    CHECK_BRAID(rank, braidGraphCreateNamed(comm, "ring", &stale));
+    CHECK_BRAID(rank, braidGraphDestroy(stale));
+    CHECK_BRAID(rank, braidGraphCreateNamed(comm, "ring", &live));
+    braidResult_t r = braidGraphDestroy(stale);
+    if (r != braidInvalidArgument) return fail(rank, "destroying the stale graph gave %s", braidGetErrorString(r));
+    float x = static_cast<float>(rank), y = -1;
+    r = braidNeighborAllReduce(&x, &y, 1, braidFloat32, stale, comm, nullptr);
+    if (r != braidInvalidArgument) return fail(rank, "gossip on the stale graph gave %s", braidGetErrorString(r));
+    CHECK_BRAID(rank, braidNeighborAllReduce(&x, &y, 1, braidFloat32, live, comm, nullptr));
+    if (y != 0.5f) return fail(rank, "mixed value %g", y);
+    CHECK_BRAID(rank, braidGraphDestroy(live));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("braidCommDestroy reports the pending operations that failed", "[mp][requests]") {
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(2, {{"BRAID_TIMEOUT", "5"}}, [&](int rank, int size) {
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+    if (rank == 1) {
+      CHECK_BRAID(rank, braidCommDestroy(comm));  // never posts the AllReduce: nothing pending here
+      return 0;
+    }
+    std::vector<float> a(100, 1.0f);
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(a.data(), a.data(), a.size(), braidFloat32, braidSum, comm, nullptr, &req));
+    braidResult_t r = braidCommDestroy(comm);
+    if (r != braidTimeout && r != braidRemoteError) return fail(rank, "destroy gave %s", braidGetErrorString(r));
+    const char* msg = braidGetLastError();
+    if (strstr(msg, "1 operation") == nullptr || strstr(msg, "AllReduce") == nullptr)
+      return fail(rank, "message does not say what was dropped: %s", msg);
+    int done = 0;
+    if (braidTest(req, &done) != braidInvalidUsage) return fail(rank, "the dropped request is still accepted");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

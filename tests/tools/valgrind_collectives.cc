@@ -5,7 +5,10 @@
 //
 // Covered: AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send/Recv (group and
 // nonblocking), Barrier, the nonblocking form of each collective with braidWait / braidWaitAll /
-// braidTest, a gossip graph (NeighborAllReduce), braidCommSplit, braidCommShrink, destroy.
+// braidTest, a gossip graph (NeighborAllReduce), braidCommSplit, braidCommShrink, destroy. Then the
+// handles that are no longer live: a destroyed communicator and graph, released requests, a request
+// given twice, requests of a destroyed communicator and a group whose communicator was destroyed
+// before braidGroupEnd must be refused without an invalid read.
 #include <sched.h>
 
 #include <cstdio>
@@ -35,6 +38,18 @@ int gRank = -1;
       fprintf(stderr, "rank %d: wrong result: %s (%s)\n", gRank, what, #cond); \
       return 1;                                                                \
     }                                                                          \
+  } while (0)
+
+// A call on a handle that is no longer live: must fail with `code` (and, under valgrind, read
+// nothing freed).
+#define EXPECT_REFUSED(call, code)                                                            \
+  do {                                                                                        \
+    braidResult_t r_ = (call);                                                                \
+    if (r_ != (code)) {                                                                       \
+      fprintf(stderr, "rank %d: %s gave %s, not %s\n", gRank, #call, braidGetErrorString(r_), \
+              braidGetErrorString(code));                                                     \
+      return 1;                                                                               \
+    }                                                                                         \
   } while (0)
 
 // Rank r's input: r + 1 everywhere, so sums are n(n+1)/2.
@@ -101,6 +116,16 @@ int nonblocking(braidComm_t comm, int rank, int n) {
   CHECK(braidWait(req[0]));  // one by braidWait, the rest by braidWaitAll
   req[0] = nullptr;
   CHECK(braidWaitAll(8, req));
+  // Released now: refused, one by one and given twice.
+  int done = 0;
+  EXPECT_REFUSED(braidWait(req[1]), braidInvalidUsage);
+  EXPECT_REFUSED(braidTest(req[2], &done), braidInvalidUsage);
+  EXPECT_REFUSED(braidWaitAll(8, req), braidInvalidUsage);
+  braidRequest_t twice[2] = {};
+  CHECK(braidIBarrier(comm, nullptr, &twice[0]));
+  twice[1] = twice[0];
+  EXPECT_REFUSED(braidWaitAll(2, twice), braidInvalidArgument);
+  CHECK(braidWait(twice[0]));
   EXPECT(all(out[0], 0, kCount, sum), "iallreduce");
   EXPECT(all(bc, 0, kCount, 5.f), "ibroadcast");
   if (rank == 0) EXPECT(all(out[2], 0, kCount, sum), "ireduce");
@@ -126,6 +151,9 @@ int gossip(braidComm_t comm, int rank, int n) {
   CHECK(braidNeighborAllReduce(send.data(), recv.data(), kCount, braidFloat32, graph, comm, nullptr));
   if (n == 2) EXPECT(all(recv, 0, kCount, 1.5f), "neighbor allreduce");
   CHECK(braidGraphDestroy(graph));
+  EXPECT_REFUSED(braidGraphDestroy(graph), braidInvalidArgument);
+  EXPECT_REFUSED(braidNeighborAllReduce(send.data(), recv.data(), kCount, braidFloat32, graph, comm, nullptr),
+                 braidInvalidArgument);
   return 0;
 }
 
@@ -137,7 +165,20 @@ int useDerived(braidComm_t sub, const char* what) {
   std::vector<float> v = input(rank, kCount);
   CHECK(braidAllReduce(v.data(), v.data(), kCount, braidFloat32, braidSum, sub, nullptr));
   EXPECT(all(v, 0, kCount, static_cast<float>(n * (n + 1) / 2)), what);
+  // A request left pending at destroy (it completes there), then every use of the dead handles.
+  braidRequest_t pending = nullptr;
+  CHECK(braidIAllReduce(v.data(), v.data(), kCount, braidFloat32, braidSum, sub, nullptr, &pending));
+  CHECK(braidGroupStart());
+  CHECK(braidBarrier(sub, nullptr));  // recorded, issued at braidGroupEnd: by then sub is gone
   CHECK(braidCommDestroy(sub));
+  EXPECT_REFUSED(braidGroupEnd(), braidInvalidArgument);
+  int done = 0;
+  EXPECT_REFUSED(braidWait(pending), braidInvalidUsage);
+  EXPECT_REFUSED(braidTest(pending, &done), braidInvalidUsage);
+  EXPECT_REFUSED(braidAllReduce(v.data(), v.data(), kCount, braidFloat32, braidSum, sub, nullptr),
+                 braidInvalidArgument);
+  EXPECT_REFUSED(braidCommCount(sub, &n), braidInvalidArgument);
+  EXPECT_REFUSED(braidCommDestroy(sub), braidInvalidArgument);
   return 0;
 }
 

@@ -1,0 +1,99 @@
+#include "src/handles.h"
+
+namespace braid {
+
+HandleTable::Slot* HandleTable::slotAt(uint32_t slot) const {
+  Slot* chunk = chunks_[slot >> kChunkBits].load(std::memory_order_acquire);
+  return chunk == nullptr ? nullptr : &chunk[slot & (kChunkSlots - 1)];
+}
+
+Status HandleTable::reserve(uint32_t* slot) {
+  std::lock_guard<std::mutex> hold(mu_);
+  if (!free_.empty()) {
+    *slot = free_.back();
+    free_.pop_back();
+    return okStatus();
+  }
+  if (used_ >= kMaxSlots) return errorf(braidSystemError, "too many live %ss (%u)", what_, kMaxSlots);
+  const uint32_t s = used_;
+  if ((s & (kChunkSlots - 1)) == 0) {
+    // Release: a lookup that loads the chunk pointer (acquire) sees its slots constructed.
+    chunks_[s >> kChunkBits].store(new Slot[kChunkSlots], std::memory_order_release);
+  }
+  free_.reserve(used_ + 1);  // remove() then never allocates (it runs on destroy paths)
+  ++used_;
+  *slot = s;
+  return okStatus();
+}
+
+void HandleTable::publish(uint32_t slot, void* obj) { slotAt(slot)->obj.store(obj, std::memory_order_release); }
+
+uint64_t HandleTable::handleOf(uint32_t slot) const {
+  const uint64_t gen = slotAt(slot)->gen.load(std::memory_order_relaxed);
+  return gen << (kSlotBits + kKindBits) | static_cast<uint64_t>(kind_) << kSlotBits | slot;
+}
+
+void HandleTable::end(Slot* s, HandleEnd why) {
+  s->lastEnd.store(static_cast<uint8_t>(why), std::memory_order_relaxed);
+  uint64_t next = (s->gen.load(std::memory_order_relaxed) + 1) & kGenMask;
+  if (next == 0) next = 1;
+  // Release: whoever sees the new generation sees lastEnd too.
+  s->gen.store(next, std::memory_order_release);
+}
+
+void HandleTable::retire(uint32_t slot, HandleEnd why) { end(slotAt(slot), why); }
+
+void HandleTable::remove(uint32_t slot, HandleEnd why) {
+  Slot* s = slotAt(slot);
+  end(s, why);
+  s->obj.store(nullptr, std::memory_order_release);
+  std::lock_guard<std::mutex> hold(mu_);
+  free_.push_back(slot);
+}
+
+Status HandleTable::find(uint64_t handle, void** obj, uint32_t* slotOut) const {
+  if (handle == 0) return errorf(braidInvalidArgument, "%s is NULL", what_);
+  const uint32_t slot = static_cast<uint32_t>(handle & (kMaxSlots - 1));
+  const uint64_t kind = (handle >> kSlotBits) & ((1u << kKindBits) - 1);
+  const uint64_t gen = handle >> (kSlotBits + kKindBits);
+  const Slot* s = kind == static_cast<uint64_t>(kind_) ? slotAt(slot) : nullptr;
+  const uint64_t live = s == nullptr ? 0 : s->gen.load(std::memory_order_acquire);
+  void* o = s == nullptr ? nullptr : s->obj.load(std::memory_order_acquire);
+  if (s != nullptr && gen == live && o != nullptr) {
+    *obj = o;
+    if (slotOut != nullptr) *slotOut = slot;
+    return okStatus();
+  }
+  if (s == nullptr || gen == 0 || gen >= live)
+    return errorf(braidInvalidArgument, "%s %p is not a %s braid handed out", what_, reinterpret_cast<void*>(handle),
+                  what_);
+  // Requests misused (released, or their communicator gone) are usage errors, as for a released
+  // request before; stale communicators and graphs stay argument errors.
+  const braidResult_t code = kind_ == HandleKind::kRequest ? braidInvalidUsage : braidInvalidArgument;
+  if (gen + 1 == live) {
+    const auto why = static_cast<HandleEnd>(s->lastEnd.load(std::memory_order_relaxed));
+    if (why == HandleEnd::kReleased) return errorf(code, "%s was already completed and released", what_);
+    if (why == HandleEnd::kDestroyed && kind_ == HandleKind::kRequest)
+      return errorf(code, "request belongs to a communicator that was destroyed (or aborted)");
+    if (why == HandleEnd::kDestroyed) return errorf(code, "%s was destroyed", what_);
+  }
+  return errorf(code, "%s is stale: it was released or destroyed earlier", what_);
+}
+
+// Never destroyed: requests may be released by threads still running while the process exits.
+HandleTable& commHandles() {
+  static HandleTable* t = new HandleTable(HandleKind::kComm, "comm");
+  return *t;
+}
+
+HandleTable& graphHandles() {
+  static HandleTable* t = new HandleTable(HandleKind::kGraph, "graph");
+  return *t;
+}
+
+HandleTable& requestHandles() {
+  static HandleTable* t = new HandleTable(HandleKind::kRequest, "request");
+  return *t;
+}
+
+}  // namespace braid
