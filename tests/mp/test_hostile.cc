@@ -94,6 +94,14 @@ struct Pipe {
   }
 };
 
+// A fresh unique id (rank 0 of it must run in this process or a child) and what it holds.
+UniqueIdData newId(braidUniqueId* uid) {
+  REQUIRE(braidGetUniqueId(uid) == braidSuccess);
+  UniqueIdData id;
+  REQUIRE(braid::decodeUniqueId(*uid, &id).ok());
+  return id;
+}
+
 // Drops this process's inherited copy of the rendezvous listener (only rank 0 serves it; a copy
 // left open elsewhere would keep never-accepted connections queued instead of reset).
 void dropListener(uint64_t commId) {
@@ -325,9 +333,7 @@ constexpr size_t kMaxRefusalLines = braid::RefusalLog::kDetailed + 7;
 // Runs a scenario against the rendezvous; returns rank 0's log lines (all, and the refusals).
 void runRendezvous(const Scenario& sc, std::vector<std::string>* refusals, std::vector<std::string>* log) {
   braidUniqueId uid;
-  REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
-  UniqueIdData id;
-  REQUIRE(braid::decodeUniqueId(uid, &id).ok());
+  const UniqueIdData id = newId(&uid);
   Pipe ready;
   Rank0Log rank0;
   pid_t attacker = spawnProcess({}, [&] {
@@ -472,9 +478,7 @@ TEST_CASE("rendezvous: a rank claimed twice fails init on every rank, saying why
   // launched twice. braid cannot tell which one belongs (it used to drop both and let the first to
   // come back in, which merged jobs), so nobody gets a communicator and every claimant learns why.
   braidUniqueId uid;
-  REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
-  UniqueIdData id;
-  REQUIRE(braid::decodeUniqueId(uid, &id).ok());
+  const UniqueIdData id = newId(&uid);
   Pipe welcomed;
   pid_t impostor = spawnProcess({}, [&] {
     dropListener(id.commId);
@@ -633,9 +637,7 @@ void attackTcp(Stranger& s, const UniqueIdData& id, int to, const SockAddr& at, 
 
 TEST_CASE("tcp transport: strangers on the listeners during setup do not disturb it", "[mp][hostile]") {
   braidUniqueId uid;
-  REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
-  UniqueIdData id;
-  REQUIRE(braid::decodeUniqueId(uid, &id).ok());
+  const UniqueIdData id = newId(&uid);
   // The last rank reaches rank 0 through the attacker's relay.
   Fd relayListen;
   SockAddr relayAddr;
