@@ -44,9 +44,11 @@ namespace {
 // Pairwise for the usual handful of requests; a sorted copy beyond.
 Status checkWaitAll(int n, braidRequest_t* requests) {
   braidRequest* op = nullptr;
-  for (int i = 0; i < n; ++i)
-    if (requests[i] != nullptr)
-      BRAID_TRY(requestOf(requests[i], &op).withContext("requests[" + std::to_string(i) + "]"));
+  for (int i = 0; i < n; ++i) {
+    if (requests[i] == nullptr) continue;
+    Status s = requestOf(requests[i], &op);
+    if (!s.ok()) return s.withContext("requests[" + std::to_string(i) + "]");  // no string built otherwise
+  }
   auto repeated = [](int i, int j) {
     return errorf(braidInvalidArgument, "requests[%d] repeats requests[%d] (a request is waited for once)", i, j);
   };
