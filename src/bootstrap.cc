@@ -1,5 +1,6 @@
 #include "src/bootstrap.h"
 
+#include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -174,6 +175,14 @@ Status Bootstrap::pollCtrl(int fromRank, bool* got, CtrlMsg* msg, bool* eof) {
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) *eof = true;
     return okStatus();
   }
+}
+
+bool Bootstrap::ctrlPending(int rank) {
+  const int idx = rank_ == 0 ? rank : 0;
+  std::lock_guard<std::mutex> lock(sendMu_);  // closeCtrl may run in another thread
+  if (idx < 0 || idx >= static_cast<int>(socks_.size()) || !socks_[idx].valid()) return false;
+  pollfd p{socks_[idx].get(), POLLIN, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
 }
 
 void Bootstrap::closeCtrl(int rank) {

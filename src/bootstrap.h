@@ -74,6 +74,9 @@ class Bootstrap {
   };
   Status pollCtrl(int fromRank, bool* got, CtrlMsg* msg, bool* eof);
   void closeCtrl(int rank);
+  // Whether bytes from `rank` wait unread on its control socket (rank 0; others: rank 0's). One
+  // poll(); for failure paths, not the hot path. Thread-safe.
+  bool ctrlPending(int rank);
 
  private:
   std::string describe(int r) const { return describePeer(peers_, r); }

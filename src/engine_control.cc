@@ -161,6 +161,7 @@ void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
     case CtrlType::kBye:
       // A departure, not a failure (rank 0 says goodbye only once the others left or failed).
       gone_[peer] = 1;
+      left_[peer].store(1, std::memory_order_release);
       departed_.fetch_add(1, std::memory_order_acq_rel);
       comm_->boot->closeCtrl(peer);
       BRAID_INFO(kLogInit, "%s left the communicator", comm_->describeRank(peer).c_str());

@@ -44,11 +44,13 @@ constexpr int64_t kIdleSleepUs = 10000;
 // How long a failed link's error waits for a control-plane notice that names the root cause (a
 // rank that died), before the link's own peer is blamed. Notices travel in well under this.
 constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
+// ... and at most this long while the peer's control socket still holds unread bytes.
+constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
 
 // A wait's own deadline, beyond BRAID_TIMEOUT: the operations' deadlines end every wait before it
 // (an op's deadline runs from its post, before the wait began), so this only catches a wait that
-// nothing would ever complete. The slack covers the deadline check's stride and kBlameGraceNs.
-constexpr double kBackstopSlackSec = 2.0;
+// nothing would ever complete. The slack covers the deadline check's stride and kMaxBlameGraceNs.
+constexpr double kBackstopSlackSec = 3.0;
 
 inline void cpuRelax() {
 #if defined(__x86_64__)
@@ -64,6 +66,7 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
   recvBlocked_.assign(n, 0);
   linkDriven_.assign(n, 0);
   gone_.assign(n, 0);
+  left_.reset(new std::atomic<uint8_t>[n]());
   active_.reserve(64);
   timeoutSec_ = comm->timeoutSec;
   chunkBytes_ = comm->chunkBytes;
@@ -526,7 +529,18 @@ bool Engine::progressOnce() {
   }
   if (head_ >= active_.size()) return false;
   if (linkFailedAtNs_ != 0) {
-    if (nowNs() - linkFailedAtNs_ < kBlameGraceNs) return false;
+    const int64_t held = nowNs() - linkFailedAtNs_;
+    if (held < kBlameGraceNs) return false;
+    // The peer's goodbye (or a notice) may be queued unread on its control socket, the background
+    // thread not having run yet on a busy host: let it be read before the blame falls.
+    if (held < kMaxBlameGraceNs && !left_[linkFailedPeer_].load(std::memory_order_acquire) &&
+        comm_->boot->ctrlPending(linkFailedPeer_))
+      return false;
+    if (left_[linkFailedPeer_].load(std::memory_order_acquire))
+      linkFailure_ = errorf(braidRemoteError,
+                            "%s left the communicator (braidCommDestroy) while an operation of this rank still needed "
+                            "it (it did not post the call, or the calls differ)",
+                            comm_->describeRank(linkFailedPeer_).c_str());
     fail(linkFailure_, linkFailedPeer_, true);
     failAll();
     return true;

@@ -254,6 +254,9 @@ class Engine {
   uint64_t lastReported_ = 0;
   std::atomic<int> departed_{0};
   std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)
+  // Per rank: said goodbye (written by the background thread, read where a link failure is blamed:
+  // a peer that left cleanly did not die, it left while an operation still needed it).
+  std::unique_ptr<std::atomic<uint8_t>[]> left_;
   int wakeFd_ = -1;
   int epollFd_ = -1;       // wakeFd_ and control sockets
   int epollLinksFd_ = -1;  // the same plus the links' waitFd()s (edge-triggered)
