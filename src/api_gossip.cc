@@ -151,20 +151,7 @@ Status gatherRecords(braidComm* comm, bool valid, int nNeighbors, const int* nei
   for (int i = 0; valid && i < nNeighbors; ++i)
     mine[8 + neighbors[i] / 8] |= static_cast<uint8_t>(1u << (neighbors[i] % 8));
   out->all.assign(out->bytes * n, 0);
-  PostArgs p;
-  p.shape.coll = Coll::kAllGather;
-  p.shape.algo = Algo::kRing;
-  p.shape.rank = comm->rank;
-  p.shape.nranks = n;
-  p.shape.count = out->bytes;
-  p.shape.elemSize = 1;
-  p.shape.chunkBytes = comm->chunkBytes;
-  p.send = mine.data();
-  p.recv = out->all.data();
-  p.dtype = braidUint8;
-  Op* op = nullptr;
-  BRAID_TRY(comm->engine->post(p, false, &op));
-  return comm->engine->wait(op).withContext("exchanging the neighbour lists");
+  return commAllGather(comm, mine.data(), out->bytes, out->all.data()).withContext("exchanging the neighbour lists");
 }
 
 Status createGraph(braidComm_t handle, int nNeighbors, const int* neighbors, const double* weights, double selfWeight,

@@ -65,6 +65,9 @@ void commAbort(braidComm* comm);
 // derivation (src/comm_split.cc).
 Status commDerive(braidComm* parent, const std::vector<int>& members, const std::string& tag, braidComm** out);
 Status commShrink(braidComm* comm, const int* exclude, int nExclude, braidComm** out);
+// A blocking ring all-gather of `bytes` from every rank into all[nranks * bytes], posted on the
+// engine (internal exchanges: split colors, gossip neighbour lists). Collective.
+Status commAllGather(braidComm* comm, const void* mine, size_t bytes, void* all);
 Status commSplit(braidComm* comm, int color, int key, braidComm** out);
 
 }  // namespace braid

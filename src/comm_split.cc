@@ -37,6 +37,23 @@ Status commDerive(braidComm* parent, const std::vector<int>& members, const std:
   return s;
 }
 
+Status commAllGather(braidComm* comm, const void* mine, size_t bytes, void* all) {
+  PostArgs p;
+  p.shape.coll = Coll::kAllGather;
+  p.shape.algo = Algo::kRing;
+  p.shape.rank = comm->rank;
+  p.shape.nranks = comm->nranks;
+  p.shape.count = bytes;
+  p.shape.elemSize = 1;
+  p.shape.chunkBytes = comm->chunkBytes;
+  p.send = mine;
+  p.recv = all;
+  p.dtype = braidUint8;
+  Op* op = nullptr;
+  BRAID_TRY(comm->engine->post(p, false, &op));
+  return comm->engine->wait(op);
+}
+
 Status commShrink(braidComm* comm, const int* exclude, int nExclude, braidComm** out) {
   const int n = comm->nranks;
   if (nExclude < 0) return errorf(braidInvalidArgument, "nExclude is negative");
@@ -74,21 +91,7 @@ Status commSplit(braidComm* comm, int color, int key, braidComm** out) {
   int32_t mine[2] = {color, key};
   std::vector<int32_t> all(2 * static_cast<size_t>(n));
   // Through the engine, not the C API: `comm` is the communicator itself, not a handle of it.
-  PostArgs p;
-  p.shape.coll = Coll::kAllGather;
-  p.shape.algo = Algo::kRing;
-  p.shape.rank = comm->rank;
-  p.shape.nranks = n;
-  p.shape.count = 2;
-  p.shape.elemSize = sizeof(int32_t);
-  p.shape.chunkBytes = comm->chunkBytes;
-  p.send = mine;
-  p.recv = all.data();
-  p.dtype = braidInt32;
-  Op* op = nullptr;
-  Status s = comm->engine->post(p, false, &op);
-  if (s.ok()) s = comm->engine->wait(op);
-  if (!s.ok()) return s.withContext("split: exchanging colors");
+  BRAID_TRY(commAllGather(comm, mine, sizeof(mine), all.data()).withContext("split: exchanging colors"));
   const uint64_t nth = comm->splits++;
   if (color == BRAID_SPLIT_NOCOLOR) {
     *out = nullptr;

@@ -2,8 +2,9 @@
 //   - its listener and the accepted connections that have not yet sent a complete hello (a
 //     Doorway, src/doorway.h: bounded in number and in time, junk refused at its first bytes, so
 //     that a stranger never delays a real rank);
-//   - the connections of ranks that already joined, to notice one that closes (its rank becomes
-//     free again: a live rank joins again) or talks before it has the table (dropped).
+//   - the connections of ranks that already joined, to notice one that closes (its slot becomes
+//     free again; the rank itself, once welcomed, never joins again: it died or gave up) or talks
+//     before it has the table (dropped).
 // A complete hello is checked for the secret, communicator, rank count and rank.
 //
 // A rank whose hello is accepted gets a welcome at once. From then on it never joins again: if the
@@ -205,7 +206,7 @@ Status serveRendezvous(const UniqueIdData& id, int nranks, const PeerInfo& me, D
     socks->clear();
     return s;
   }
-  TableHeader th{kTableMagic, nranks};
+  const TableHeader th = makeRootHeader(RootFrame::kTable, static_cast<uint32_t>(nranks));
   for (int r = 1; r < nranks; ++r) {
     Status sent = sendAll((*socks)[r].get(), &th, sizeof(th), deadline);
     if (sent.ok()) sent = sendAll((*socks)[r].get(), table->data(), sizeof(PeerInfo) * nranks, deadline);
@@ -216,36 +217,26 @@ Status serveRendezvous(const UniqueIdData& id, int nranks, const PeerInfo& me, D
 
 namespace {
 
-// What came back on one attempt to join.
-enum class Reply { kTable, kClosed };
-
-// Reads rank 0's replies on `conn` after our hello: a welcome, then the table or a refusal. A closed
-// connection is kClosed (*welcomed says whether rank 0 had accepted us before); anything else that
-// goes wrong is an error.
+// Reads rank 0's replies on `conn` after our hello: a welcome, then the table or a refusal. *closed
+// says whether a failure was the connection closing or being reset (recvAll's braidRemoteError),
+// as opposed to a refusal, a malformed reply or the deadline; *welcomed whether rank 0 had accepted
+// us before.
 Status readReplies(int conn, int rank, int nranks, const std::string& root, Deadline deadline, bool* welcomed,
-                   std::vector<PeerInfo>* table, Reply* reply, Status* closed) {
-  // recvAll reports a closed or reset connection as braidRemoteError; everything else is fatal.
-  const auto received = [&](Status s, bool* ok) {
-    *ok = s.ok();
-    if (s.ok() || s.code() != braidRemoteError) return s;
-    *closed = s;
-    *reply = Reply::kClosed;
-    return okStatus();
+                   bool* closed, std::vector<PeerInfo>* table) {
+  const auto read = [&](void* buf, size_t n) {
+    Status s = recvAll(conn, buf, n, deadline);
+    *closed = s.code() == braidRemoteError;
+    return s;
   };
   for (;;) {
     uint8_t header[sizeof(TableHeader)];
-    bool ok = false;
-    BRAID_TRY(received(recvAll(conn, header, sizeof(header), deadline), &ok));
-    if (!ok) return okStatus();
+    BRAID_TRY(read(header, sizeof(header)));
     // Rank 0 proved nothing yet, but a malformed reply is no stale listener: give up at once.
     RootFrame kind;
     size_t bodyBytes = 0;
     BRAID_TRY(decodeRootHeader(header, sizeof(header), nranks, &kind, &bodyBytes).withContext("rendezvous at " + root));
     std::vector<uint8_t> body(bodyBytes);
-    if (bodyBytes > 0) {
-      BRAID_TRY(received(recvAll(conn, body.data(), body.size(), deadline), &ok));
-      if (!ok) return okStatus();
-    }
+    if (bodyBytes > 0) BRAID_TRY(read(body.data(), body.size()));
     switch (kind) {
       case RootFrame::kWelcome:
         *welcomed = true;
@@ -254,9 +245,7 @@ Status readReplies(int conn, int rank, int nranks, const std::string& root, Dead
         return errorf(braidInvalidUsage, "rank %d: refused by rank 0: %.*s", rank, static_cast<int>(body.size()),
                       reinterpret_cast<const char*>(body.data()));
       case RootFrame::kTable:
-        BRAID_TRY(decodeTableBody(body.data(), body.size(), nranks, table).withContext("rendezvous at " + root));
-        *reply = Reply::kTable;
-        return okStatus();
+        return decodeTableBody(body.data(), body.size(), nranks, table).withContext("rendezvous at " + root);
     }
   }
 }
@@ -271,38 +260,32 @@ Status joinRendezvous(const UniqueIdData& id, int rank, int nranks, const PeerIn
     Fd conn;
     Status s = connectTo(id.root, deadline, &conn);
     if (!s.ok()) return s.withContext("rank " + std::to_string(rank) + " joining the rendezvous at rank 0");
+    bool welcomed = false, closed = false;
     s = sendAll(conn.get(), &h, sizeof(h), deadline);
-    bool welcomed = false;
-    Reply reply = Reply::kClosed;
-    Status closed = s;
     if (s.ok()) {
-      s = readReplies(conn.get(), rank, nranks, root, deadline, &welcomed, table, &reply, &closed);
-      if (!s.ok()) {
-        if (s.code() == braidTimeout || deadline.expired())
-          return errorf(braidTimeout, "rank %d: rendezvous at %s did not complete before the deadline (%s)", rank,
-                        root.c_str(), s.message().c_str());
-        return s;
-      }
-      if (reply == Reply::kTable) {
-        *sock = std::move(conn);
-        return okStatus();
-      }
+      s = readReplies(conn.get(), rank, nranks, root, deadline, &welcomed, &closed, table);
+    } else {
+      closed = s.code() == braidRemoteError;
+      if (!closed) s = s.withContext("rank " + std::to_string(rank) + " joining the rendezvous");
     }
+    if (s.ok()) {
+      *sock = std::move(conn);
+      return okStatus();
+    }
+    if (s.code() == braidTimeout || deadline.expired())
+      return errorf(braidTimeout, "rank %d: rendezvous at %s did not complete before the deadline (%s)", rank,
+                    root.c_str(), s.message().c_str());
+    if (!closed) return s;  // refused, or not a braid rank 0
     if (welcomed)
       return errorf(braidRemoteError,
                     "rank %d: rank 0 at %s accepted this rank, then closed the rendezvous before the rank table (%s): "
                     "it failed or left; see its log",
-                    rank, root.c_str(), closed.message().c_str());
-    if (closed.code() == braidTimeout || deadline.expired())
-      return errorf(braidTimeout, "rank %d: rendezvous at %s did not complete before the deadline (%s)", rank,
-                    root.c_str(), closed.message().c_str());
-    if (closed.code() != braidRemoteError)
-      return closed.withContext("rank " + std::to_string(rank) + " joining the rendezvous");
+                    rank, root.c_str(), s.message().c_str());
     // Rank 0 closed on us before accepting our hello: it was not listening for us yet, the process
     // listening there serves another communicator or job, or it dropped our connection (a flood of
     // strangers). Join again.
     BRAID_INFO(kLogBoot, "rank %d: rendezvous at %s closed on us (%s); joining again (attempt %d)", rank, root.c_str(),
-               closed.message().c_str(), attempt + 1);
+               s.message().c_str(), attempt + 1);
     usleep(kRejoinDelayUs);
   }
 }

@@ -63,15 +63,13 @@ struct Config {
 // nfifos: this rank's shm peers, one FIFO each in its segment.
 Status loadConfig(size_t nfifos, Config* out) {
   Config c;
+  // The readers hold both to their declared ranges (src/config.cc: 64..64M, within kMaxSlotSize,
+  // and 1..kMaxSlots); what the table cannot say is the alignment.
   BRAID_TRY(paramSize("BRAID_SHM_SLOT_SIZE", &c.slotSize));
-  if (c.slotSize < kCacheLine || c.slotSize % kCacheLine != 0 || c.slotSize > kMaxSlotSize)
-    return errorf(braidInvalidArgument, "BRAID_SHM_SLOT_SIZE=%zu must be a multiple of %zu between %zu and %zu",
-                  c.slotSize, kCacheLine, kCacheLine, kMaxSlotSize);
+  if (c.slotSize % kCacheLine != 0)
+    return errorf(braidInvalidArgument, "BRAID_SHM_SLOT_SIZE=%zu must be a multiple of %zu", c.slotSize, kCacheLine);
   int64_t slots = 0;
   BRAID_TRY(paramInt("BRAID_SHM_SLOTS", &slots));
-  if (slots < 1 || slots > kMaxSlots)
-    return errorf(braidInvalidArgument, "BRAID_SHM_SLOTS=%lld must be between 1 and %lld",
-                  static_cast<long long>(slots), static_cast<long long>(kMaxSlots));
   c.nslots = static_cast<uint32_t>(slots);
   // Every rank of this host (this one and its nfifos shm peers) creates and populates a segment of
   // nfifos FIFOs. Half the host's memory for all of them leaves room for the job's own buffers;
@@ -89,15 +87,8 @@ Status loadConfig(size_t nfifos, Config* out) {
   BRAID_TRY(paramSize("BRAID_SHM_CMA_MIN", &c.cmaMin));
   std::string mode;
   BRAID_TRY(paramEnum("BRAID_SHM_CMA", &mode));
-  if (mode == "auto") {
-    c.cma = CmaMode::kAuto;
-  } else if (mode == "0") {
-    c.cma = CmaMode::kOff;
-  } else if (mode == "1") {
-    c.cma = CmaMode::kOn;
-  } else {
-    return errorf(braidInvalidArgument, "BRAID_SHM_CMA=%s must be auto, 0 or 1", mode.c_str());
-  }
+  // paramEnum gives one of the table's spellings: 0, 1 or auto.
+  c.cma = mode == "auto" ? CmaMode::kAuto : mode == "1" ? CmaMode::kOn : CmaMode::kOff;
   *out = c;
   return okStatus();
 }

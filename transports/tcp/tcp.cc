@@ -97,10 +97,8 @@ Status prepare(const TransportContext& ctx, const std::vector<int>& peers, Setup
     seen[p] = true;
     needListener = needListener || p > ctx.rank;
   }
+  // Range-checked by paramSize: at least 4K, TcpLink::kMinChunk.
   BRAID_TRY(paramSize("BRAID_TCP_CHUNK", &setup->chunk));
-  if (setup->chunk < TcpLink::kMinChunk)
-    return errorf(braidInvalidArgument, "BRAID_TCP_CHUNK=%zu is too small (at least %zu)", setup->chunk,
-                  TcpLink::kMinChunk);
   // Range-checked by paramSize: 0 (the kernel's autotuning) or at least 64K, since a buffer of a few
   // bytes makes every large message crawl one segment at a time.
   BRAID_TRY(paramSize("BRAID_TCP_SOCKBUF", &setup->sockbuf));
