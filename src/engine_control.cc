@@ -54,6 +54,7 @@ void Engine::fail(const Status& s, int culprit, bool notify, int skip, const std
   if (culprit < -1 || culprit >= n) culprit = -1;
   bool first = false, newCulprit = false;
   std::string progress;
+  std::lock_guard<std::mutex> order(noticeMu_);
   {
     std::lock_guard<std::mutex> g(failMu_);
     if (culprit >= 0 && culprit != comm_->rank) {

@@ -235,6 +235,9 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
   mutable std::mutex failMu_;
+  // Held by fail() from its verdict through its notices: rank 0 relays every failure to every rank
+  // in one order, so no rank hears a later failure (a peer that quit because of the first) first.
+  std::mutex noticeMu_;
   Status failure_;
   std::vector<int> failedRanks_;          // failMu_
   std::vector<uint64_t> progressAtFail_;  // failMu_: progress_ when the communicator failed

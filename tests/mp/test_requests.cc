@@ -458,3 +458,40 @@ TEST_CASE("braidCommDestroy reports the pending operations that failed", "[mp][r
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+// Rank 0 relays every failure to the others. When ranks quit as soon as they hear of an abort, the
+// first to quit is itself a failure rank 0 relays: it once reached some ranks before the abort
+// notice (rank 0's broadcast was not ordered against its own relays), which then named the rank
+// that quit instead of the one that aborted. Many rounds, for the race is narrow.
+TEST_CASE("every rank names the aborting rank when the others quit as soon as they hear of it",
+          "[mp][requests][abort]") {
+  constexpr int kRounds = 8;
+  std::vector<braidUniqueId> ids(kRounds);
+  for (braidUniqueId& id : ids) REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(3, {{"BRAID_TIMEOUT", "10"}, {"BRAID_ALGO", "allreduce:ring"}}, [&](int rank, int size) {
+    std::vector<float> buf(1000, 1.0f);
+    for (int round = 0; round < kRounds; ++round) {
+      braidComm_t comm = nullptr;
+      CHECK_BRAID(rank, braidCommInitRank(&comm, size, ids[round], rank));
+      if (rank == 0) {
+        // As an application would: a thread blocked in braidWait, the abort from another.
+        braidRequest_t req;
+        CHECK_BRAID(rank, braidIRecv(buf.data(), buf.size(), braidFloat32, 1, comm, nullptr, &req));
+        std::thread waiter([&] { (void)braidWait(req); });
+        usleep(300 * 1000);  // the others are blocked in their AllReduce by now
+        CHECK_BRAID(rank, braidCommAbort(comm));
+        waiter.join();
+        continue;
+      }
+      braidResult_t r = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr);
+      if (r != braidRemoteError) return fail(rank, "round %d: AllReduce returned %s", round, braidGetErrorString(r));
+      if (strstr(braidGetLastError(), "rank 0 (") == nullptr ||
+          strstr(braidGetLastError(), "braidCommAbort") == nullptr)
+        return fail(rank, "round %d: the abort is not what failed it: %s", round, braidGetLastError());
+      braidCommAbort(comm);  // at once: rank 0 sees this rank's control connection close
+    }
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
