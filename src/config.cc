@@ -76,6 +76,9 @@ const std::vector<ParamInfo> kParams = {
     integer("BRAID_HEARTBEAT_MISSES", "5", 1, kMaxHeartbeatMisses,
             "heartbeat periods of silence after which a peer is declared stopped"),
     boolean("BRAID_CHECK_MISMATCH", "0", "check that all ranks call the same collective, count, type and op"),
+    boolean("BRAID_FORCE_LOWERING", "0",
+            "test knob: plan every receive-reduce as a receive into scratch plus a local reduce, as for a link "
+            "that cannot reduce on arrival"),
     // Transports.
     listOf("BRAID_TRANSPORTS", "shm,tcp", "shm|tcp", "transports to use, in order of preference"),
     text("BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"),

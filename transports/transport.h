@@ -19,6 +19,25 @@
 
 namespace braid {
 
+// Where a buffer lives. A transport declares the kinds it can touch (TransportCaps::memTypes); the
+// lowering pass (src/lower.h) keeps every other kind away from it with explicit copy steps.
+enum class MemType : uint8_t {
+  kHost = 0,  // pageable or pinned host memory
+  kCuda = 1,  // CUDA device memory (issue "GPUs")
+};
+constexpr int kNumMemTypes = 2;
+constexpr uint32_t memTypeBit(MemType m) { return 1u << static_cast<unsigned>(m); }
+
+// What a transport can do; the same for all of its links. Plans are lowered against these
+// (src/lower.h), so a link never sees a step it cannot run.
+struct TransportCaps {
+  uint32_t memTypes = memTypeBit(MemType::kHost);  // MemTypes it reads and writes directly
+  bool reduceOnRecv = false;                       // folds a receive into the destination itself (kRecvReduce)
+  bool needsRegistration = false;                  // buffers must be registered before a transfer
+  bool oneSidedPut = false;                        // can write into a peer's registered region
+  size_t inlineBytes = 0;                          // messages this small travel with their header
+};
+
 // What every rank tells the others at init (fixed size, sent over the bootstrap).
 struct PeerInfo {
   int32_t rank = -1;
@@ -60,6 +79,8 @@ struct Xfer {
 class Link {
  public:
   virtual ~Link() = default;
+  // The capabilities of the transport this link belongs to.
+  virtual const TransportCaps& caps() const = 0;
   // Queue a transfer; never blocks, never fails for lack of buffer space (back-pressure is the
   // transport's business inside progress()). Transfers complete in posting order per direction.
   virtual Status postSend(Xfer* x) = 0;

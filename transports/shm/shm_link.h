@@ -59,6 +59,10 @@ class ShmLink final : public Link {
   explicit ShmLink(LinkSetup setup);
   ~ShmLink() override;
 
+  const TransportCaps& caps() const override {
+    static const TransportCaps c{memTypeBit(MemType::kHost), true, false, false, 0};
+    return c;
+  }
   Status postSend(Xfer* x) override;
   Status postRecv(Xfer* x) override;
   Status progress() override;

@@ -29,6 +29,10 @@ class TcpLink final : public Link {
   // buffer; it must be at least kMinChunk.
   TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes);
 
+  const TransportCaps& caps() const override {
+    static const TransportCaps c{memTypeBit(MemType::kHost), true, false, false, 0};
+    return c;
+  }
   Status postSend(Xfer* x) override;
   Status postRecv(Xfer* x) override;
   Status progress() override;
