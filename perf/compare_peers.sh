@@ -3,6 +3,10 @@
 # interleaved in one run so the machine's drift hits everyone alike. Uses ../shared/peers (our own
 # benchmark programs for the peers) and its median-of-repeats summarizer.
 # Usage: perf/compare_peers.sh [reps] [outdir]      (ALLREDUCE_ARGS changes the sweep)
+#   NP=4          ranks (default 2)
+#   BASELINE=DIR  also runs braid from another build folder (an older commit's), labelled braid_base:
+#                 before and after a change, interleaved with everything else
+#   NO_TCP=1, NO_GLOO=1, NO_MPI=1  leave those configurations out
 # Needs: openmpi-bin libopenmpi-dev python3-torch (see ../shared/peers/README.md) and a built tree.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,14 +20,24 @@ cp -r "$top/../shared/peers" "$work/"
 cd "$work/peers" && ./build.sh >/dev/null || { echo "building the peers failed"; exit 1; }
 . ./lib_measure.sh
 mkdir -p "$OUT"
-OMPI="mpirun.openmpi --allow-run-as-root --mca pml ob1 -np 2"
-BRAIDRUN="$top/build/tools/braidrun -n 2"
-PERF="$top/build/perf/all_reduce_perf $ARGS $BRAID_ITERS -z 1"
+NP=${NP:-2}
+OMPI="mpirun.openmpi --allow-run-as-root --mca pml ob1 -np $NP --oversubscribe"
+# braid from build folder $1, labelled $2, over transport $3
+braid_run() {
+  measure "$OUT/$2_np${NP}_$3.run$r.txt" env BRAID_TRANSPORTS="$3" "$1/tools/braidrun" -n "$NP" \
+    "$1/perf/all_reduce_perf" $ARGS $BRAID_ITERS -z 1
+}
 for r in $(seq 1 "$REPS"); do
-  measure "$OUT/braid_np2_shm.run$r.txt" $BRAIDRUN $PERF
-  measure "$OUT/ompi_np2_vader.run$r.txt" $OMPI --mca btl self,vader ./build/allreduce_ompi $ARGS
-  measure "$OUT/braid_np2_tcp.run$r.txt" env BRAID_TRANSPORTS=tcp $BRAIDRUN $PERF
-  measure "$OUT/ompi_np2_tcp.run$r.txt" $OMPI --mca btl self,tcp ./build/allreduce_ompi $ARGS
-  [ -z "${NO_GLOO:-}" ] && measure "$OUT/gloo_np2.run$r.txt" /usr/bin/python3 torch_gloo_allreduce_perf.py --np 2 $ARGS
+  braid_run "$top/build" braid shm
+  [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base shm
+  [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_vader.run$r.txt" $OMPI --mca btl self,vader ./build/allreduce_ompi $ARGS
+  if [ -z "${NO_TCP:-}" ]; then
+    braid_run "$top/build" braid tcp
+    [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base tcp
+    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_tcp.run$r.txt" $OMPI --mca btl self,tcp ./build/allreduce_ompi $ARGS
+  fi
+  [ -z "${NO_GLOO:-}" ] && measure "$OUT/gloo_np${NP}.run$r.txt" /usr/bin/python3 torch_gloo_allreduce_perf.py --np "$NP" $ARGS
 done
-python3 summarize.py "$OUT" | tee "$OUT/summary.md"
+# Every configuration that ran, braid's too (summarize.py alone picks only the peers').
+cfgs=$(cd "$OUT" && ls *.run*.txt | sed 's/\.run[0-9]*\.txt$//' | sort -u)
+python3 summarize.py "$OUT" $cfgs | tee "$OUT/summary.md"
