@@ -381,10 +381,10 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
     ev.data.u32 = static_cast<uint32_t>(i);
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, links[i].get(), &ev) != 0)
       return systemError(errno, "tcp: epoll_ctl for peer rank %d", peers[i]);
-    auto link = std::make_unique<TcpLink>(std::move(links[i]), peers[i], hostOf(ctx, peers[i]), setup.chunk);
-    links_.push_back({link.get(), peers[i]});
-    result[i] = std::move(link);
+    result[i] = std::make_unique<TcpLink>(std::move(links[i]), peers[i], hostOf(ctx, peers[i]), setup.chunk);
   }
+  // Only once every link is up: a failed connect leaves no pointers to the links it dropped.
+  for (size_t i = 0; i < peers.size(); ++i) links_.push_back({static_cast<TcpLink*>(result[i].get()), peers[i]});
   BRAID_INFO(kLogNet, "tcp: rank %d connected to %zu peers%s%s in %.1f ms (chunk %zu, socket buffers %zu)", ctx.rank,
              peers.size(), setup.listenFd.valid() ? ", listening on " : "",
              setup.listenFd.valid() ? setup.bound.toString().c_str() : "", (nowNs() - startNs) / 1e6, setup.chunk,
