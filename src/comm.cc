@@ -44,7 +44,10 @@ PeerInfo localInfo(int rank) {
   return me;
 }
 
+// BRAID_TRANSPORTS, in its order, against the registry: the names and the error's list of known
+// ones both come from transportRegistry().
 Status makeTransports(std::vector<std::unique_ptr<Transport>>* out) {
+  const std::vector<TransportEntry>& registry = transportRegistry();
   std::string list = paramString("BRAID_TRANSPORTS");
   size_t pos = 0;
   while (pos <= list.size()) {
@@ -53,17 +56,29 @@ Status makeTransports(std::vector<std::unique_ptr<Transport>>* out) {
     std::string name = list.substr(pos, comma - pos);
     pos = comma + 1;
     if (name.empty()) continue;
-    if (name == "shm") {
-      out->push_back(makeShmTransport());
-    } else if (name == "tcp") {
-      out->push_back(makeTcpTransport());
-    } else {
-      return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s: unknown transport '%s' (known: shm, tcp)", list.c_str(),
-                    name.c_str());
+    const TransportEntry* entry = nullptr;
+    for (const TransportEntry& e : registry)
+      if (name == e.name) entry = &e;
+    if (entry == nullptr) {
+      std::string known;
+      for (const TransportEntry& e : registry) known.append(known.empty() ? "" : ", ").append(e.name);
+      return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s: unknown transport '%s' (known: %s)", list.c_str(),
+                    name.c_str(), known.c_str());
     }
+    out->push_back(entry->make());
   }
   if (out->empty()) return errorf(braidInvalidArgument, "BRAID_TRANSPORTS=%s names no transport", list.c_str());
   return okStatus();
+}
+
+// Every transport's record from every rank, in one exchange: all[r * nt + t] is rank r's record
+// for transports[t].
+Status gatherRecords(braidComm* comm, Deadline deadline, std::vector<TransportRecord>* all) {
+  const size_t nt = comm->transports.size();
+  std::vector<TransportRecord> mine(nt);
+  for (size_t t = 0; t < nt; ++t) comm->transports[t]->localRecord(comm->peers[comm->rank], &mine[t]);
+  all->assign(nt * static_cast<size_t>(comm->nranks), TransportRecord{});
+  return comm->boot->allGather(mine.data(), nt * sizeof(TransportRecord), all->data(), deadline);
 }
 
 // Picks a transport per peer (first in preference order that can connect the pair) and connects
@@ -79,18 +94,23 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
     if (all[r] != mine)
       return errorf(braidInvalidUsage, "rank %d has a different BRAID_TRANSPORTS than rank %d (%s)", r, comm->rank,
                     paramString("BRAID_TRANSPORTS").c_str());
+  std::vector<TransportRecord> records;
+  BRAID_TRY(gatherRecords(comm, deadline, &records));
   const int n = comm->nranks;
+  const size_t nt = comm->transports.size();
+  auto endpoint = [&](int r, size_t t) { return Endpoint{&comm->peers[r], &records[r * nt + t]}; };
   std::vector<int> choice(n, -1);
   for (int p = 0; p < n; ++p) {
     if (p == comm->rank) continue;
-    for (size_t t = 0; t < comm->transports.size() && choice[p] < 0; ++t)
-      if (comm->transports[t]->canConnect(comm->peers[comm->rank], comm->peers[p])) choice[p] = static_cast<int>(t);
+    for (size_t t = 0; t < nt && choice[p] < 0; ++t)
+      if (comm->transports[t]->canConnect(endpoint(comm->rank, t), endpoint(p, t))) choice[p] = static_cast<int>(t);
     if (choice[p] < 0)
       return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s",
                     paramString("BRAID_TRANSPORTS").c_str(), comm->rank, comm->describeRank(p).c_str());
   }
   comm->links.resize(n);
   comm->linkTransport.assign(n, "self");
+  comm->transportOf = choice;
   TransportContext ctx;
   ctx.rank = comm->rank;
   ctx.nranks = n;

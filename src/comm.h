@@ -21,6 +21,7 @@ struct braidComm {
   std::vector<std::unique_ptr<braid::Transport>> transports;
   std::vector<std::unique_ptr<braid::Link>> links;  // indexed by rank; null for this rank
   std::vector<const char*> linkTransport;           // transport name per rank
+  std::vector<int> transportOf;                     // index into transports per rank; -1 for this rank
   std::unique_ptr<braid::Engine> engine;
   double timeoutSec = 300;
   uint64_t chunkBytes = 1 << 18;

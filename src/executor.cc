@@ -64,7 +64,7 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
   const int n = comm->nranks;
   sendBlocked_.assign(n, 0);
   recvBlocked_.assign(n, 0);
-  linkDriven_.assign(n, 0);
+  transportDriven_.assign(comm->transports.size(), 0);
   gone_.assign(n, 0);
   left_.reset(new std::atomic<uint8_t>[n]());
   active_.reserve(64);
@@ -111,8 +111,9 @@ Status Engine::start() {
     BRAID_TRY(watch(ep, wakeFd_, kWakeTag, EPOLLIN));
     for (size_t i = 0; i < ctrl.size(); ++i) BRAID_TRY(watch(ep, ctrl[i], comm_->rank == 0 ? i : 0, EPOLLIN));
   }
-  for (const auto& link : comm_->links)
-    if (link != nullptr) BRAID_TRY(watch(epollLinksFd_, link->waitFd(), kLinkTag, EPOLLIN | EPOLLET));
+  // One descriptor per transport, whatever its number of links (two links sharing one would make
+  // a second EPOLL_CTL_ADD fail).
+  for (const auto& t : comm_->transports) BRAID_TRY(watch(epollLinksFd_, t->waitFd(), kLinkTag, EPOLLIN | EPOLLET));
   try {
     bg_ = std::thread([this] { bgLoop(); });
   } catch (const std::system_error& e) {
@@ -217,11 +218,9 @@ void Engine::prepare(Op* op, bool userOwned) {
   postedSeq_.store(op->seq, std::memory_order_relaxed);  // heartbeats report it
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   op->coll = plan->coll;
-  if (plan->scratchBytes > op->scratchCap) {
-    op->scratch.reset(new char[plan->scratchBytes]);
-    op->scratchCap = plan->scratchBytes;
-  }
-  op->bufs[static_cast<int>(Buf::kScratch)] = op->scratch.get();
+  // Fails only when out of memory, which the API boundary reports like any bad_alloc.
+  if (!op->scratch.reserve(plan->scratchBytes, MemType::kHost).ok()) throw std::bad_alloc();
+  op->bufs[static_cast<int>(Buf::kScratch)] = op->scratch.data();
   if (plan->checkAt != UINT64_MAX) {
     CallHeader h{kCallHeaderMagic,
                  static_cast<uint8_t>(plan->coll),
@@ -232,7 +231,7 @@ void Engine::prepare(Op* op, bool userOwned) {
                  0,
                  op->count,
                  op->seq};
-    memcpy(op->scratch.get() + plan->checkAt, &h, sizeof(h));
+    memcpy(op->scratch.data() + plan->checkAt, &h, sizeof(h));
   }
   op->state.store(Op::kRunning, std::memory_order_release);
   active_.push_back(op);
@@ -384,6 +383,7 @@ bool Engine::postSteps(Op* op) {
         x = Xfer{};
         x.data = resolve(op, s.dst);
         x.bytes = s.bytes;
+        x.capacity = s.bytes;
         if (s.kind == StepKind::kRecvReduce) {
           x.local = resolve(op, s.src);
           x.reduce = &op->reduceSpec;
@@ -553,16 +553,19 @@ bool Engine::progressOnce() {
     const Plan* plan = active_[i]->plan;
     if (active_[i]->finished) continue;
     for (const Plan::PeerQueue& q : plan->peers) {
-      if (linkDriven_[q.peer] == epoch_) continue;
-      linkDriven_[q.peer] = epoch_;
-      Status st = comm_->links[q.peer]->progress();
+      // Each transport drives all of its links in one call, once per pass.
+      const int t = comm_->transportOf[q.peer];
+      if (transportDriven_[t] == epoch_) continue;
+      transportDriven_[t] = epoch_;
+      int peer = q.peer;
+      Status st = comm_->transports[t]->progress(&peer);
       if (!st.ok()) {
         // A closed link may be a survivor that already gave up because of someone else: hold the
         // blame for kBlameGraceNs so a notice naming the root cause can arrive first.
         linkFailure_ = st;
-        linkFailedPeer_ = q.peer;
+        linkFailedPeer_ = peer;
         linkFailedAtNs_ = nowNs();
-        BRAID_INFO(kLogNet, "link to %s failed (%s); waiting for a failure notice", comm_->describeRank(q.peer).c_str(),
+        BRAID_INFO(kLogNet, "link to %s failed (%s); waiting for a failure notice", comm_->describeRank(peer).c_str(),
                    st.message().c_str());
         return true;
       }

@@ -70,8 +70,7 @@ struct braidRequest {
   uint32_t localNext = 0;
   uint32_t remaining = 0;
   bool finished = false;
-  std::unique_ptr<char[]> scratch;
-  uint64_t scratchCap = 0;
+  braid::ScratchBuffer scratch;  // grows only, reused across ops
 };
 
 namespace braid {
@@ -220,7 +219,8 @@ class Engine {
   static constexpr size_t kMaxCachedPlans = 512;
   std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
   uint64_t epoch_ = 0;
-  std::vector<uint64_t> sendBlocked_, recvBlocked_, linkDriven_;  // per rank: == epoch_ when set
+  std::vector<uint64_t> sendBlocked_, recvBlocked_;  // per rank: == epoch_ when set
+  std::vector<uint64_t> transportDriven_;            // per transport: == epoch_ when driven this pass
   uint64_t seq_ = 0;
   Status linkFailure_;  // a link's error, held back briefly (see progressOnce)
   int linkFailedPeer_ = -1;
@@ -262,7 +262,7 @@ class Engine {
   std::unique_ptr<std::atomic<uint8_t>[]> left_;
   int wakeFd_ = -1;
   int epollFd_ = -1;       // wakeFd_ and control sockets
-  int epollLinksFd_ = -1;  // the same plus the links' waitFd()s (edge-triggered)
+  int epollLinksFd_ = -1;  // the same plus the transports' waitFd()s (edge-triggered)
   std::thread bg_;
   int64_t spinNs_ = 50000;      // BRAID_SPIN_US; 0 when ranks outnumber cores
   bool checkMismatch_ = false;  // BRAID_CHECK_MISMATCH

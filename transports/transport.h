@@ -59,12 +59,28 @@ struct ReduceSpec {
   size_t elemSize = 1;
 };
 
+// A registered memory range. Returned by Transport::registerMemory and owned by the transport's
+// cache until deregistered; a transport that needs no registration (shm, tcp) fills only the range.
+struct Region {
+  void* base = nullptr;
+  size_t bytes = 0;
+  MemType memType = MemType::kHost;
+  uint64_t key[2] = {};  // the transport's handle (e.g. an lkey/rkey or a UCX memory handle)
+};
+
 // One posted transfer. Owned by the caller (the executor), which keeps it alive and untouched until
-// `complete` is set by the transport. The transport may use `next` and `progressed` while posted.
+// `complete` is set by the transport. The transport may use `next`, `progressed` and `tp` while posted.
 struct Xfer {
   // Send: the bytes to send. Receive: where the message goes.
   void* data = nullptr;
+  // Send: the message length. Receive: the length received, which the transport checks against
+  // `capacity` (today a message of any other length is braidRemoteError naming the peer, so the two
+  // are equal; variable-length codecs will accept shorter ones).
   size_t bytes = 0;
+  // Receive only: the room at `data` (the executor sets it; sends leave it unused).
+  size_t capacity = 0;
+  MemType memType = MemType::kHost;  // where `data` (and `local`) live
+  const Region* region = nullptr;    // the registered region holding `data`; null = unregistered
   // Receive only. When `reduce` is set, data[i] = reduce->fn(local[i], incoming[i]) instead of a
   // copy; `local` may equal `data` (in-place) but must not overlap it otherwise.
   const void* local = nullptr;
@@ -73,7 +89,34 @@ struct Xfer {
   // Transport-owned while posted.
   size_t progressed = 0;
   Xfer* next = nullptr;
+  uint64_t tp[2] = {};    // words for the transport (a work-request id, a piece count)
   bool complete = false;  // set by the transport (in the thread that runs progress())
+};
+
+// A FIFO of posted transfers, linked through Xfer::next: what every link keeps per direction.
+struct XferQueue {
+  Xfer* head = nullptr;
+  Xfer* tail = nullptr;
+
+  bool empty() const { return head == nullptr; }
+  Xfer* front() const { return head; }
+  void push(Xfer* x) {
+    x->next = nullptr;
+    if (tail != nullptr) {
+      tail->next = x;
+    } else {
+      head = x;
+    }
+    tail = x;
+  }
+  // Unlinks and returns the oldest transfer. Call before setting its `complete`: the owner may
+  // reuse it as soon as it sees that.
+  Xfer* pop() {
+    Xfer* x = head;
+    head = x->next;
+    if (head == nullptr) tail = nullptr;
+    return x;
+  }
 };
 
 class Link {
@@ -88,13 +131,23 @@ class Link {
   // Moves posted transfers forward as far as possible without blocking and sets `complete` on the
   // finished ones. Returns braidRemoteError when the peer is gone or broke the protocol (e.g. a
   // message length differs from the posted receive), naming the peer. Not thread-safe: one thread
-  // at a time per communicator (the executor's lock).
+  // at a time per communicator (the executor's lock). Called through Transport::progress().
   virtual Status progress() = 0;
   // True when something is posted and not complete.
   virtual bool busy() const = 0;
-  // A descriptor that becomes readable when progress() has work to do, for sleeping waiters; -1 for
-  // transports that can only be polled (shm).
-  virtual int waitFd() const { return -1; }
+};
+
+// What a transport publishes about this rank before connecting (its fabric id, GID, GPU UUID;
+// shm: the host identity), gathered from every rank so that canConnect can compare two of them.
+struct TransportRecord {
+  static constexpr size_t kBytes = 128;
+  uint8_t bytes[kBytes] = {};
+};
+
+// One rank as canConnect sees it: the fixed identity plus the transport's own record.
+struct Endpoint {
+  const PeerInfo* info = nullptr;
+  const TransportRecord* record = nullptr;
 };
 
 // What a transport needs from the communicator while it connects.
@@ -114,14 +167,97 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
-  // Whether this transport can connect the two ranks. Must be symmetric and deterministic: every
-  // rank evaluates it for every pair and must reach the same answer.
-  virtual bool canConnect(const PeerInfo& a, const PeerInfo& b) const = 0;
+  virtual const TransportCaps& caps() const = 0;
+  // This rank's record for the peer exchange, filled before connect (default: all zeros).
+  virtual void localRecord(const PeerInfo& me, TransportRecord* out) const {
+    (void)me;
+    (void)out;
+  }
+  // Whether this transport can connect the two ranks, from their identities and records. Must be
+  // symmetric and deterministic: every rank evaluates it for every pair and must reach the same
+  // answer.
+  virtual bool canConnect(const Endpoint& a, const Endpoint& b) const = 0;
   // Collective: called on every rank (also ranks with no peers for this transport: they still
   // take part in ctx.allGather the same number of times). Fills out[i] with the link to peers[i].
+  // The transport keeps plain pointers to them for progress(); the caller owns them and destroys
+  // them before the transport.
   virtual Status connect(const TransportContext& ctx, const std::vector<int>& peers,
                          std::vector<std::unique_ptr<Link>>* out) = 0;
+  // Drives every busy link of this transport once (one pass, bounded work per link). On a link's
+  // failure returns its error (which names the peer) and sets *failedPeer to the peer's rank.
+  virtual Status progress(int* failedPeer) = 0;
+  // One descriptor that becomes readable when progress() has work to do, for sleeping waiters
+  // (edge-style: new data makes it readable again); -1 when the transport can only be polled (shm).
+  virtual int waitFd() const { return -1; }
+
+  // Registers [ptr, ptr+bytes) of memType for transfers; registering the same range again returns
+  // the cached region. Fails (braidInvalidArgument) for a memory type this transport cannot touch.
+  // The region stays valid until deregisterMemory or the transport's destruction.
+  Status registerMemory(void* ptr, size_t bytes, MemType memType, const Region** out);
+  // Drops a region from registerMemory (braidInvalidArgument for one this transport did not make).
+  Status deregisterMemory(const Region* region);
+
+ protected:
+  // Pins or keys the range for the hardware (default: nothing to do, the region is the range).
+  virtual Status registerRegion(Region* region) {
+    (void)region;
+    return okStatus();
+  }
+  virtual void deregisterRegion(Region* region) { (void)region; }
+
+ private:
+  std::vector<std::unique_ptr<Region>> regions_;  // registration is setup, not hot path: a scan is fine
 };
+
+// Drives the busy links of one transport: what each transport's progress() does over its own
+// concrete (final) link type, so the calls need no virtual dispatch.
+template <class L>
+struct LinkEntry {
+  L* link;
+  int peer;
+};
+template <class L>
+Status progressLinks(const std::vector<LinkEntry<L>>& links, int* failedPeer) {
+  for (const LinkEntry<L>& e : links) {
+    if (!e.link->busy()) continue;
+    Status s = e.link->progress();
+    if (!s.ok()) {
+      *failedPeer = e.peer;
+      return s;
+    }
+  }
+  return okStatus();
+}
+
+// Scratch memory for operations, of one memory type: host memory is 64-byte aligned (whole cache
+// lines for the reduce kernels, and what a NIC's DMA prefers); CUDA memory comes with the CUDA
+// issue. Grows only: reserve() keeps the buffer when it is already large enough.
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  // Ensures at least `bytes` of `memType`; braidInvalidArgument for a type this build cannot
+  // allocate, braidSystemError when out of memory (the old buffer is kept then).
+  Status reserve(size_t bytes, MemType memType);
+  char* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+  MemType memType() const { return memType_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t capacity_ = 0;
+  MemType memType_ = MemType::kHost;
+};
+
+// The transports compiled into this build, in the registry's priority order (the order
+// BRAID_TRANSPORTS defaults to).
+struct TransportEntry {
+  const char* name;
+  std::unique_ptr<Transport> (*make)();
+};
+const std::vector<TransportEntry>& transportRegistry();
 
 // Factories, one per transport folder.
 std::unique_ptr<Transport> makeShmTransport();

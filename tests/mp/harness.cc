@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include "src/reduce.h"
+#include "transports/transport.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -112,6 +113,36 @@ std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(b
         return 0;
       },
       timeoutSec);
+}
+
+const std::vector<std::string>& transportsUnderTest() {
+  static const std::vector<std::string> kUsable = [] {
+    std::vector<std::string> usable;
+    for (const braid::TransportEntry& t : braid::transportRegistry()) {
+      // A real communicator over this transport alone, with one AllReduce through its links.
+      auto res =
+          runComm(2, {{"BRAID_TRANSPORTS", t.name}, {"BRAID_TIMEOUT", "30"}}, [](braidComm_t comm, int rank, int) {
+            float x = 1.0f;
+            CHECK_BRAID(rank, braidAllReduce(&x, &x, 1, braidFloat32, braidSum, comm, nullptr));
+            return x == 2.0f ? 0 : fail(rank, "probe AllReduce gave %g", static_cast<double>(x));
+          });
+      if (allOk(res)) {
+        usable.push_back(t.name);
+      } else {
+        fprintf(stderr, "harness: transport %s is compiled in but does not work here (%s): SKIPPING its tests\n",
+                t.name, describe(res).c_str());
+      }
+    }
+    return usable;
+  }();
+  return kUsable;
+}
+
+bool underTest(const char* name) {
+  for (const std::string& t : transportsUnderTest())
+    if (t == name) return true;
+  fprintf(stderr, "harness: transport %s is not under test here: SKIPPING\n", name);
+  return false;
 }
 
 bool allOk(const std::vector<RankResult>& r) {

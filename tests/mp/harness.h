@@ -38,6 +38,14 @@ std::vector<RankResult> runComm(int n, const Env& env,
                                 const std::function<int(braidComm_t comm, int rank, int n)>& body, int timeoutSec = 240,
                                 const std::function<void(int rank)>& beforeInit = {});
 
+// The transports every test runs on: each one compiled into this build (braid's registry, in its
+// order) that connects two local processes here, checked once per test process. One compiled in
+// but unusable here is left out with a line on stderr saying why, so it is visibly skipped.
+const std::vector<std::string>& transportsUnderTest();
+// Whether `name` is among transportsUnderTest(); for the tests of one transport (their tag picks
+// the suite), which print that they are skipped when it is not.
+bool underTest(const char* name);
+
 // True when every rank exited 0.
 bool allOk(const std::vector<RankResult>& r);
 std::string describe(const std::vector<RankResult>& r);

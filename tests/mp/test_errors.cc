@@ -232,7 +232,7 @@ TEST_CASE("BRAID_TOPO_DUMP_FILE never replaces a FIFO or symlink or directory", 
 }
 
 TEST_CASE("a rank killed mid-AllReduce makes every other rank fail naming it", "[mp][errors][failure]") {
-  const char* transport = GENERATE(as<const char*>{}, "shm", "tcp");
+  const char* transport = GENERATE(from_range(transportsUnderTest())).c_str();
   const int victim = GENERATE(0, 2);  // rank 0 (the hub of failure notices) and an ordinary rank
   INFO(transport << " victim " << victim);
   auto res =

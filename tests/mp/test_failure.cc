@@ -160,8 +160,10 @@ std::string readFile(const char* path) {
 TEST_CASE("kill -9 each rank in turn mid-AllReduce: survivors name it, shrink, and reduce correctly", "[mp][failure]") {
   Shared* shared = mapShared();
   std::vector<double> latencyMs;
+  const std::vector<std::string>& transports = transportsUnderTest();
+  REQUIRE(!transports.empty());
   for (int round = 0; round < 5; ++round) {
-    const char* transport = round % 2 == 0 ? "shm" : "tcp";
+    const char* transport = transports[round % transports.size()].c_str();
     for (int victim = 0; victim < 4; ++victim) {
       INFO("round " << round << " victim " << victim << " over " << transport);
       memset(shared, 0, sizeof(*shared));

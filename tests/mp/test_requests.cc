@@ -15,7 +15,7 @@ using namespace braidtest;
 
 namespace {
 
-const char* transportParam() { return GENERATE(as<const char*>{}, "shm", "tcp"); }
+const char* transportParam() { return GENERATE(from_range(transportsUnderTest())).c_str(); }
 
 // Fills v with rank-specific values and returns the expected sum over n ranks at index i.
 float fillFor(int rank, size_t i, int salt) { return static_cast<float>((rank + 1) * ((i + salt) % 13)); }

@@ -340,15 +340,26 @@ bool probeCma(int peer, const ConnectRecord& r) {
 class ShmTransport final : public Transport {
  public:
   const char* name() const override { return "shm"; }
+  const TransportCaps& caps() const override { return kShmCaps; }
 
-  bool canConnect(const PeerInfo& a, const PeerInfo& b) const override {
-    return a.rank != b.rank && a.hostId[0] != '\0' && strncmp(a.hostId, b.hostId, sizeof(a.hostId)) == 0;
+  // The record is the host identity (hostname + boot id, or BRAID_HOSTID): ranks that share it
+  // share /dev/shm.
+  void localRecord(const PeerInfo& me, TransportRecord* out) const override {
+    static_assert(sizeof(me.hostId) <= TransportRecord::kBytes, "the host id fits the record");
+    memcpy(out->bytes, me.hostId, sizeof(me.hostId));
+    out->bytes[sizeof(me.hostId) - 1] = 0;
+  }
+  bool canConnect(const Endpoint& a, const Endpoint& b) const override {
+    return a.info->rank != b.info->rank && a.record->bytes[0] != 0 &&
+           memcmp(a.record->bytes, b.record->bytes, TransportRecord::kBytes) == 0;
   }
 
   Status connect(const TransportContext& ctx, const std::vector<int>& peers,
                  std::vector<std::unique_ptr<Link>>* out) override;
+  Status progress(int* failedPeer) override { return progressLinks(links_, failedPeer); }
 
  private:
+  std::vector<LinkEntry<ShmLink>> links_;  // owned by the communicator, which destroys them first
   // Read by peers with process_vm_readv during connect().
   uint64_t probeToken_[2] = {0, 0};
 };
@@ -460,6 +471,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
       links[i]->enableCmaSend(cfg.cmaMin);
       ++cmaLinks;
     }
+    links_.push_back({links[i].get(), peers[i]});
     (*out)[i] = std::move(links[i]);
   }
   BRAID_INFO(kLogShm, "shm: %zu peers, %u slots of %zu bytes per FIFO, single copy to %d peers from %zu bytes", n,

@@ -86,30 +86,18 @@ ShmLink::~ShmLink() {
 Status ShmLink::postSend(Xfer* x) {
   if (failed_) return failure_;
   x->progressed = 0;
-  x->next = nullptr;
   x->complete = false;
-  if (sendBack_ != nullptr) {
-    sendBack_->next = x;
-  } else {
-    sendFront_ = x;
-  }
-  sendBack_ = x;
+  sends_.push(x);
   if (sendCur_ == nullptr) sendCur_ = x;
   return okStatus();
 }
 
 Status ShmLink::postRecv(Xfer* x) {
   if (failed_) return failure_;
-  assert(x->reduce == nullptr || (x->reduce->elemSize > 0 && x->bytes % x->reduce->elemSize == 0));
+  assert(x->reduce == nullptr || (x->reduce->elemSize > 0 && x->capacity % x->reduce->elemSize == 0));
   x->progressed = 0;
-  x->next = nullptr;
   x->complete = false;
-  if (recvBack_ != nullptr) {
-    recvBack_->next = x;
-  } else {
-    recvFront_ = x;
-  }
-  recvBack_ = x;
+  recvs_.push(x);
   return okStatus();
 }
 
@@ -120,7 +108,7 @@ Status ShmLink::progress() {
   // steady state), both rings stay partly full and each slot is read while still in cache.
   for (int i = 0; i < kMaxStepsPerProgress; ++i) {
     bool moved = sendStep();
-    if (recvFront_ != nullptr) {
+    if (!recvs_.empty()) {
       int r = recvStep();
       if (r < 0) return failure_;
       moved |= r > 0;
@@ -128,7 +116,7 @@ Status ShmLink::progress() {
     if (!moved) break;
     any = true;
   }
-  if (sendFront_ != sendCur_) any |= completeSends();
+  if (sends_.front() != sendCur_) any |= completeSends();
   if (any) {
     idleCalls_ = 0;
     idleSinceNs_ = 0;
@@ -175,20 +163,17 @@ bool ShmLink::sendStep() {
 
 bool ShmLink::completeSends() {
   bool any = false;
-  while (sendFront_ != sendCur_) {
-    Xfer* x = sendFront_;
+  while (sends_.front() != sendCur_) {
+    Xfer* x = sends_.front();
     if (usesCma(x)) {
       // Pairs with the receiver's release store after its last read of this buffer: from here on
       // the peer never touches it, so the caller may reuse it.
       if (out_.control()->cmaAcks.load(std::memory_order_acquire) <= cmaSendsDone_) break;
       ++cmaSendsDone_;
     }
-    Xfer* next = x->next;  // read before `complete`: the caller may reuse x at once
-    x->complete = true;
-    sendFront_ = next;
+    sends_.pop()->complete = true;  // popped first: the caller may reuse x at once
     any = true;
   }
-  if (sendFront_ == nullptr) sendBack_ = nullptr;
   return any;
 }
 
@@ -199,7 +184,7 @@ void ShmLink::releaseSlot() {
 }
 
 int ShmLink::recvStep() {
-  Xfer* x = recvFront_;
+  Xfer* x = recvs_.front();
   if (recvCma_) return cmaStep(x);
   SlotHeader* s = in_.slot(recvSlot_);
   // Pairs with the sender's release store of seq: once it shows the number we expect, msgBytes and
@@ -208,11 +193,12 @@ int ShmLink::recvStep() {
   const uint64_t msg = s->msgBytes;
   if (!recvStarted_) {
     const uint64_t bytes = msg & ~kCmaFlag;
-    if (bytes != x->bytes) {
+    if (bytes != x->capacity) {
       return failStep(errorf(braidRemoteError,
                              "message from peer rank %d has %llu bytes, the posted receive expects %zu", peerRank_,
-                             static_cast<unsigned long long>(bytes), x->bytes));
+                             static_cast<unsigned long long>(bytes), x->capacity));
     }
+    x->bytes = bytes;
     if ((msg & kCmaFlag) != 0) {
       if (!cmaRecv_) {
         return failStep(
@@ -297,10 +283,8 @@ void ShmLink::deliver(Xfer* x, size_t offset, const unsigned char* src, size_t b
 }
 
 void ShmLink::finishRecv(Xfer* x) {
-  Xfer* next = x->next;  // read before `complete`: the caller may reuse x at once
+  recvs_.pop();  // before `complete`: the caller may reuse x at once
   x->complete = true;
-  recvFront_ = next;
-  if (next == nullptr) recvBack_ = nullptr;
   recvStarted_ = false;
   recvCma_ = false;
 }

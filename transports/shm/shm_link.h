@@ -54,19 +54,19 @@ struct LinkSetup {
   bool cmaRecv = false;  // we may accept CMA descriptors (probe passed, BRAID_SHM_CMA allows)
 };
 
+// Host memory only; a receive folds into its destination as the slots arrive.
+inline constexpr TransportCaps kShmCaps{memTypeBit(MemType::kHost), true, false, false, 0};
+
 class ShmLink final : public Link {
  public:
   explicit ShmLink(LinkSetup setup);
   ~ShmLink() override;
 
-  const TransportCaps& caps() const override {
-    static const TransportCaps c{memTypeBit(MemType::kHost), true, false, false, 0};
-    return c;
-  }
+  const TransportCaps& caps() const override { return kShmCaps; }
   Status postSend(Xfer* x) override;
   Status postRecv(Xfer* x) override;
   Status progress() override;
-  bool busy() const override { return sendFront_ != nullptr || recvFront_ != nullptr; }
+  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
 
   FifoControl* inControl() const { return in_.control(); }
   FifoControl* outControl() const { return out_.control(); }
@@ -98,11 +98,9 @@ class ShmLink final : public Link {
   int failStep(Status s);  // the same for the steps: returns -1
 
   // --- hot state, touched by every progress() call ---
-  Xfer* sendFront_ = nullptr;  // oldest incomplete send
-  Xfer* sendCur_ = nullptr;    // first send not yet entirely in the FIFO (or published by CMA)
-  Xfer* sendBack_ = nullptr;   // newest send
-  Xfer* recvFront_ = nullptr;  // oldest incomplete receive (the one being filled)
-  Xfer* recvBack_ = nullptr;
+  XferQueue sends_;          // incomplete sends, oldest first
+  Xfer* sendCur_ = nullptr;  // first send not yet entirely in the FIFO (or published by CMA)
+  XferQueue recvs_;          // incomplete receives; the front is the one being filled
   bool failed_ = false;
   bool recvStarted_ = false;  // the front receive's first slot was checked
   bool recvCma_ = false;      // the front receive reads from recvCmaAddr_ by CMA

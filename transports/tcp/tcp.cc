@@ -18,6 +18,7 @@
 //      connector whose connection is closed before the ack (dropped among a flood) connects again.
 // The data path lives in tcp_link.cc.
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -323,9 +324,20 @@ Status Establisher::onHandshake(Doorway::Conn& p) {
 class TcpTransport final : public Transport {
  public:
   const char* name() const override { return "tcp"; }
-  bool canConnect(const PeerInfo& a, const PeerInfo& b) const override { return a.rank != b.rank; }
+  const TransportCaps& caps() const override { return kTcpCaps; }
+  // Any two ranks that reach each other over IP: the record is not needed.
+  bool canConnect(const Endpoint& a, const Endpoint& b) const override { return a.info->rank != b.info->rank; }
   Status connect(const TransportContext& ctx, const std::vector<int>& peers,
                  std::vector<std::unique_ptr<Link>>* out) override;
+  Status progress(int* failedPeer) override { return progressLinks(links_, failedPeer); }
+  int waitFd() const override { return epoll_.get(); }
+
+ private:
+  std::vector<LinkEntry<TcpLink>> links_;  // owned by the communicator, which destroys them first
+  // Readable when any link's socket got data (its sockets are edge-triggered in it: new data makes
+  // it readable again, data nobody asked for yet does not keep a sleeper spinning); invalid
+  // without links.
+  Fd epoll_;
 };
 
 Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>& peers,
@@ -358,9 +370,21 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
   Establisher est(ctx, peers, setup, &outgoing, &links);
   BRAID_TRY(est.run());
 
+  if (!peers.empty()) {
+    epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_.valid()) return systemError(errno, "tcp: epoll_create1");
+  }
   std::vector<std::unique_ptr<Link>> result(peers.size());
-  for (size_t i = 0; i < peers.size(); ++i)
+  for (size_t i = 0; i < peers.size(); ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;
+    ev.data.u32 = static_cast<uint32_t>(i);
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, links[i].get(), &ev) != 0)
+      return systemError(errno, "tcp: epoll_ctl for peer rank %d", peers[i]);
     result[i] = std::make_unique<TcpLink>(std::move(links[i]), peers[i], hostOf(ctx, peers[i]), setup.chunk);
+  }
+  // Only once every link is up: a failed connect leaves no pointers to the links it dropped.
+  for (size_t i = 0; i < peers.size(); ++i) links_.push_back({static_cast<TcpLink*>(result[i].get()), peers[i]});
   BRAID_INFO(kLogNet, "tcp: rank %d connected to %zu peers%s%s in %.1f ms (chunk %zu, socket buffers %zu)", ctx.rank,
              peers.size(), setup.listenFd.valid() ? ", listening on " : "",
              setup.listenFd.valid() ? setup.bound.toString().c_str() : "", (nowNs() - startNs) / 1e6, setup.chunk,

@@ -22,6 +22,9 @@ namespace braid {
 // Bytes of the length header in front of every message.
 inline constexpr size_t kTcpHeaderBytes = 8;
 
+// Host memory only; a receive reduces each chunk from a staging buffer as it arrives.
+inline constexpr TransportCaps kTcpCaps{memTypeBit(MemType::kHost), true, false, false, 0};
+
 class TcpLink final : public Link {
  public:
   // `fd` is connected, nonblocking, with TCP_NODELAY and the socket buffers already set.
@@ -29,15 +32,11 @@ class TcpLink final : public Link {
   // buffer; it must be at least kMinChunk.
   TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes);
 
-  const TransportCaps& caps() const override {
-    static const TransportCaps c{memTypeBit(MemType::kHost), true, false, false, 0};
-    return c;
-  }
+  const TransportCaps& caps() const override { return kTcpCaps; }
   Status postSend(Xfer* x) override;
   Status postRecv(Xfer* x) override;
   Status progress() override;
-  bool busy() const override { return sendHead_ != nullptr || recvHead_ != nullptr; }
-  int waitFd() const override { return fd_.get(); }
+  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
 
   // The smallest BRAID_TCP_CHUNK accepted: larger than any element size, and small enough that
   // tests can force many pieces per message.
@@ -61,7 +60,7 @@ class TcpLink final : public Link {
   // move more now (the call was not cut short and something is still queued).
   Status sendOnce(bool* more);
   Status recvOnce(bool* more);
-  Status checkHeader(uint64_t announced, const Xfer* x);
+  Status checkHeader(uint64_t announced, Xfer* x);
   // Records a fatal error; every later call returns it.
   Status fail(Status s);
   Status closedError();
@@ -73,18 +72,16 @@ class TcpLink final : public Link {
   size_t chunk_;
   Status error_;  // sticky: set once the link is broken
 
-  // Send queue (intrusive through Xfer::next). sendHdrDone_ is how much of the head's header the
+  // Send queue. sendHdrDone_ is how much of the head's header the
   // socket has taken; the header bytes themselves are the head's Xfer::bytes (little-endian
   // size_t, see the static_assert in tcp_link.cc), so a send needs no header buffer.
-  Xfer* sendHead_ = nullptr;
-  Xfer* sendTail_ = nullptr;
+  XferQueue sends_;
   size_t sendHdrDone_ = 0;
 
   // Receive queue. recvHdr_ holds the head's (possibly partial) header; the headers of messages
   // read in the same batch land in batchHdr_ first. Xfer::progressed counts payload bytes placed
   // (plain) or reduced (reduce); carry_ counts bytes waiting in staging_ for the rest of an element.
-  Xfer* recvHead_ = nullptr;
-  Xfer* recvTail_ = nullptr;
+  XferQueue recvs_;
   uint64_t recvHdr_ = 0;
   size_t recvHdrDone_ = 0;
   size_t carry_ = 0;

@@ -1,0 +1,76 @@
+// The transport-independent memory seams: the registration cache every transport shares, the
+// scratch buffers operations use, and the registry's table.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "transports/transport.h"
+
+using namespace braid;
+
+TEST_CASE("registerMemory caches a range and refuses memory the transport cannot touch", "[unit]") {
+  for (const TransportEntry& e : transportRegistry()) {
+    INFO(e.name);
+    std::unique_ptr<Transport> t = e.make();
+    REQUIRE(std::string(t->name()) == e.name);
+    static char buf[4096];
+    const Region* a = nullptr;
+    const Region* b = nullptr;
+    const Region* c = nullptr;
+    REQUIRE(t->registerMemory(buf, sizeof(buf), MemType::kHost, &a).ok());
+    REQUIRE(a != nullptr);
+    CHECK(a->base == buf);
+    CHECK(a->bytes == sizeof(buf));
+    CHECK(a->memType == MemType::kHost);
+    REQUIRE(t->registerMemory(buf, sizeof(buf), MemType::kHost, &b).ok());
+    CHECK(b == a);  // the cached region
+    REQUIRE(t->registerMemory(buf, 100, MemType::kHost, &c).ok());
+    CHECK(c != a);  // another range, another region
+    // shm and tcp touch host memory only.
+    const Region* d = nullptr;
+    Status s = t->registerMemory(buf, sizeof(buf), MemType::kCuda, &d);
+    CHECK(s.code() == braidInvalidArgument);
+    CHECK(d == nullptr);
+    CHECK(t->deregisterMemory(a).ok());
+    CHECK(t->deregisterMemory(a).code() == braidInvalidArgument);  // gone already
+    CHECK(t->deregisterMemory(c).ok());
+  }
+}
+
+TEST_CASE("the registry lists shm before tcp, each with its capabilities", "[unit]") {
+  const auto& reg = transportRegistry();
+  REQUIRE(reg.size() >= 2);
+  CHECK(std::string(reg[0].name) == "shm");
+  CHECK(std::string(reg[1].name) == "tcp");
+  for (const TransportEntry& e : reg) {
+    std::unique_ptr<Transport> t = e.make();
+    CHECK((t->caps().memTypes & memTypeBit(MemType::kHost)) != 0);
+    CHECK(t->caps().reduceOnRecv);
+    CHECK(t->waitFd() == -1);  // no links yet
+  }
+}
+
+TEST_CASE("scratch is 64-byte aligned, grows only and refuses device memory here", "[unit]") {
+  ScratchBuffer s;
+  CHECK(s.data() == nullptr);
+  REQUIRE(s.reserve(100, MemType::kHost).ok());
+  REQUIRE(s.data() != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(s.data()) % 64 == 0);
+  CHECK(s.capacity() == 100);
+  memset(s.data(), 1, 100);  // all of it is ours (ASan checks)
+  char* first = s.data();
+  REQUIRE(s.reserve(50, MemType::kHost).ok());
+  CHECK(s.data() == first);  // kept: large enough
+  REQUIRE(s.reserve(1 << 20, MemType::kHost).ok());
+  CHECK(s.capacity() == (1u << 20));
+  CHECK(reinterpret_cast<uintptr_t>(s.data()) % 64 == 0);
+  memset(s.data(), 2, 1 << 20);
+  ScratchBuffer empty;
+  REQUIRE(empty.reserve(0, MemType::kHost).ok());
+  CHECK(empty.data() != nullptr);
+  ScratchBuffer dev;
+  Status st = dev.reserve(64, MemType::kCuda);
+  CHECK(st.code() == braidInvalidArgument);
+  CHECK(dev.data() == nullptr);
+}

@@ -1,0 +1,17 @@
+// The transport registry: every transport compiled into this build, in priority order. The first
+// one whose canConnect accepts a pair carries it; BRAID_TRANSPORTS restricts and reorders the
+// list by these names. A transport behind a build option (ucx, ibverbs, cuda) adds its row under
+// that option's #if, so a build knows exactly the transports it can make.
+#include "transports/transport.h"
+
+namespace braid {
+
+const std::vector<TransportEntry>& transportRegistry() {
+  static const std::vector<TransportEntry> kRegistry = {
+      {"shm", makeShmTransport},
+      {"tcp", makeTcpTransport},
+  };
+  return kRegistry;
+}
+
+}  // namespace braid
