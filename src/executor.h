@@ -24,7 +24,9 @@
 #include "algorithms/algorithms.h"
 #include "src/bootstrap.h"
 #include "src/clock.h"
+#include "src/compute.h"
 #include "src/plan.h"
+#include "src/plan_cache.h"
 #include "src/reduce.h"
 #include "src/status.h"
 #include "transports/transport.h"
@@ -68,6 +70,7 @@ struct braidRequest {
   };
   std::vector<Cursor> cursors;
   uint32_t localNext = 0;
+  uint64_t computeTicket = 0;  // locals[localNext] was issued and runs on (Compute::done)
   uint32_t remaining = 0;
   bool finished = false;
   std::unique_ptr<char[]> scratch;
@@ -145,6 +148,8 @@ class Engine {
   void releaseOp(Op* op);
   // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
   const Plan* planFor(const CollArgs& shape, uint32_t** users);
+  // What plans are lowered for: the links' capabilities and BRAID_FORCE_LOWERING.
+  LowerTarget lowerTarget() const;
   void prepare(Op* op, bool userOwned);
   template <class Fill, class Log>
   Status postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log);
@@ -153,6 +158,7 @@ class Engine {
   bool progressOnce();
   bool postSteps(Op* op);
   bool reapAndRunLocals(Op* op);
+  bool runLocal(Op* op, const Step& s);
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
   bool checkHeaders(const CallHeader& mine, const CallHeader& theirs);
   void failAll();
@@ -187,38 +193,14 @@ class Engine {
 
   braidComm* comm_;
   std::atomic<bool> lock_{false};
+  std::unique_ptr<Compute> compute_;  // where local steps run
 
   // Engine-lock state.
   std::vector<Op*> active_;  // in issue order; head_ is the oldest
   size_t head_ = 0;
   std::vector<Op*> free_;
   std::vector<std::unique_ptr<Op>> all_;
-  struct PlanKey {
-    uint64_t count;
-    uint64_t elemSize;
-    int32_t root;
-    uint8_t coll;
-    uint8_t inPlace;
-    uint8_t avg;
-    uint8_t algo;
-    int32_t gossipRounds;
-    bool operator==(const PlanKey& o) const {
-      return count == o.count && elemSize == o.elemSize && root == o.root && coll == o.coll && inPlace == o.inPlace &&
-             avg == o.avg && algo == o.algo && gossipRounds == o.gossipRounds;
-    }
-  };
-  struct PlanKeyHash {
-    size_t operator()(const PlanKey& k) const {
-      return std::hash<uint64_t>()(k.count * 1000003u ^ (k.elemSize << 40) ^ (static_cast<uint64_t>(k.root) << 20) ^
-                                   (k.coll << 8) ^ (k.algo << 12) ^ (k.inPlace << 4) ^ k.avg);
-    }
-  };
-  struct CachedPlan {
-    std::unique_ptr<Plan> plan;
-    uint32_t users = 0;  // ops posted with it and not yet released
-  };
-  static constexpr size_t kMaxCachedPlans = 512;
-  std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
+  PlanCache plans_;
   uint64_t epoch_ = 0;
   std::vector<uint64_t> sendBlocked_, recvBlocked_, linkDriven_;  // per rank: == epoch_ when set
   uint64_t seq_ = 0;
@@ -266,6 +248,7 @@ class Engine {
   std::thread bg_;
   int64_t spinNs_ = 50000;      // BRAID_SPIN_US; 0 when ranks outnumber cores
   bool checkMismatch_ = false;  // BRAID_CHECK_MISMATCH
+  bool forceLowering_ = false;  // BRAID_FORCE_LOWERING
   double timeoutSec_ = 300;
   uint64_t chunkBytes_ = 1 << 18;
 };
