@@ -296,19 +296,14 @@ bool Engine::worthWaking(const Op* op) const {
   return false;
 }
 
-Status Engine::postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const void* send, void* recv,
-                        braidDataType_t dtype, bool userOwned, Op** out) {
-  const Coll coll = (shared != nullptr ? shared.get() : owned)->coll;
+Status Engine::postPlan(std::shared_ptr<const Plan> plan, const void* send, void* recv, braidDataType_t dtype,
+                        bool userOwned, Op** out) {
+  const Coll coll = plan->coll;
   return postOp(
       coll, userOwned, out,
       [&](Op* op) {
-        const Plan* plan = shared.get();
-        op->sharedPlan = std::move(shared);
-        if (owned != nullptr) {
-          std::swap(op->ownedPlan, *owned);
-          plan = &op->ownedPlan;
-        }
-        op->plan = plan;
+        op->plan = plan.get();
+        op->sharedPlan = std::move(plan);
         op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(send));
         op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(recv);
         op->dtype = dtype;

@@ -107,10 +107,10 @@ class Engine {
   Status postGroup(Plan* plan, bool userOwned, Op** out);
   // Posts a finalized plan built outside the engine (gossip graphs cache theirs per shape), with
   // `send` and `recv` as its kSend and kRecv buffers and `dtype` for its reductions and weighted
-  // steps. Exactly one of `shared` and `owned` is set: the op holds `shared` until it is released
-  // (so the graph that cached it may be destroyed meanwhile); `owned` is swapped into the op.
-  Status postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const void* send, void* recv, braidDataType_t dtype,
-                  bool userOwned, Op** out);
+  // steps. The op holds `plan` until it is released (so the graph that cached it may be destroyed
+  // meanwhile).
+  Status postPlan(std::shared_ptr<const Plan> plan, const void* send, void* recv, braidDataType_t dtype, bool userOwned,
+                  Op** out);
 
   // Drives progress until `op` completed or failed; releases it. Returns its result.
   Status wait(Op* op);
@@ -200,7 +200,7 @@ class Engine {
   size_t head_ = 0;
   std::vector<Op*> free_;
   std::vector<std::unique_ptr<Op>> all_;
-  PlanCache plans_;
+  CollPlans plans_;
   uint64_t epoch_ = 0;
   std::vector<uint64_t> sendBlocked_, recvBlocked_, linkDriven_;  // per rank: == epoch_ when set
   uint64_t seq_ = 0;
