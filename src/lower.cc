@@ -1,11 +1,20 @@
 #include "src/lower.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace braid {
 
 namespace {
 
 // Scratch blocks start on a cache line: a reduce kernel reads them with vector loads.
 constexpr uint64_t kBlockAlign = 64;
+
+// Scratch slots per peer for lowered receive-reduces: the m-th one from a peer lands in slot m % kSlots,
+// after the reduce that read the slot's previous message. Enough to keep a pipelined link busy
+// (algorithms cut messages at the chunk size), and scratch stays kSlots chunks per peer, not the
+// whole message volume.
+constexpr uint64_t kSlots = 8;
 
 uint64_t takeBlock(Plan* plan, uint64_t bytes) {
   const uint64_t at = (plan->scratchBytes + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
@@ -59,6 +68,20 @@ bool lowerPlan(const LowerTarget& t, Plan* plan) {
   out.checkAt = plan->checkAt;
   out.steps.reserve(plan->steps.size() * 2);
   std::vector<int32_t> doneAt(plan->steps.size(), -1);
+  // Per peer: the receive-reduces lowered so far, the slot size (its largest), where the slots
+  // start, and the reduce that last read each slot.
+  struct Slots {
+    uint64_t lowered = 0, bytes = 0, base = 0;
+    int32_t reader[kSlots];
+  };
+  std::vector<Slots> slots(static_cast<size_t>(std::max(plan->nranks, 1)));
+  for (const Step& s : plan->steps)
+    if (s.kind == StepKind::kRecvReduce && (!reducesOnRecv(s.peer) || !touches(s.peer, s.dst.buf)))
+      slots[s.peer].bytes = std::max(slots[s.peer].bytes, s.bytes);
+  for (Slots& sl : slots) {
+    std::fill(std::begin(sl.reader), std::end(sl.reader), -1);
+    if (sl.bytes > 0) sl.base = takeBlock(&out, kSlots * ((sl.bytes + kBlockAlign - 1) / kBlockAlign * kBlockAlign));
+  }
   // A lowered receive writes its destination in a local step, after the receive completed. Fused,
   // the link's order put that write before any later message from the same peer landed; so a later
   // receive from the peer into overlapping bytes now waits for the local write (then every receive
@@ -102,11 +125,14 @@ bool lowerPlan(const LowerTarget& t, Plan* plan) {
       doneAt[i] = out.copy(s.dst, scratchBuf(block), s.bytes, got);
       pending.push_back(Pending{s.peer, doneAt[i], s.dst, s.bytes});
     } else if (s.kind == StepKind::kRecvReduce && (!reducesOnRecv(s.peer) || !touches(s.peer, s.dst.buf))) {
-      // One block per lowered step: no reuse to order, so no new dependency between receives.
-      // The receive keeps the step's dependencies (it was posted no earlier before either).
-      const uint64_t block = takeBlock(&out, s.bytes);
+      // The receive keeps the step's dependencies (it was posted no earlier before either) and
+      // waits for its slot to be read by the previous reduce from it.
+      Slots& sl = slots[s.peer];
+      const uint64_t slot = sl.lowered++ % kSlots;
+      const uint64_t block = sl.base + slot * ((sl.bytes + kBlockAlign - 1) / kBlockAlign * kBlockAlign);
+      deps.push_back(sl.reader[slot]);
       const int32_t got = out.recv(s.peer, scratchBuf(block), s.bytes, deps);
-      doneAt[i] = out.reduce(s.dst, s.src, block, s.bytes, got);
+      doneAt[i] = sl.reader[slot] = out.reduce(s.dst, s.src, block, s.bytes, got);
       pending.push_back(Pending{s.peer, doneAt[i], s.dst, s.bytes});
     } else if (s.kind == StepKind::kRecv) {
       doneAt[i] = out.recv(s.peer, s.dst, s.bytes, deps);

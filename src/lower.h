@@ -4,8 +4,8 @@
 //
 // Rules, per transfer step to or from peer P (caps = P's link's TransportCaps):
 // - kRecvReduce where !caps.reduceOnRecv (or BRAID_FORCE_LOWERING=1, for every peer): a kRecv into a
-//   fresh scratch block, then a local kReduce (dst = src op block) that depends on the receive; the
-//   steps that depended on the receive-reduce depend on the reduce instead.
+//   scratch slot (8 per peer, reused in turn), then a local kReduce (dst = src op slot) that depends
+//   on the receive; the steps that depended on the receive-reduce depend on the reduce instead.
 // - A buffer whose memory type the link cannot touch (caps.memTypes): the transfer goes through a
 //   host scratch block with an explicit kCopy before a send or after a receive. Today every buffer is
 //   host memory, which every link touches, so this rule changes nothing yet; device buffers (issue

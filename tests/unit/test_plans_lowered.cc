@@ -98,6 +98,33 @@ TEST_CASE("lowering leaves a plan alone when every link reduces on receive", "[u
   CHECK(t.signature() != LowerTarget{}.signature());
 }
 
+TEST_CASE("lowered receive-reduces reuse a few scratch slots per peer", "[unit][plan][lower]") {
+  // 4 ranks, 64 chunks per segment: 192 receive-reduces of 1 KiB from the left neighbour, in 8 slots.
+  CollArgs a;
+  a.nranks = 4;
+  a.rank = 1;
+  a.count = 1 << 16;
+  a.elemSize = 4;
+  a.chunkBytes = 1024;
+  Plan p;
+  buildPlan(a, &p);
+  REQUIRE(countKind(p, StepKind::kRecvReduce) == 192);
+  REQUIRE(p.scratchBytes == 0);
+  lowerForced(&p);
+  CHECK(countKind(p, StepKind::kReduce) == 192);
+  CHECK(p.scratchBytes == 8 * 1024);
+  // And the reuse is safe: the whole call simulated, lowered, with slots reused many times over.
+  a.elemSize = 1;
+  a.count = 4000;
+  a.chunkBytes = 16;
+  Sim sim = simulate(a, true);
+  bool ok = sim.run();
+  INFO(sim.error);
+  REQUIRE(ok);
+  for (int r = 0; r < 4; ++r)
+    for (Cell c : sim.ranks[r].recv) REQUIRE(c == fullMask(4));
+}
+
 TEST_CASE("step builders join more than two dependencies", "[unit][plan]") {
   Plan p;
   std::vector<int32_t> sends;
