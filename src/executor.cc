@@ -72,8 +72,8 @@ Engine::Engine(braidComm* comm) : comm_(comm), compute_(makeCpuCompute()) {
   timeoutSec_ = comm->timeoutSec;
   chunkBytes_ = comm->chunkBytes;
   spinNs_ = paramIntOr("BRAID_SPIN_US", 50) * 1000;
-  checkMismatch_ = paramBoolOr("BRAID_CHECK_MISMATCH", false);  // validated by checkParams at init
-  forceLowering_ = paramBoolOr("BRAID_FORCE_LOWERING", false);
+  // Both validated by checkParams at init.
+  plans_.setOptions(paramBoolOr("BRAID_CHECK_MISMATCH", false), paramBoolOr("BRAID_FORCE_LOWERING", false));
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;
@@ -172,18 +172,15 @@ void Engine::releaseOp(Op* op) {
 
 const Plan* Engine::planFor(const CollArgs& shape, uint32_t** users) {
   // Configured on first use: the links are connected by then, and their capabilities never change.
-  if (!plans_.configured()) plans_.configure(lowerTarget(), checkMismatch_);
+  if (!plans_.configured()) plans_.configure(linkCaps());
   return plans_.acquire(shape, MemType::kHost, users);
 }
 
-LowerTarget Engine::lowerTarget() const {
-  LowerTarget t;
-  t.force = forceLowering_;
-  t.peerCaps.resize(comm_->nranks);
+std::vector<TransportCaps> Engine::linkCaps() const {
+  std::vector<TransportCaps> caps(comm_->nranks);
   for (int r = 0; r < comm_->nranks; ++r)
-    if (r < static_cast<int>(comm_->links.size()) && comm_->links[r] != nullptr)
-      t.peerCaps[r] = comm_->links[r]->caps();
-  return t;
+    if (r < static_cast<int>(comm_->links.size()) && comm_->links[r] != nullptr) caps[r] = comm_->links[r]->caps();
+  return caps;
 }
 
 // Sizes the op's per-step state for its plan (grows only) and queues it. Engine lock held.

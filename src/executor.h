@@ -148,8 +148,8 @@ class Engine {
   void releaseOp(Op* op);
   // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
   const Plan* planFor(const CollArgs& shape, uint32_t** users);
-  // What plans are lowered for: the links' capabilities and BRAID_FORCE_LOWERING.
-  LowerTarget lowerTarget() const;
+  // What plans are lowered for: each link's capabilities, by rank.
+  std::vector<TransportCaps> linkCaps() const;
   void prepare(Op* op, bool userOwned);
   template <class Fill, class Log>
   Status postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log);
@@ -246,9 +246,7 @@ class Engine {
   int epollFd_ = -1;       // wakeFd_ and control sockets
   int epollLinksFd_ = -1;  // the same plus the links' waitFd()s (edge-triggered)
   std::thread bg_;
-  int64_t spinNs_ = 50000;      // BRAID_SPIN_US; 0 when ranks outnumber cores
-  bool checkMismatch_ = false;  // BRAID_CHECK_MISMATCH
-  bool forceLowering_ = false;  // BRAID_FORCE_LOWERING
+  int64_t spinNs_ = 50000;  // BRAID_SPIN_US; 0 when ranks outnumber cores
   double timeoutSec_ = 300;
   uint64_t chunkBytes_ = 1 << 18;
 };

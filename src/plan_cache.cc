@@ -12,10 +12,14 @@ PlanCache::Entry* PlanCache::insert(const PlanKey& key, std::unique_ptr<Plan> pl
   return &e;
 }
 
-void CollPlans::configure(LowerTarget target, bool checkMismatch) {
-  target_ = std::move(target);
-  lowering_ = target_.signature();
+void CollPlans::setOptions(bool checkMismatch, bool forceLowering) {
   checkMismatch_ = checkMismatch;
+  target_.force = forceLowering;
+}
+
+void CollPlans::configure(std::vector<TransportCaps> peerCaps) {
+  target_.peerCaps = std::move(peerCaps);
+  lowering_ = target_.signature();
   configured_ = true;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "algorithms/algorithms.h"
 #include "src/lower.h"
@@ -83,9 +84,11 @@ class CollPlans {
   // sizes must not grow the cache without end.
   static constexpr size_t kMaxPlans = 512;
 
-  // Sets what plans are lowered for and whether they carry the mismatch check
-  // (BRAID_CHECK_MISMATCH). Before the first acquire().
-  void configure(LowerTarget target, bool checkMismatch);
+  // At init: whether plans carry the mismatch check (BRAID_CHECK_MISMATCH) and whether every
+  // receive-reduce is lowered (BRAID_FORCE_LOWERING).
+  void setOptions(bool checkMismatch, bool forceLowering);
+  // Once the links are connected, before the first acquire(): their capabilities, indexed by rank.
+  void configure(std::vector<TransportCaps> peerCaps);
   bool configured() const { return configured_; }
 
   // The plan for `shape` with buffers of memory type `mem`, built, lowered and checked on first use.
