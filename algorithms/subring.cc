@@ -1,16 +1,10 @@
 // Chunked steps with their own dependencies, and ring collectives among a subset of the ranks
-// (algorithms/patterns/subring.h).
-#include "algorithms/patterns/subring.h"
+// (algorithms/cell_chain.h; the rank math is algorithms/patterns/subring.h).
+#include "algorithms/cell_chain.h"
 
 namespace braid {
 
 namespace {
-
-// The bytes of segment i of `elems` split into n segments.
-Range segmentBytes(Range elems, int n, int i, uint64_t elemSize) {
-  const Range s = partition(elems.count, n, i);
-  return Range{(elems.offset + s.offset) * elemSize, s.count * elemSize};
-}
 
 bool overlaps(Range a, Range b) { return a.offset < b.offset + b.count && b.offset < a.offset + a.count; }
 
@@ -21,8 +15,7 @@ CellChain::CellChain(Plan* plan, uint64_t totalBytes, uint64_t cellBytes)
 
 void CellChain::send(int peer, Buf src, Range bytes) {
   forEachChunk(bytes, [&](uint64_t cell, Range part) {
-    const int32_t idx =
-        plan_->add(Step{StepKind::kSend, peer, {}, BufRef{src, part.offset}, part.count, {last_[cell], -1}});
+    const int32_t idx = plan_->send(peer, BufRef{src, part.offset}, part.count, last_[cell]);
     // Sends from the send buffer count too: in place it is the receive buffer. Out of place the extra
     // wait is for a send that the same bytes' write would wait for in place, so it orders nothing new.
     reading_[cell].push_back(Reading{part, idx});
@@ -30,8 +23,8 @@ void CellChain::send(int peer, Buf src, Range bytes) {
   });
 }
 
-void CellChain::write(uint64_t cell, Step s) {
-  const Range bytes{s.dst.offset, s.bytes};
+template <class Write>
+void CellChain::write(uint64_t cell, Range bytes, Write&& emit) {
   int32_t after = -1;
   std::vector<Reading>& r = reading_[cell];
   for (size_t i = 0; i < r.size();) {
@@ -39,66 +32,65 @@ void CellChain::write(uint64_t cell, Step s) {
       ++i;
       continue;
     }
-    // More than one send to wait for: join them through a zero-byte local step (steps carry two
-    // dependencies at most). The algorithms here never need it; it keeps the helper general.
-    after =
-        after < 0 ? r[i].step : plan_->add(Step{StepKind::kCopy, -1, recvBuf(0), recvBuf(0), 0, {after, r[i].step}});
+    // More than one send to wait for: join them (steps carry two dependencies). The algorithms
+    // here never need it; it keeps the helper general.
+    after = after < 0 ? r[i].step : plan_->join({after, r[i].step});
     // This write finishing implies the send finished: later writes wait for this one (the chain).
     r[i] = r.back();
     r.pop_back();
   }
-  s.deps[0] = last_[cell];
-  s.deps[1] = after;
-  last_[cell] = plan_->add(s);
+  last_[cell] = emit(Deps{last_[cell], after});
 }
 
 void CellChain::recv(int peer, Range bytes) {
   forEachChunk(bytes, [&](uint64_t cell, Range part) {
-    write(cell, Step{StepKind::kRecv, peer, recvBuf(part.offset), {}, part.count, {-1, -1}});
+    write(cell, part, [&](Deps d) { return plan_->recv(peer, recvBuf(part.offset), part.count, d); });
   });
 }
 
 void CellChain::recvReduce(int peer, Buf src, Range bytes) {
   forEachChunk(bytes, [&](uint64_t cell, Range part) {
-    write(cell,
-          Step{StepKind::kRecvReduce, peer, recvBuf(part.offset), BufRef{src, part.offset}, part.count, {-1, -1}});
+    write(cell, part, [&](Deps d) {
+      return plan_->recvReduce(peer, recvBuf(part.offset), BufRef{src, part.offset}, part.count, d);
+    });
   });
 }
 
 void CellChain::copy(Buf src, Range bytes) {
   forEachChunk(bytes, [&](uint64_t cell, Range part) {
-    write(cell, Step{StepKind::kCopy, -1, recvBuf(part.offset), BufRef{src, part.offset}, part.count, {-1, -1}});
+    write(cell, part, [&](Deps d) {
+      return plan_->copy(recvBuf(part.offset), BufRef{src, part.offset}, part.count, d);
+    });
   });
 }
 
 void CellChain::scale(Range bytes) {
   forEachChunk(bytes, [&](uint64_t cell, Range part) {
-    write(cell, Step{StepKind::kScale, -1, recvBuf(part.offset), {}, part.count, {-1, -1}});
+    write(cell, part, [&](Deps d) { return plan_->scale(recvBuf(part.offset), part.count, d); });
   });
 }
 
-// Member p sends segment p-1-s and folds segment p-2-s at step s, so segment p arrives last, complete.
 // Step 0 sends the contribution itself; later steps forward what the previous step folded. A folded
 // segment's own share is read from `contrib`, which no earlier step of this ring has written there.
 Buf appendRingReduceScatter(CellChain* cells, const SubRing& ring, Range elems, uint64_t elemSize, Buf contrib) {
-  const int n = ring.size(), p = ring.pos;
+  const int n = ring.size();
   if (n == 1) return contrib;
-  const int right = ring.members[ringPeer(p, 1, n)], left = ring.members[ringPeer(p, -1, n)];
+  const int right = subRingRight(ring), left = subRingLeft(ring);
   for (int s = 0; s < n - 1; ++s) {
-    cells->send(right, s == 0 ? contrib : Buf::kRecv, segmentBytes(elems, n, ringPeer(p, -1 - s, n), elemSize));
-    cells->recvReduce(left, contrib, segmentBytes(elems, n, ringPeer(p, -2 - s, n), elemSize));
+    cells->send(right, s == 0 ? contrib : Buf::kRecv,
+                segmentBytes(elems, n, subRingReduceScatterSendSeg(ring, s), elemSize));
+    cells->recvReduce(left, contrib, segmentBytes(elems, n, subRingReduceScatterRecvSeg(ring, s), elemSize));
   }
   return Buf::kRecv;
 }
 
-// Member p sends segment p-s and receives segment p-1-s at step s.
 void appendRingAllGather(CellChain* cells, const SubRing& ring, Range elems, uint64_t elemSize) {
-  const int n = ring.size(), p = ring.pos;
+  const int n = ring.size();
   if (n == 1) return;
-  const int right = ring.members[ringPeer(p, 1, n)], left = ring.members[ringPeer(p, -1, n)];
+  const int right = subRingRight(ring), left = subRingLeft(ring);
   for (int s = 0; s < n - 1; ++s) {
-    cells->send(right, Buf::kRecv, segmentBytes(elems, n, ringPeer(p, -s, n), elemSize));
-    cells->recv(left, segmentBytes(elems, n, ringPeer(p, -1 - s, n), elemSize));
+    cells->send(right, Buf::kRecv, segmentBytes(elems, n, subRingAllGatherSendSeg(ring, s), elemSize));
+    cells->recv(left, segmentBytes(elems, n, subRingAllGatherRecvSeg(ring, s), elemSize));
   }
 }
 

@@ -136,17 +136,10 @@ Status buildP2pPlan(braidComm* comm, const std::vector<const CallArgs*>& calls, 
       (isSend ? selfSends : selfRecvs).push_back(c);
       continue;
     }
-    Step s;
-    s.peer = c->root;
-    s.bytes = bytes;
-    if (isSend) {
-      s.kind = StepKind::kSend;
-      s.src = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(c->send)};
-    } else {
-      s.kind = StepKind::kRecv;
-      s.dst = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(c->recv)};
-    }
-    plan->add(s);
+    if (isSend)
+      plan->send(c->root, BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(c->send)}, bytes);
+    else
+      plan->recv(c->root, BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(c->recv)}, bytes);
   }
   if (selfSends.size() != selfRecvs.size())
     return errorf(braidInvalidUsage, "%zu sends to self but %zu receives from self in one group", selfSends.size(),
@@ -157,12 +150,8 @@ Status buildP2pPlan(braidComm* comm, const std::vector<const CallArgs*>& calls, 
     if (sb != rb)
       return errorf(braidInvalidArgument, "send to self of %llu bytes meets a receive of %llu bytes",
                     static_cast<unsigned long long>(sb), static_cast<unsigned long long>(rb));
-    Step s;
-    s.kind = StepKind::kCopy;
-    s.bytes = sb;
-    s.src = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(selfSends[i]->send)};
-    s.dst = BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(selfRecvs[i]->recv)};
-    plan->add(s);
+    plan->copy(BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(selfRecvs[i]->recv)},
+               BufRef{Buf::kAbsolute, reinterpret_cast<uint64_t>(selfSends[i]->send)}, sb);
   }
   return okStatus();
 }

@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "algorithms/mixing.h"
@@ -27,6 +26,7 @@
 #include "braid/braid.h"
 #include "src/api.h"
 #include "src/comm.h"
+#include "src/plan_cache.h"
 
 using namespace braid;
 
@@ -34,25 +34,9 @@ namespace {
 
 // |selfWeight + sum(weights) - 1| allowed: row sums of doubles computed by the caller.
 constexpr double kWeightSumTolerance = 1e-9;
-// Shapes whose plans a graph keeps. Beyond this a call builds its plan and hands it to the op, which
-// is correct but allocates: frameworks call gossip with a few bucket sizes, far fewer than this.
+// Shapes whose plans a graph keeps. Beyond this the cache drops its plans (running ops keep theirs)
+// and starts over: frameworks call gossip with a few bucket sizes, far fewer than this.
 constexpr size_t kMaxCachedPlans = 256;
-
-struct PlanKey {
-  uint64_t count;
-  uint32_t elemSize;
-  uint32_t rotation;
-  bool inPlace;
-  bool operator==(const PlanKey& o) const {
-    return count == o.count && elemSize == o.elemSize && rotation == o.rotation && inPlace == o.inPlace;
-  }
-};
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    return std::hash<uint64_t>()(k.count * 1000003u ^ (static_cast<uint64_t>(k.elemSize) << 40) ^
-                                 (static_cast<uint64_t>(k.rotation) << 48) ^ static_cast<uint64_t>(k.inPlace));
-  }
-};
 
 }  // namespace
 
@@ -70,7 +54,7 @@ struct braidGraph {
   // look up (or build, once per shape) and post, never across a wait.
   std::atomic<bool> lock{false};
   uint64_t calls = 0;
-  std::unordered_map<PlanKey, std::shared_ptr<const Plan>, PlanKeyHash> plans;  // ops share them
+  braid::PlanCache plans{kMaxCachedPlans};  // ops hold copies of the plans they run
 };
 
 namespace {
@@ -272,21 +256,23 @@ Status postNeighbor(braidGraph* g, const void* send, void* recv, size_t count, b
   BRAID_TRY(moveToSurvivors(g));
   braidComm* comm = g->runOn;
   const uint32_t rotation = static_cast<uint32_t>(g->calls % g->sides.size());
-  const PlanKey key{count, static_cast<uint32_t>(dtypeSize(dt)), rotation, inPlace};
-  auto it = g->plans.find(key);
-  if (it == g->plans.end()) {
+  PlanKey key;
+  key.count = count;
+  key.elemSize = dtypeSize(dt);
+  key.variant = static_cast<int32_t>(rotation);
+  key.inPlace = inPlace;
+  key.coll = static_cast<uint8_t>(Coll::kAllReduce);
+  key.algo = static_cast<uint8_t>(Algo::kGossip);
+  key.mem = static_cast<uint8_t>(MemType::kHost);
+  PlanCache::Entry* e = g->plans.find(key);
+  if (e == nullptr) {
     auto plan = std::make_unique<Plan>();
     const MixArgs args{comm->rank, comm->nranks, count, dtypeSize(dt), inPlace, comm->chunkBytes};
     buildNeighborAllReduce(args, g->runOn == g->comm ? g->sides[rotation] : liveSide(g, rotation), plan.get());
     BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
-    if (g->plans.size() >= kMaxCachedPlans) {
-      BRAID_TRY(comm->engine->postPlan(nullptr, plan.get(), send, recv, dt, userOwned, op));
-      ++g->calls;
-      return okStatus();
-    }
-    it = g->plans.emplace(key, std::shared_ptr<const Plan>(std::move(plan))).first;
+    e = g->plans.insert(key, std::move(plan));
   }
-  BRAID_TRY(comm->engine->postPlan(it->second, nullptr, send, recv, dt, userOwned, op));
+  BRAID_TRY(comm->engine->postPlan(e->plan, send, recv, dt, userOwned, op));
   ++g->calls;
   return okStatus();
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "src/comm.h"
+#include "src/compute.h"
 #include "src/config.h"
 #include "src/handles.h"
 #include "src/log.h"
@@ -60,7 +61,7 @@ inline void cpuRelax() {
 
 }  // namespace
 
-Engine::Engine(braidComm* comm) : comm_(comm) {
+Engine::Engine(braidComm* comm) : comm_(comm), compute_(makeCpuCompute()) {
   const int n = comm->nranks;
   sendBlocked_.assign(n, 0);
   recvBlocked_.assign(n, 0);
@@ -71,7 +72,8 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
   timeoutSec_ = comm->timeoutSec;
   chunkBytes_ = comm->chunkBytes;
   spinNs_ = paramIntOr("BRAID_SPIN_US", 50) * 1000;
-  checkMismatch_ = paramBoolOr("BRAID_CHECK_MISMATCH", false);  // validated by checkParams at init
+  // Both validated by checkParams at init.
+  plans_.setOptions(paramBoolOr("BRAID_CHECK_MISMATCH", false), paramBoolOr("BRAID_FORCE_LOWERING", false));
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;
@@ -170,35 +172,16 @@ void Engine::releaseOp(Op* op) {
 }
 
 const Plan* Engine::planFor(const CollArgs& shape, uint32_t** users) {
-  PlanKey key{shape.count,
-              shape.elemSize,
-              shape.root,
-              static_cast<uint8_t>(shape.coll),
-              static_cast<uint8_t>(shape.inPlace),
-              static_cast<uint8_t>(shape.avg),
-              static_cast<uint8_t>(shape.algo),
-              shape.gossipRounds};
-  auto it = plans_.find(key);
-  if (it != plans_.end()) {
-    BRAID_INFO(kLogPlan, "plan %s/%s rank %d: %zu steps (built earlier, shown then)", collName(shape.coll),
-               it->second.plan->algorithm, shape.rank, it->second.plan->steps.size());
-    *users = &it->second.users;
-    ++it->second.users;
-    return it->second.plan.get();
-  }
-  // Bounded: a framework with ever-changing sizes must not grow this without end. Plans that an op
-  // still runs stay (map references survive other erasures).
-  if (plans_.size() >= kMaxCachedPlans) std::erase_if(plans_, [](const auto& kv) { return kv.second.users == 0; });
-  auto plan = std::make_unique<Plan>();
-  buildPlan(shape, plan.get());
-  if (checkMismatch_) addMismatchCheck(plan.get());
-  BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
-  const Plan* p = plan.get();
-  CachedPlan& entry = plans_[key];
-  entry.plan = std::move(plan);
-  entry.users = 1;
-  *users = &entry.users;
-  return p;
+  // Configured on first use: the links are connected by then, and their capabilities never change.
+  if (!plans_.configured()) plans_.configure(linkCaps());
+  return plans_.acquire(shape, MemType::kHost, users);
+}
+
+std::vector<TransportCaps> Engine::linkCaps() const {
+  std::vector<TransportCaps> caps(comm_->nranks);
+  for (int r = 0; r < comm_->nranks; ++r)
+    if (r < static_cast<int>(comm_->links.size()) && comm_->links[r] != nullptr) caps[r] = comm_->links[r]->caps();
+  return caps;
 }
 
 // Sizes the op's per-step state for its plan (grows only) and queues it. Engine lock held.
@@ -210,6 +193,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   if (steps != 0) memset(op->done.data(), 0, steps);  // an empty plan's done.data() may be null (UB in memset)
   op->cursors.assign(plan->peers.size(), Op::Cursor{});
   op->localNext = 0;
+  op->computeTicket = 0;
   op->remaining = static_cast<uint32_t>(steps);
   op->finished = false;
   op->result = braidSuccess;
@@ -308,19 +292,14 @@ bool Engine::worthWaking(const Op* op) const {
   return false;
 }
 
-Status Engine::postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const void* send, void* recv,
-                        braidDataType_t dtype, bool userOwned, Op** out) {
-  const Coll coll = (shared != nullptr ? shared.get() : owned)->coll;
+Status Engine::postPlan(std::shared_ptr<const Plan> plan, const void* send, void* recv, braidDataType_t dtype,
+                        bool userOwned, Op** out) {
+  const Coll coll = plan->coll;
   return postOp(
       coll, userOwned, out,
       [&](Op* op) {
-        const Plan* plan = shared.get();
-        op->sharedPlan = std::move(shared);
-        if (owned != nullptr) {
-          std::swap(op->ownedPlan, *owned);
-          plan = &op->ownedPlan;
-        }
-        op->plan = plan;
+        op->plan = plan.get();
+        op->sharedPlan = std::move(plan);
         op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(send));
         op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(recv);
         op->dtype = dtype;
@@ -423,23 +402,13 @@ bool Engine::reapAndRunLocals(Op* op) {
   while (op->localNext < plan->locals.size()) {
     const int32_t idx = plan->locals[op->localNext];
     const Step& s = plan->steps[idx];
-    if (!depsDone(op, s)) break;
-    if (s.kind == StepKind::kCopy) {
-      char* dst = resolve(op, s.dst);
-      const char* src = resolve(op, s.src);
-      if (dst != src) memmove(dst, src, s.bytes);
-    } else if (s.kind == StepKind::kScaleBy) {
-      scaleBy(op->dtype, resolve(op, s.dst), resolve(op, s.src), s.bytes / dtypeSize(op->dtype), s.weight);
-    } else if (s.kind == StepKind::kAxpy) {
-      axpy(op->dtype, resolve(op, s.dst), resolve(op, s.src), s.bytes / dtypeSize(op->dtype), s.weight);
-    } else if (s.kind == StepKind::kCheck) {
-      CallHeader mine, theirs;
-      memcpy(&mine, resolve(op, s.dst), sizeof(mine));
-      memcpy(&theirs, resolve(op, s.src), sizeof(theirs));
-      if (!checkHeaders(mine, theirs)) return true;  // failed: failAll() finishes the op
+    if (op->computeTicket != 0) {  // issued earlier, finishing elsewhere (a device stream)
+      if (!compute_->done(op->computeTicket)) break;
+      op->computeTicket = 0;
     } else {
-      size_t es = dtypeSize(op->dtype);
-      scaleDivide(op->dtype, resolve(op, s.dst), s.bytes / es, plan->nranks);
+      if (!depsDone(op, s)) break;
+      if (!runLocal(op, s)) return true;  // failed: failAll() finishes the op
+      if (op->computeTicket != 0) break;
     }
     op->done[idx] = 1;
     --op->remaining;
@@ -451,6 +420,48 @@ bool Engine::reapAndRunLocals(Op* op) {
     any = true;
   }
   return any;
+}
+
+// Starts one local step whose dependencies are done. A closed switch: each kind is named, and one
+// that is none of them (a corrupt plan) fails the communicator instead of running as something else.
+// Returns false when the communicator failed; op->computeTicket is set when the step finishes later.
+bool Engine::runLocal(Op* op, const Step& s) {
+  Status st;
+  switch (s.kind) {
+    case StepKind::kJoin:
+      return true;
+    case StepKind::kCheck: {
+      CallHeader mine, theirs;
+      memcpy(&mine, resolve(op, s.dst), sizeof(mine));
+      memcpy(&theirs, resolve(op, s.src), sizeof(theirs));
+      return checkHeaders(mine, theirs);
+    }
+    case StepKind::kCopy:
+    case StepKind::kScale:
+    case StepKind::kScaleBy:
+    case StepKind::kAxpy:
+    case StepKind::kReduce: {
+      LocalWork w;
+      w.step = &s;
+      w.dst = resolve(op, s.dst);
+      w.src = resolve(op, s.src);
+      if (s.kind == StepKind::kReduce) w.incoming = op->bufs[static_cast<int>(Buf::kScratch)] + s.incoming;
+      w.dtype = op->dtype;
+      w.kernel = op->kernel;
+      w.nranks = op->plan->nranks;
+      st = compute_->issue(w, &op->computeTicket);
+      if (st.ok()) return true;
+      break;
+    }
+    case StepKind::kSend:
+    case StepKind::kRecv:
+    case StepKind::kRecvReduce:
+      st = errorf(braidInternalError, "a transfer step among the local steps");
+      break;
+  }
+  if (st.ok()) st = errorf(braidInternalError, "unknown step kind %d", static_cast<int>(s.kind));
+  fail(st.withContext(std::string(collName(op->coll)) + " on " + comm_->describeRank(comm_->rank)), -1, true);
+  return false;
 }
 
 namespace {

@@ -24,7 +24,9 @@
 #include "algorithms/algorithms.h"
 #include "src/bootstrap.h"
 #include "src/clock.h"
+#include "src/compute.h"
 #include "src/plan.h"
+#include "src/plan_cache.h"
 #include "src/reduce.h"
 #include "src/status.h"
 #include "transports/transport.h"
@@ -68,6 +70,7 @@ struct braidRequest {
   };
   std::vector<Cursor> cursors;
   uint32_t localNext = 0;
+  uint64_t computeTicket = 0;  // locals[localNext] was issued and runs on (Compute::done)
   uint32_t remaining = 0;
   bool finished = false;
   braid::ScratchBuffer scratch;  // grows only, reused across ops
@@ -103,10 +106,10 @@ class Engine {
   Status postGroup(Plan* plan, bool userOwned, Op** out);
   // Posts a finalized plan built outside the engine (gossip graphs cache theirs per shape), with
   // `send` and `recv` as its kSend and kRecv buffers and `dtype` for its reductions and weighted
-  // steps. Exactly one of `shared` and `owned` is set: the op holds `shared` until it is released
-  // (so the graph that cached it may be destroyed meanwhile); `owned` is swapped into the op.
-  Status postPlan(std::shared_ptr<const Plan> shared, Plan* owned, const void* send, void* recv, braidDataType_t dtype,
-                  bool userOwned, Op** out);
+  // steps. The op holds `plan` until it is released (so the graph that cached it may be destroyed
+  // meanwhile).
+  Status postPlan(std::shared_ptr<const Plan> plan, const void* send, void* recv, braidDataType_t dtype, bool userOwned,
+                  Op** out);
 
   // Drives progress until `op` completed or failed; releases it. Returns its result.
   Status wait(Op* op);
@@ -144,6 +147,8 @@ class Engine {
   void releaseOp(Op* op);
   // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
   const Plan* planFor(const CollArgs& shape, uint32_t** users);
+  // What plans are lowered for: each link's capabilities, by rank.
+  std::vector<TransportCaps> linkCaps() const;
   void prepare(Op* op, bool userOwned);
   template <class Fill, class Log>
   Status postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log);
@@ -152,6 +157,7 @@ class Engine {
   bool progressOnce();
   bool postSteps(Op* op);
   bool reapAndRunLocals(Op* op);
+  bool runLocal(Op* op, const Step& s);
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
   bool checkHeaders(const CallHeader& mine, const CallHeader& theirs);
   void failAll();
@@ -186,38 +192,14 @@ class Engine {
 
   braidComm* comm_;
   std::atomic<bool> lock_{false};
+  std::unique_ptr<Compute> compute_;  // where local steps run
 
   // Engine-lock state.
   std::vector<Op*> active_;  // in issue order; head_ is the oldest
   size_t head_ = 0;
   std::vector<Op*> free_;
   std::vector<std::unique_ptr<Op>> all_;
-  struct PlanKey {
-    uint64_t count;
-    uint64_t elemSize;
-    int32_t root;
-    uint8_t coll;
-    uint8_t inPlace;
-    uint8_t avg;
-    uint8_t algo;
-    int32_t gossipRounds;
-    bool operator==(const PlanKey& o) const {
-      return count == o.count && elemSize == o.elemSize && root == o.root && coll == o.coll && inPlace == o.inPlace &&
-             avg == o.avg && algo == o.algo && gossipRounds == o.gossipRounds;
-    }
-  };
-  struct PlanKeyHash {
-    size_t operator()(const PlanKey& k) const {
-      return std::hash<uint64_t>()(k.count * 1000003u ^ (k.elemSize << 40) ^ (static_cast<uint64_t>(k.root) << 20) ^
-                                   (k.coll << 8) ^ (k.algo << 12) ^ (k.inPlace << 4) ^ k.avg);
-    }
-  };
-  struct CachedPlan {
-    std::unique_ptr<Plan> plan;
-    uint32_t users = 0;  // ops posted with it and not yet released
-  };
-  static constexpr size_t kMaxCachedPlans = 512;
-  std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
+  CollPlans plans_;
   uint64_t epoch_ = 0;
   std::vector<uint64_t> sendBlocked_, recvBlocked_;  // per rank: == epoch_ when set
   std::vector<uint64_t> transportDriven_;            // per transport: == epoch_ when driven this pass
@@ -264,8 +246,7 @@ class Engine {
   int epollFd_ = -1;       // wakeFd_ and control sockets
   int epollLinksFd_ = -1;  // the same plus the transports' waitFd()s (edge-triggered)
   std::thread bg_;
-  int64_t spinNs_ = 50000;      // BRAID_SPIN_US; 0 when ranks outnumber cores
-  bool checkMismatch_ = false;  // BRAID_CHECK_MISMATCH
+  int64_t spinNs_ = 50000;  // BRAID_SPIN_US; 0 when ranks outnumber cores
   double timeoutSec_ = 300;
   uint64_t chunkBytes_ = 1 << 18;
 };

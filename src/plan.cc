@@ -26,6 +26,72 @@ const char* collName(Coll c) {
   return "?";
 }
 
+void Plan::depsInto(Deps deps, int32_t out[2]) {
+  if (deps.size() <= 2) {  // as given, "none" (-1) included: the common case, and describe() shows it
+    out[0] = deps.size() > 0 ? deps.begin()[0] : -1;
+    out[1] = deps.size() > 1 ? deps.begin()[1] : -1;
+    return;
+  }
+  int32_t held[2] = {-1, -1};
+  int n = 0;
+  for (int32_t d : deps) {
+    if (d < 0) continue;
+    if (n == 2) {
+      // A third: the two held so far become one join (chained left to right, so a list of k
+      // dependencies costs k-2 joins).
+      Step j;
+      j.kind = StepKind::kJoin;
+      j.deps[0] = held[0];
+      j.deps[1] = held[1];
+      held[0] = add(j);
+      n = 1;
+    }
+    held[n++] = d;
+  }
+  out[0] = held[0];
+  out[1] = held[1];
+}
+
+int32_t Plan::add(StepKind kind, int peer, BufRef dst, BufRef src, uint64_t bytes, Deps deps) {
+  Step s;
+  s.kind = kind;
+  s.peer = peer;
+  s.dst = dst;
+  s.src = src;
+  s.bytes = bytes;
+  depsInto(deps, s.deps);  // before the push: the joins come first
+  return add(s);
+}
+
+int32_t Plan::scaleBy(BufRef dst, BufRef src, uint64_t bytes, double weight, Deps deps) {
+  const int32_t i = add(StepKind::kScaleBy, -1, dst, src, bytes, deps);
+  steps[i].weight = weight;
+  return i;
+}
+
+int32_t Plan::axpy(BufRef dst, BufRef src, uint64_t bytes, double weight, Deps deps) {
+  const int32_t i = add(StepKind::kAxpy, -1, dst, src, bytes, deps);
+  steps[i].weight = weight;
+  return i;
+}
+
+int32_t Plan::reduce(BufRef dst, BufRef src, uint64_t incoming, uint64_t bytes, Deps deps) {
+  const int32_t i = add(StepKind::kReduce, -1, dst, src, bytes, deps);
+  steps[i].incoming = incoming;
+  return i;
+}
+
+int32_t Plan::join(Deps deps) {
+  int32_t two[2];
+  depsInto(deps, two);
+  if (two[0] < 0 || two[1] < 0) return two[0] < 0 ? two[1] : two[0];
+  Step j;
+  j.kind = StepKind::kJoin;
+  j.deps[0] = two[0];
+  j.deps[1] = two[1];
+  return add(j);
+}
+
 void Plan::finalize() {
   peers.clear();
   locals.clear();
@@ -52,6 +118,8 @@ void Plan::finalize() {
       case StepKind::kScaleBy:
       case StepKind::kAxpy:
       case StepKind::kCheck:
+      case StepKind::kJoin:
+      case StepKind::kReduce:
         locals.push_back(static_cast<int32_t>(i));
         break;
     }
@@ -65,12 +133,12 @@ void addMismatchCheck(Plan* plan) {
   plan->scratchBytes = at + 2 * sizeof(CallHeader);
   const int next = (plan->rank + 1) % plan->nranks;
   const int prev = (plan->rank + plan->nranks - 1) % plan->nranks;
-  std::vector<Step> steps;
-  steps.reserve(plan->steps.size() + 3);
-  steps.push_back(Step{StepKind::kSend, next, {}, scratchBuf(at), sizeof(CallHeader), {-1, -1}});
-  steps.push_back(Step{StepKind::kRecv, prev, scratchBuf(at + sizeof(CallHeader)), {}, sizeof(CallHeader), {-1, -1}});
-  steps.push_back(
-      Step{StepKind::kCheck, -1, scratchBuf(at), scratchBuf(at + sizeof(CallHeader)), sizeof(CallHeader), {0, 1}});
+  Plan head;
+  head.steps.reserve(plan->steps.size() + 3);
+  const int32_t sent = head.send(next, scratchBuf(at), sizeof(CallHeader));
+  const int32_t got = head.recv(prev, scratchBuf(at + sizeof(CallHeader)), sizeof(CallHeader));
+  head.check(scratchBuf(at), scratchBuf(at + sizeof(CallHeader)), sizeof(CallHeader), {sent, got});
+  std::vector<Step> steps = std::move(head.steps);
   for (Step s : plan->steps) {
     // Steps without inputs wait for the check; the rest wait through them.
     if (s.deps[0] < 0 && s.deps[1] < 0)
@@ -102,6 +170,10 @@ static const char* kindName(StepKind k) {
       return "axpy";
     case StepKind::kCheck:
       return "check";
+    case StepKind::kJoin:
+      return "join";
+    case StepKind::kReduce:
+      return "reduce";
   }
   return "?";
 }
@@ -148,6 +220,11 @@ std::string Plan::describe() const {
         break;
       case StepKind::kCheck:
         where = refName(s.src) + " == " + refName(s.dst);
+        break;
+      case StepKind::kJoin:
+        break;
+      case StepKind::kReduce:
+        where = refName(s.src) + " (+) " + refName(BufRef{Buf::kScratch, s.incoming}) + " -> " + refName(s.dst);
         break;
     }
     snprintf(line, sizeof(line), "  %4zu %-11s %8llu B  %s  deps %d %d\n", i, kindName(s.kind),

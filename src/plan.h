@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ enum class StepKind : uint8_t {
   kScaleBy,     // dst = weight * src (local; src may equal dst; gossip)
   kAxpy,        // dst += weight * src (local; gossip)
   kCheck,       // compare the call header received into src with ours in dst (BRAID_CHECK_MISMATCH)
+  kJoin,        // no work: completes when its dependencies do (steps carry two; joins carry more)
+  kReduce,      // dst = src op scratch[incoming] (local; a lowered kRecvReduce, src/lower.h)
 };
 
 enum class Buf : uint8_t {
@@ -41,6 +44,8 @@ struct BufRef {
   uint64_t offset = 0;
 };
 
+// 64 bytes: the executor walks steps on every call, so a step stays one cache line. More than two
+// dependencies go through kJoin steps (Plan's builders insert them).
 struct Step {
   StepKind kind = StepKind::kCopy;
   int32_t peer = -1;
@@ -48,7 +53,30 @@ struct Step {
   BufRef src;
   uint64_t bytes = 0;
   int32_t deps[2] = {-1, -1};  // indices of earlier steps that must be complete first
-  double weight = 0;           // kScaleBy, kAxpy: applied in the call's datatype (fp16/bf16 via fp32)
+  union {
+    double weight = 0;  // kScaleBy, kAxpy: applied in the call's datatype (fp16/bf16 via fp32)
+    uint64_t incoming;  // kReduce: scratch offset of the received operand
+  };
+};
+static_assert(sizeof(Step) == 64, "a step is one cache line");
+
+// The dependencies handed to a step builder: any number of earlier step indices, where a negative
+// one means "none" and is skipped. Borrows its list: build it in the call, never keep one.
+class Deps {
+ public:
+  Deps() = default;
+  Deps(int32_t d) : one_(d), n_(1) {}  // NOLINT: one index converts implicitly
+  Deps(std::initializer_list<int32_t> ds) : list_(ds), n_(ds.size()) {}
+  Deps(const std::vector<int32_t>& ds) : vec_(ds.data()), n_(ds.size()) {}  // NOLINT
+  const int32_t* begin() const { return vec_ != nullptr ? vec_ : list_.size() != 0 ? list_.begin() : &one_; }
+  const int32_t* end() const { return begin() + n_; }
+  size_t size() const { return n_; }
+
+ private:
+  std::initializer_list<int32_t> list_;  // shares the caller's array, alive for the call
+  const int32_t* vec_ = nullptr;
+  int32_t one_ = -1;
+  size_t n_ = 0;
 };
 
 enum class Coll : uint8_t {
@@ -82,13 +110,53 @@ struct Plan {
   std::vector<PeerQueue> peers;
   std::vector<int32_t> locals;
 
-  // Appends a step and returns its index.
+  // Step builders: each appends one step after `deps` and returns its index (plan order is the
+  // order of the calls). More than two dependencies are first joined by kJoin steps.
+  int32_t send(int peer, BufRef src, uint64_t bytes, Deps deps = {}) {
+    return add(StepKind::kSend, peer, {}, src, bytes, deps);
+  }
+  int32_t recv(int peer, BufRef dst, uint64_t bytes, Deps deps = {}) {
+    return add(StepKind::kRecv, peer, dst, {}, bytes, deps);
+  }
+  // dst = src op incoming (src may equal dst).
+  int32_t recvReduce(int peer, BufRef dst, BufRef src, uint64_t bytes, Deps deps = {}) {
+    return add(StepKind::kRecvReduce, peer, dst, src, bytes, deps);
+  }
+  int32_t copy(BufRef dst, BufRef src, uint64_t bytes, Deps deps = {}) {
+    return add(StepKind::kCopy, -1, dst, src, bytes, deps);
+  }
+  // Out-of-place calls start with (their share of) the input in the receive buffer: recv+dstOffset
+  // = send+srcOffset, `bytes` long. Nothing in place or for zero bytes (returns -1 then).
+  int32_t selfCopy(bool inPlace, uint64_t bytes, uint64_t dstOffset = 0, uint64_t srcOffset = 0) {
+    if (inPlace || bytes == 0) return -1;
+    return copy(BufRef{Buf::kRecv, dstOffset}, BufRef{Buf::kSend, srcOffset}, bytes);
+  }
+  // dst /= nranks (braidAvg).
+  int32_t scale(BufRef dst, uint64_t bytes, Deps deps = {}) { return add(StepKind::kScale, -1, dst, {}, bytes, deps); }
+  int32_t scaleBy(BufRef dst, BufRef src, uint64_t bytes, double weight, Deps deps = {});
+  int32_t axpy(BufRef dst, BufRef src, uint64_t bytes, double weight, Deps deps = {});
+  // dst = src op scratch[incoming].
+  int32_t reduce(BufRef dst, BufRef src, uint64_t incoming, uint64_t bytes, Deps deps = {});
+  // Compares the header in `theirs` with ours in `mine`.
+  int32_t check(BufRef mine, BufRef theirs, uint64_t bytes, Deps deps = {}) {
+    return add(StepKind::kCheck, -1, mine, theirs, bytes, deps);
+  }
+  // A step that completes when all of `deps` did; returns the single dependency itself when there
+  // is only one (and -1 for none), so callers can use it to fold lists.
+  int32_t join(Deps deps);
+
+  // Appends a step as given and returns its index (steps copied from another plan).
   int32_t add(const Step& s) {
     steps.push_back(s);
     return static_cast<int32_t>(steps.size() - 1);
   }
   void finalize();
   std::string describe() const;  // multi-line, for BRAID_DEBUG_SUBSYS=PLAN and test failures
+
+ private:
+  int32_t add(StepKind kind, int peer, BufRef dst, BufRef src, uint64_t bytes, Deps deps);
+  // Reduces `deps` to at most two (joining the rest) into out.
+  void depsInto(Deps deps, int32_t out[2]);
 };
 
 // The call header ranks compare when BRAID_CHECK_MISMATCH=1: 32 bytes at plan.checkAt.

@@ -15,7 +15,7 @@ void buildRingAllGather(const CollArgs& a, Plan* plan) {
   plan->coll = Coll::kAllGather;
   plan->algorithm = "ring";
   if (block == 0) return;
-  if (!a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(r * block), sendBuf(0), block, {-1, -1}});
+  plan->selfCopy(a.inPlace, block, r * block);
   if (n == 1) return;
   const int right = ringPeer(r, 1, n), left = ringPeer(r, -1, n);
   const uint64_t chunks = chunksFor(a.count, es, a.chunkBytes);
@@ -27,9 +27,8 @@ void buildRingAllGather(const CollArgs& a, Plan* plan) {
       if (ch.count == 0) continue;
       uint64_t off = ch.offset * es, bytes = ch.count * es;
       BufRef src = s == 0 ? sendBuf(off) : recvBuf(sendBlock * block + off);
-      plan->add(Step{StepKind::kSend, right, {}, src, bytes, {last[sendBlock * chunks + c], -1}});
-      last[recvBlock * chunks + c] =
-          plan->add(Step{StepKind::kRecv, left, recvBuf(recvBlock * block + off), {}, bytes, {-1, -1}});
+      plan->send(right, src, bytes, last[sendBlock * chunks + c]);
+      last[recvBlock * chunks + c] = plan->recv(left, recvBuf(recvBlock * block + off), bytes);
     }
   }
 }

@@ -22,7 +22,7 @@
 // - a round's send of chunk k waits for the previous round's last write of chunk k;
 // - when the input is the receive buffer (in place, or any round after the first) the first write
 //   of chunk k waits for every send of chunk k of the round to finish, since a transport may read
-//   the source until then. More than two sends are joined by zero-byte copies (a step has two
+//   the source until then. More than two sends are joined by kJoin steps (a step has two
 //   dependency slots);
 // - a receive into a slot waits for the axpy that read the slot's previous contents.
 // Every dependency points to an earlier chunk of the same link or to sends of the same chunk, whose
@@ -36,21 +36,6 @@
 #include "algorithms/patterns/ring.h"
 
 namespace braid {
-
-namespace {
-
-// Reduces `deps` to at most two step indices by chaining zero-byte copies (joins) at `at`.
-void joinDeps(std::vector<int32_t> deps, BufRef at, Plan* plan, int32_t out[2]) {
-  while (deps.size() > 2) {
-    const int32_t join = plan->add(Step{StepKind::kCopy, -1, at, at, 0, {deps[0], deps[1]}});
-    deps.erase(deps.begin(), deps.begin() + 2);
-    deps.insert(deps.begin(), join);
-  }
-  out[0] = deps.size() > 0 ? deps[0] : -1;
-  out[1] = deps.size() > 1 ? deps[1] : -1;
-}
-
-}  // namespace
 
 void appendMixRounds(const MixArgs& a, const std::vector<MixRound>& rounds, Plan* plan) {
   const uint64_t es = a.elemSize;
@@ -75,29 +60,23 @@ void appendMixRounds(const MixArgs& a, const std::vector<MixRound>& rounds, Plan
       const uint64_t off = piece.offset * es, bytes = piece.count * es;
       const BufRef input = t == 0 ? sendBuf(off) : recvBuf(off);
       sends.clear();
-      for (int peer : m.out)
-        sends.push_back(plan->add(Step{StepKind::kSend, peer, {}, input, bytes, {lastWrite[k], -1}}));
+      for (int peer : m.out) sends.push_back(plan->send(peer, input, bytes, lastWrite[k]));
       recvs.clear();
       recvSlot.clear();
       for (size_t i = 0; i < m.in.size(); ++i) {
         const uint64_t slot = i * slots + filled[i]++ % slots;
         recvSlot.push_back(slot);
-        recvs.push_back(plan->add(
-            Step{StepKind::kRecv, m.in[i].peer, scratchBuf(slot * slotBytes), {}, bytes, {slotReader[slot], -1}}));
+        recvs.push_back(plan->recv(m.in[i].peer, scratchBuf(slot * slotBytes), bytes, slotReader[slot]));
       }
-      int32_t gate[2] = {-1, -1};
-      if (inputIsOutput) joinDeps(sends, recvBuf(off), plan, gate);
       if (m.in.empty() && m.selfWeight == 1) {
-        if (!inputIsOutput) lastWrite[k] = plan->add(Step{StepKind::kCopy, -1, recvBuf(off), input, bytes, {-1, -1}});
+        if (!inputIsOutput) lastWrite[k] = plan->copy(recvBuf(off), input, bytes);
       } else {
-        Step self{StepKind::kScaleBy, -1, recvBuf(off), input, bytes, {gate[0], gate[1]}};
-        self.weight = m.selfWeight;
-        lastWrite[k] = plan->add(self);
+        // In place, the first write waits for every send of the chunk (joined when more than two).
+        lastWrite[k] = plan->scaleBy(recvBuf(off), input, bytes, m.selfWeight, inputIsOutput ? Deps(sends) : Deps());
       }
       for (size_t i = 0; i < m.in.size(); ++i) {
-        Step acc{StepKind::kAxpy, -1, recvBuf(off), scratchBuf(recvSlot[i] * slotBytes), bytes, {recvs[i], -1}};
-        acc.weight = m.in[i].weight;
-        lastWrite[k] = slotReader[recvSlot[i]] = plan->add(acc);
+        lastWrite[k] = slotReader[recvSlot[i]] =
+            plan->axpy(recvBuf(off), scratchBuf(recvSlot[i] * slotBytes), bytes, m.in[i].weight, recvs[i]);
       }
     }
   }
@@ -117,8 +96,7 @@ void buildGossipAllReduce(const CollArgs& a, Plan* plan) {
   plan->algorithm = "gossip";
   const int n = a.nranks;
   if (n == 1) {
-    if (!a.inPlace && a.count > 0)
-      plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), a.count * a.elemSize, {-1, -1}});
+    plan->selfCopy(a.inPlace, a.count * a.elemSize);
     return;
   }
   const int k = a.gossipRounds > 0 ? a.gossipRounds : graph::gossipDefaultRounds(n);

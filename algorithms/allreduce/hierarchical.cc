@@ -15,10 +15,10 @@
 // any host layout: hosts of unequal sizes, host ids interleaved. One host: a ring allreduce among all
 // ranks; one rank per host: a ring allreduce across hosts. Each element is reduced and scaled on one
 // rank, so every rank ends with bitwise the same result. No scratch: every phase works in the receive
-// buffer, with the dependencies of CellChain (subring.h).
+// buffer, with the dependencies of CellChain (cell_chain.h).
 #include "algorithms/algorithms.h"
+#include "algorithms/cell_chain.h"
 #include "algorithms/patterns/hosts.h"
-#include "algorithms/patterns/subring.h"
 
 namespace braid {
 
@@ -28,7 +28,7 @@ void buildHierarchicalAllReduce(const CollArgs& a, Plan* plan) {
   plan->coll = Coll::kAllReduce;
   plan->algorithm = "hierarchical";
   if (n == 1 || bytes == 0) {
-    if (!a.inPlace && bytes > 0) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), bytes, {-1, -1}});
+    plan->selfCopy(a.inPlace, bytes);
     return;
   }
   const HostGroups hosts = hostGroups(a.hostOf, n);

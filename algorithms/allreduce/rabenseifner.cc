@@ -11,10 +11,10 @@
 // scales it (avg) and the all-gather spreads it, so each element is reduced and scaled on one rank and
 // every rank ends with bitwise the same result. Everything stays in the receive buffer: a round
 // receives into the half it keeps while sending the half it gives, so no scratch is needed; the
-// all-gather later receives into halves sent earlier, after those sends (CellChain, subring.h).
+// all-gather later receives into halves sent earlier, after those sends (CellChain, cell_chain.h).
 #include "algorithms/algorithms.h"
+#include "algorithms/cell_chain.h"
 #include "algorithms/patterns/recursive.h"
-#include "algorithms/patterns/subring.h"
 
 namespace braid {
 
@@ -24,7 +24,7 @@ void buildRabenseifnerAllReduce(const CollArgs& a, Plan* plan) {
   plan->coll = Coll::kAllReduce;
   plan->algorithm = "rabenseifner";
   if (n == 1 || bytes == 0) {
-    if (!a.inPlace && bytes > 0) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), bytes, {-1, -1}});
+    plan->selfCopy(a.inPlace, bytes);
     return;
   }
   const Buf input = a.inPlace ? Buf::kRecv : Buf::kSend;

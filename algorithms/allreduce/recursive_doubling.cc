@@ -46,21 +46,18 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
   plan->coll = Coll::kAllReduce;
   plan->algorithm = "recursive_doubling";
   if (n == 1 || bytes == 0) {
-    if (!a.inPlace && bytes > 0) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), bytes, {-1, -1}});
+    plan->selfCopy(a.inPlace, bytes);
     return;
   }
   const Buf input = a.inPlace ? Buf::kRecv : Buf::kSend;
   const uint64_t cell = cellBytesFor(a.elemSize, a.chunkBytes), chunks = (bytes + cell - 1) / cell;
   auto chunk = [&](uint64_t c) { return Range{c * cell, std::min(bytes, (c + 1) * cell) - c * cell}; };
   const int partner = foldPartner(r, n), v = foldVrank(r, n);
-  auto add = [&](StepKind kind, int peer, BufRef dst, BufRef src, uint64_t c, int32_t dep0, int32_t dep1) {
-    return plan->add(Step{kind, peer, dst, src, chunk(c).count, {dep0, dep1}});
-  };
   auto at = [&](Buf b, uint64_t c) { return BufRef{b, chunk(c).offset}; };
   if (v < 0) {  // folded away: hand the buffer over, get the result back
     std::vector<int32_t> sent(chunks);
-    for (uint64_t c = 0; c < chunks; ++c) sent[c] = add(StepKind::kSend, partner, {}, at(input, c), c, -1, -1);
-    for (uint64_t c = 0; c < chunks; ++c) add(StepKind::kRecv, partner, at(Buf::kRecv, c), {}, c, sent[c], -1);
+    for (uint64_t c = 0; c < chunks; ++c) sent[c] = plan->send(partner, at(input, c), chunk(c).count);
+    for (uint64_t c = 0; c < chunks; ++c) plan->recv(partner, at(Buf::kRecv, c), chunk(c).count, sent[c]);
     return;
   }
 
@@ -82,7 +79,7 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
   if (folded) {
     const Buf dst = target(w++);
     for (uint64_t c = 0; c < chunks; ++c)
-      st[c].writer = add(StepKind::kRecvReduce, partner, at(dst, c), at(input, c), c, -1, -1);
+      st[c].writer = plan->recvReduce(partner, at(dst, c), at(input, c), chunk(c).count);
     cur = dst;
   }
   for (int k = 0; k < rounds; ++k, ++w) {
@@ -90,10 +87,10 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
     const Buf dst = target(w);
     for (uint64_t c = 0; c < chunks; ++c) {
       ChunkState& s = st[c];
-      const int32_t send = add(StepKind::kSend, peer, {}, at(cur, c), c, s.writer, -1);
+      const int32_t send = plan->send(peer, at(cur, c), chunk(c).count, s.writer);
       // dst was written two rounds ago and, in the previous round, sent (reader) and read as the
       // source of the write (writer): waiting for those two covers all three.
-      s.writer = add(StepKind::kRecvReduce, peer, at(dst, c), at(cur, c), c, s.writer, s.reader[bufIndex(dst)]);
+      s.writer = plan->recvReduce(peer, at(dst, c), at(cur, c), chunk(c).count, {s.writer, s.reader[bufIndex(dst)]});
       s.reader[bufIndex(cur)] = send;
     }
     cur = dst;
@@ -101,12 +98,12 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
   for (uint64_t c = 0; c < chunks; ++c) {
     ChunkState& s = st[c];
     if (viaScratch)
-      s.writer = add(StepKind::kCopy, -1, at(Buf::kRecv, c), at(Buf::kScratch, c), c, s.writer,
-                     s.reader[bufIndex(Buf::kRecv)]);
-    if (a.avg) s.writer = add(StepKind::kScale, -1, at(Buf::kRecv, c), {}, c, s.writer, -1);
+      s.writer = plan->copy(at(Buf::kRecv, c), at(Buf::kScratch, c), chunk(c).count,
+                            {s.writer, s.reader[bufIndex(Buf::kRecv)]});
+    if (a.avg) s.writer = plan->scale(at(Buf::kRecv, c), chunk(c).count, s.writer);
   }
   if (folded) {
-    for (uint64_t c = 0; c < chunks; ++c) add(StepKind::kSend, partner, {}, at(Buf::kRecv, c), c, st[c].writer, -1);
+    for (uint64_t c = 0; c < chunks; ++c) plan->send(partner, at(Buf::kRecv, c), chunk(c).count, st[c].writer);
   }
 }
 

@@ -17,7 +17,7 @@ void buildRingAllReduce(const CollArgs& a, Plan* plan) {
   plan->coll = Coll::kAllReduce;
   plan->algorithm = "ring";
   if (n == 1) {
-    if (!a.inPlace && a.count > 0) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), a.count * es, {-1, -1}});
+    plan->selfCopy(a.inPlace, a.count * es);
     return;
   }
   const int right = ringPeer(r, 1, n), left = ringPeer(r, -1, n);
@@ -37,11 +37,10 @@ void buildRingAllReduce(const CollArgs& a, Plan* plan) {
       if (out.count > 0) {
         int32_t dep = last[sendSeg * chunks + c];
         BufRef src = s == 0 ? sendBuf(out.offset) : recvBuf(out.offset);
-        plan->add(Step{StepKind::kSend, right, {}, src, out.count, {dep, -1}});
+        plan->send(right, src, out.count, dep);
       }
       if (in.count > 0)
-        last[recvSeg * chunks + c] =
-            plan->add(Step{StepKind::kRecvReduce, left, recvBuf(in.offset), sendBuf(in.offset), in.count, {-1, -1}});
+        last[recvSeg * chunks + c] = plan->recvReduce(left, recvBuf(in.offset), sendBuf(in.offset), in.count);
     }
   }
   const int owned = ringPeer(r, 1, n);
@@ -50,7 +49,7 @@ void buildRingAllReduce(const CollArgs& a, Plan* plan) {
       Range p = piece(owned, c);
       if (p.count == 0) continue;
       int32_t& l = last[owned * chunks + c];
-      l = plan->add(Step{StepKind::kScale, -1, recvBuf(p.offset), {}, p.count, {l, -1}});
+      l = plan->scale(recvBuf(p.offset), p.count, l);
     }
   }
   // All-gather: step s sends segment r+1-s and receives segment r-s.
@@ -58,10 +57,8 @@ void buildRingAllReduce(const CollArgs& a, Plan* plan) {
     const int sendSeg = ringPeer(r, 1 - s, n), recvSeg = ringPeer(r, -s, n);
     for (uint64_t c = 0; c < chunks; ++c) {
       Range out = piece(sendSeg, c), in = piece(recvSeg, c);
-      if (out.count > 0)
-        plan->add(Step{StepKind::kSend, right, {}, recvBuf(out.offset), out.count, {last[sendSeg * chunks + c], -1}});
-      if (in.count > 0)
-        last[recvSeg * chunks + c] = plan->add(Step{StepKind::kRecv, left, recvBuf(in.offset), {}, in.count, {-1, -1}});
+      if (out.count > 0) plan->send(right, recvBuf(out.offset), out.count, last[sendSeg * chunks + c]);
+      if (in.count > 0) last[recvSeg * chunks + c] = plan->recv(left, recvBuf(in.offset), in.count);
     }
   }
 }

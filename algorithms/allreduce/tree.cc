@@ -49,7 +49,7 @@ void buildTreeAllReduce(const CollArgs& a, Plan* plan) {
   plan->coll = Coll::kAllReduce;
   plan->algorithm = "tree";
   if (n == 1) {
-    if (!a.inPlace && a.count > 0) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), a.count * es, {-1, -1}});
+    plan->selfCopy(a.inPlace, a.count * es);
     return;
   }
   const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
@@ -70,9 +70,6 @@ void buildTreeAllReduce(const CollArgs& a, Plan* plan) {
     Range ch = partition(h.elems.count, chunks, static_cast<uint64_t>(c));
     return Range{(h.elems.offset + ch.offset) * es, ch.count * es};
   };
-  auto add = [&](StepKind kind, int peer, BufRef dst, BufRef src, uint64_t bytes, int32_t dep) {
-    return plan->add(Step{kind, peer, dst, src, bytes, {dep, -1}});
-  };
   const int64_t lastT = nchunks - 1 + 2 * height;
   for (int64_t T = 0; T <= lastT; ++T) {
     for (Half& h : halves) {
@@ -84,32 +81,30 @@ void buildTreeAllReduce(const CollArgs& a, Plan* plan) {
         if (p.count == 0) continue;
         int32_t& acc = h.acc[c];
         BufRef src = acc < 0 ? sendBuf(p.offset) : recvBuf(p.offset);
-        acc = add(StepKind::kRecvReduce, l.children[k], recvBuf(p.offset), src, p.count, acc);
+        acc = plan->recvReduce(l.children[k], recvBuf(p.offset), src, p.count, acc);
       }
       if (l.parent >= 0) {
         const int64_t c = T - l.height;
         Range p = piece(h, c);
         if (p.count > 0) {
           BufRef src = h.acc[c] < 0 ? sendBuf(p.offset) : recvBuf(p.offset);
-          h.up[c] = add(StepKind::kSend, l.parent, {}, src, p.count, h.acc[c]);
+          h.up[c] = plan->send(l.parent, src, p.count, h.acc[c]);
         }
       } else {  // the root: the chunk is complete
         const int64_t c = T - height;
         Range p = piece(h, c);
-        if (p.count > 0)
-          h.fin[c] = a.avg ? add(StepKind::kScale, -1, recvBuf(p.offset), {}, p.count, h.acc[c]) : h.acc[c];
+        if (p.count > 0) h.fin[c] = a.avg ? plan->scale(recvBuf(p.offset), p.count, h.acc[c]) : h.acc[c];
       }
       // Down: the result from the parent, then on to the children.
       if (l.parent >= 0) {
         const int64_t c = T - height - l.depth;
         Range p = piece(h, c);
-        if (p.count > 0) h.fin[c] = add(StepKind::kRecv, l.parent, recvBuf(p.offset), {}, p.count, h.up[c]);
+        if (p.count > 0) h.fin[c] = plan->recv(l.parent, recvBuf(p.offset), p.count, h.up[c]);
       }
       const int64_t c = T - height - l.depth - 1;
       Range p = piece(h, c);
       if (p.count == 0) continue;
-      for (int k = 0; k < l.numChildren; ++k)
-        add(StepKind::kSend, l.children[k], {}, recvBuf(p.offset), p.count, h.fin[c]);
+      for (int k = 0; k < l.numChildren; ++k) plan->send(l.children[k], recvBuf(p.offset), p.count, h.fin[c]);
     }
   }
 }

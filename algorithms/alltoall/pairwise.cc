@@ -19,15 +19,15 @@ void buildPairwiseAllToAll(const CollArgs& a, Plan* plan) {
   Buf from = Buf::kSend;
   if (a.inPlace && n > 1) {
     plan->scratchBytes = static_cast<uint64_t>(n) * block;
-    staged = plan->add(Step{StepKind::kCopy, -1, scratchBuf(0), sendBuf(0), n * block, {-1, -1}});
+    staged = plan->copy(scratchBuf(0), sendBuf(0), n * block);
     from = Buf::kScratch;
-  } else if (!a.inPlace) {
-    plan->add(Step{StepKind::kCopy, -1, recvBuf(r * block), sendBuf(r * block), block, {-1, -1}});
+  } else {
+    plan->selfCopy(a.inPlace, block, r * block, r * block);
   }
   for (int s = 1; s < n; ++s) {
     const int to = ringPeer(r, s, n), fromRank = ringPeer(r, -s, n);
-    plan->add(Step{StepKind::kSend, to, {}, BufRef{from, to * block}, block, {staged, -1}});
-    plan->add(Step{StepKind::kRecv, fromRank, recvBuf(fromRank * block), {}, block, {staged, -1}});
+    plan->send(to, BufRef{from, to * block}, block, staged);
+    plan->recv(fromRank, recvBuf(fromRank * block), block, staged);
   }
 }
 

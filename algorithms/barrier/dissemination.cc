@@ -13,8 +13,8 @@ void buildDisseminationBarrier(const CollArgs& a, Plan* plan) {
   plan->algorithm = "dissemination";
   int32_t heard = -1;
   for (int dist = 1; dist < n; dist *= 2) {
-    plan->add(Step{StepKind::kSend, ringPeer(r, dist, n), {}, sendBuf(0), 0, {heard, -1}});
-    heard = plan->add(Step{StepKind::kRecv, ringPeer(r, -dist, n), recvBuf(0), {}, 0, {-1, -1}});
+    plan->send(ringPeer(r, dist, n), sendBuf(0), 0, heard);
+    heard = plan->recv(ringPeer(r, -dist, n), recvBuf(0), 0);
   }
 }
 

@@ -17,17 +17,17 @@ void buildChainBroadcast(const CollArgs& a, Plan* plan) {
   const int pos = ringPeer(r, -a.root, n);  // distance from the root along the chain
   const int next = pos + 1 < n ? ringPeer(r, 1, n) : -1;
   const int prev = pos > 0 ? ringPeer(r, -1, n) : -1;
-  if (pos == 0 && !a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), total, {-1, -1}});
+  if (pos == 0) plan->selfCopy(a.inPlace, total);
   const uint64_t chunks = chunksFor(a.count, es, a.chunkBytes);
   for (uint64_t c = 0; c < chunks; ++c) {
     Range ch = partition(a.count, chunks, c);
     uint64_t off = ch.offset * es, bytes = ch.count * es;
     if (bytes == 0) continue;
     int32_t got = -1;
-    if (prev >= 0) got = plan->add(Step{StepKind::kRecv, prev, recvBuf(off), {}, bytes, {-1, -1}});
+    if (prev >= 0) got = plan->recv(prev, recvBuf(off), bytes);
     if (next >= 0) {
       BufRef src = pos == 0 ? sendBuf(off) : recvBuf(off);
-      plan->add(Step{StepKind::kSend, next, {}, src, bytes, {got, -1}});
+      plan->send(next, src, bytes, got);
     }
   }
 }

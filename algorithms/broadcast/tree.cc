@@ -24,7 +24,7 @@ void buildTreeBroadcast(const CollArgs& a, Plan* plan) {
   plan->algorithm = "tree";
   if (total == 0) return;
   const bool isRoot = r == a.root;
-  if (isRoot && !a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), total, {-1, -1}});
+  if (isRoot) plan->selfCopy(a.inPlace, total);
   if (n == 1) return;
   const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
   TreeLinks links[2] = {rootedDtreeLinks(r, n, a.root, 0), rootedDtreeLinks(r, n, a.root, 1)};
@@ -36,11 +36,10 @@ void buildTreeBroadcast(const CollArgs& a, Plan* plan) {
       const uint64_t off = (half.offset + ch.offset) * es, bytes = ch.count * es;
       if (bytes == 0) continue;
       int32_t got = -1;
-      if (l.parent >= 0) got = plan->add(Step{StepKind::kRecv, l.parent, recvBuf(off), {}, bytes, {-1, -1}});
+      if (l.parent >= 0) got = plan->recv(l.parent, recvBuf(off), bytes);
       // The root sends from its send buffer: its copy to the receive buffer may still be running.
       BufRef src = isRoot ? sendBuf(off) : recvBuf(off);
-      for (int k = 0; k < l.numChildren; ++k)
-        plan->add(Step{StepKind::kSend, l.children[k], {}, src, bytes, {got, -1}});
+      for (int k = 0; k < l.numChildren; ++k) plan->send(l.children[k], src, bytes, got);
     }
   }
 }

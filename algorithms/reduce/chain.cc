@@ -22,7 +22,7 @@ void buildChainReduce(const CollArgs& a, Plan* plan) {
   if (total == 0) return;
   const bool isRoot = r == a.root;
   if (n == 1) {  // dividing by one rank changes nothing: no scale step
-    if (!a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), total, {-1, -1}});
+    plan->selfCopy(a.inPlace, total);
     return;
   }
   const int pos = ringPeer(r, -a.root - 1, n);  // 0 = first in the chain, n-1 = root
@@ -37,18 +37,18 @@ void buildChainReduce(const CollArgs& a, Plan* plan) {
     uint64_t off = ch.offset * es, bytes = ch.count * es;
     if (bytes == 0) continue;
     if (prev < 0) {  // first in the chain: send the contribution as is
-      plan->add(Step{StepKind::kSend, next, {}, sendBuf(off), bytes, {-1, -1}});
+      plan->send(next, sendBuf(off), bytes);
       continue;
     }
     if (isRoot) {
-      int32_t got = plan->add(Step{StepKind::kRecvReduce, prev, recvBuf(off), sendBuf(off), bytes, {-1, -1}});
-      if (a.avg) plan->add(Step{StepKind::kScale, -1, recvBuf(off), {}, bytes, {got, -1}});
+      int32_t got = plan->recvReduce(prev, recvBuf(off), sendBuf(off), bytes);
+      if (a.avg) plan->scale(recvBuf(off), bytes, got);
       continue;
     }
     BufRef slot = scratchBuf((c % kSlots) * perChunk);
     int32_t reuse = c >= kSlots ? sent[c - kSlots] : -1;
-    int32_t got = plan->add(Step{StepKind::kRecvReduce, prev, slot, sendBuf(off), bytes, {reuse, -1}});
-    sent[c] = plan->add(Step{StepKind::kSend, next, {}, slot, bytes, {got, -1}});
+    int32_t got = plan->recvReduce(prev, slot, sendBuf(off), bytes, reuse);
+    sent[c] = plan->send(next, slot, bytes, got);
   }
 }
 

@@ -32,7 +32,7 @@ void buildTreeReduce(const CollArgs& a, Plan* plan) {
   if (total == 0) return;
   const bool isRoot = r == a.root;
   if (n == 1) {  // dividing by one rank changes nothing: no scale step
-    if (!a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), total, {-1, -1}});
+    plan->selfCopy(a.inPlace, total);
     return;
   }
   const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
@@ -54,22 +54,21 @@ void buildTreeReduce(const CollArgs& a, Plan* plan) {
       const uint64_t off = (half.offset + ch.offset) * es, bytes = ch.count * es;
       if (bytes == 0) continue;
       if (isRoot) {  // one child per tree: the root of the tree below
-        int32_t got =
-            plan->add(Step{StepKind::kRecvReduce, l.children[0], recvBuf(off), sendBuf(off), bytes, {-1, -1}});
-        if (a.avg) plan->add(Step{StepKind::kScale, -1, recvBuf(off), {}, bytes, {got, -1}});
+        int32_t got = plan->recvReduce(l.children[0], recvBuf(off), sendBuf(off), bytes);
+        if (a.avg) plan->scale(recvBuf(off), bytes, got);
         continue;
       }
       if (l.numChildren == 0) {  // a leaf: send the contribution as is
-        sent[t][c] = plan->add(Step{StepKind::kSend, l.parent, {}, sendBuf(off), bytes, {-1, -1}});
+        sent[t][c] = plan->send(l.parent, sendBuf(off), bytes);
         continue;
       }
       BufRef slot = scratchBuf(slotBase[t] + (c % kSlots) * perChunk);
       int32_t acc = c >= kSlots ? sent[t][c - kSlots] : -1;  // the slot's previous chunk is out
       for (int k = 0; k < l.numChildren; ++k) {
         BufRef src = k == 0 ? sendBuf(off) : slot;
-        acc = plan->add(Step{StepKind::kRecvReduce, l.children[k], slot, src, bytes, {acc, -1}});
+        acc = plan->recvReduce(l.children[k], slot, src, bytes, acc);
       }
-      sent[t][c] = plan->add(Step{StepKind::kSend, l.parent, {}, slot, bytes, {acc, -1}});
+      sent[t][c] = plan->send(l.parent, slot, bytes, acc);
     }
   }
 }

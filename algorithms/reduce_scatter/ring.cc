@@ -17,7 +17,7 @@ void buildRingReduceScatter(const CollArgs& a, Plan* plan) {
   plan->algorithm = "ring";
   if (block == 0) return;
   if (n == 1) {
-    if (!a.inPlace) plan->add(Step{StepKind::kCopy, -1, recvBuf(0), sendBuf(0), block, {-1, -1}});
+    plan->selfCopy(a.inPlace, block);
     return;
   }
   plan->scratchBytes = static_cast<uint64_t>(n) * block;
@@ -33,11 +33,11 @@ void buildRingReduceScatter(const CollArgs& a, Plan* plan) {
       if (ch.count == 0) continue;
       uint64_t off = ch.offset * es, bytes = ch.count * es;
       BufRef src = s == 0 ? sendBuf(sendSeg * block + off) : scratchBuf(sendSeg * block + off);
-      plan->add(Step{StepKind::kSend, right, {}, src, bytes, {last[sendSeg * chunks + c], -1}});
+      plan->send(right, src, bytes, last[sendSeg * chunks + c]);
       BufRef dst = lastStep ? recvBuf(off) : scratchBuf(recvSeg * block + off);
-      int32_t idx = plan->add(Step{StepKind::kRecvReduce, left, dst, sendBuf(recvSeg * block + off), bytes, {-1, -1}});
+      int32_t idx = plan->recvReduce(left, dst, sendBuf(recvSeg * block + off), bytes);
       last[recvSeg * chunks + c] = idx;
-      if (lastStep && a.avg) plan->add(Step{StepKind::kScale, -1, recvBuf(off), {}, bytes, {idx, -1}});
+      if (lastStep && a.avg) plan->scale(recvBuf(off), bytes, idx);
     }
   }
 }

@@ -1,9 +1,6 @@
 // Gossip without a network: the named graphs' rank math (algorithms/patterns/graph.h), and the
-// mixing plans (algorithms/mixing.h) run by a small numeric simulator. The symbolic simulator of
-// tests/unit/plan_sim.h tracks which ranks' contributions a byte carries, which cannot express a
-// weighted mean; this one carries doubles, with the same rules: the k-th send on a link matches
-// the k-th receive, a send completes only when received (rendezvous), and bytes landing under a
-// posted send, or a local step touching bytes a posted receive may still write, are races.
+// mixing plans (algorithms/mixing.h) run by the plan simulator (tests/unit/plan_sim.h) with numeric
+// values, since a weighted mean is not a set of contributions.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -18,6 +15,7 @@
 #include "algorithms/mixing.h"
 #include "algorithms/patterns/graph.h"
 #include "src/reduce.h"
+#include "tests/unit/plan_sim.h"
 
 using namespace braid;
 using graph::Named;
@@ -27,179 +25,15 @@ namespace {
 
 constexpr Named kAllNamed[] = {Named::kRing, Named::kExp2, Named::kHypercube, Named::kOnePeerExp2};
 
-// ---- A numeric plan simulator -----------------------------------------------------------------
-
-struct NumRank {
-  Plan plan;
-  std::vector<double> send, recv, scratch;
-  bool inPlace = false;
-  std::vector<char> posted, done;
-  size_t localNext = 0;
-  std::map<int, size_t> sendNext, recvNext, sendMatch, recvMatch;
-};
-
-struct Span {
-  std::vector<double>* vec = nullptr;
-  size_t begin = 0, end = 0;
-  bool overlaps(const Span& o) const { return vec == o.vec && begin < o.end && o.begin < end; }
-};
-
-class NumSim {
- public:
-  std::vector<NumRank> ranks;
-  std::string error;
-
-  // Runs every plan to its end; false with `error` on a race, deadlock, size mismatch or bad bytes.
-  bool run() {
-    for (NumRank& s : ranks) {
-      s.posted.assign(s.plan.steps.size(), 0);
-      s.done.assign(s.plan.steps.size(), 0);
-      s.scratch.assign(s.plan.scratchBytes / sizeof(double), 0);
-    }
-    for (;;) {
-      bool any = false;
-      for (size_t r = 0; r < ranks.size() && error.empty(); ++r) any |= post(static_cast<int>(r));
-      for (size_t r = 0; r < ranks.size() && error.empty(); ++r) any |= match(static_cast<int>(r));
-      for (size_t r = 0; r < ranks.size() && error.empty(); ++r) any |= locals(static_cast<int>(r));
-      if (!error.empty()) return false;
-      if (!any) break;
-    }
-    for (size_t r = 0; r < ranks.size(); ++r)
-      for (size_t i = 0; i < ranks[r].done.size(); ++i)
-        if (!ranks[r].done[i]) {
-          error =
-              "deadlock: rank " + std::to_string(r) + " step " + std::to_string(i) + "\n" + ranks[r].plan.describe();
-          return false;
-        }
-    return true;
-  }
-
- private:
-  Span span(NumRank& s, BufRef ref, uint64_t bytes) {
-    std::vector<double>* v = ref.buf == Buf::kSend      ? (s.inPlace ? &s.recv : &s.send)
-                             : ref.buf == Buf::kRecv    ? &s.recv
-                             : ref.buf == Buf::kScratch ? &s.scratch
-                                                        : nullptr;
-    if (v == nullptr || ref.offset % sizeof(double) != 0 || bytes % sizeof(double) != 0 ||
-        (ref.offset + bytes) / sizeof(double) > v->size()) {
-      if (bytes > 0) error = "step touches bytes out of its buffer";
-      return Span{};
-    }
-    return Span{v, ref.offset / sizeof(double), (ref.offset + bytes) / sizeof(double)};
-  }
-
-  bool depsDone(const NumRank& s, const Step& st) const {
-    return (st.deps[0] < 0 || s.done[st.deps[0]]) && (st.deps[1] < 0 || s.done[st.deps[1]]);
-  }
-
-  // A race: `sp` meets the destination of a posted, unfinished receive of rank r or, when it is
-  // written (not only read), the source of a posted, unfinished send.
-  bool race(int r, int self, const Span& sp, bool written, const char* what) {
-    NumRank& s = ranks[r];
-    if (sp.vec == nullptr || sp.begin == sp.end) return false;
-    for (size_t i = 0; i < s.plan.steps.size(); ++i) {
-      if (!s.posted[i] || s.done[i] || static_cast<int>(i) == self) continue;
-      const Step& o = s.plan.steps[i];
-      const bool isRecv = o.kind == StepKind::kRecv;
-      if (!isRecv && !(o.kind == StepKind::kSend && written)) continue;
-      if (sp.overlaps(span(s, isRecv ? o.dst : o.src, o.bytes))) {
-        error = "rank " + std::to_string(r) + ": step " + std::to_string(self) + " " + what + " bytes of posted step " +
-                std::to_string(i) + "\n" + s.plan.describe();
-        return true;
-      }
-    }
-    return false;
-  }
-
-  bool post(int r) {
-    NumRank& s = ranks[r];
-    bool any = false;
-    for (const auto& q : s.plan.peers) {
-      for (auto [list, next] : {std::pair{&q.sends, &s.sendNext[q.peer]}, std::pair{&q.recvs, &s.recvNext[q.peer]}}) {
-        while (*next < list->size() && depsDone(s, s.plan.steps[(*list)[*next]])) {
-          s.posted[(*list)[(*next)++]] = 1;
-          any = true;
-        }
-      }
-    }
-    return any;
-  }
-
-  bool match(int r) {
-    NumRank& s = ranks[r];
-    bool any = false;
-    for (const auto& q : s.plan.peers) {
-      NumRank& p = ranks[q.peer];
-      const Plan::PeerQueue* back = nullptr;
-      for (const auto& pq : p.plan.peers)
-        if (pq.peer == r) back = &pq;
-      size_t& ri = s.recvMatch[q.peer];
-      size_t& si = p.sendMatch[r];
-      while (ri < q.recvs.size() && s.posted[q.recvs[ri]]) {
-        if (back == nullptr || si >= back->sends.size()) {
-          error =
-              "rank " + std::to_string(r) + " receives more messages from " + std::to_string(q.peer) + " than it sends";
-          return false;
-        }
-        if (!p.posted[back->sends[si]]) break;
-        const Step& rs = s.plan.steps[q.recvs[ri]];
-        const Step& ss = p.plan.steps[back->sends[si]];
-        if (rs.bytes != ss.bytes) {
-          error = "size mismatch between rank " + std::to_string(q.peer) + " and rank " + std::to_string(r);
-          return false;
-        }
-        Span from = span(p, ss.src, ss.bytes), to = span(s, rs.dst, rs.bytes);
-        if (!error.empty() || race(r, q.recvs[ri], to, true, "receives into")) return false;
-        if (rs.bytes > 0)
-          std::copy(from.vec->begin() + from.begin, from.vec->begin() + from.end, to.vec->begin() + to.begin);
-        s.done[q.recvs[ri++]] = 1;
-        p.done[back->sends[si++]] = 1;
-        any = true;
-      }
-    }
-    return any;
-  }
-
-  bool locals(int r) {
-    NumRank& s = ranks[r];
-    bool any = false;
-    while (s.localNext < s.plan.locals.size() && depsDone(s, s.plan.steps[s.plan.locals[s.localNext]])) {
-      const int idx = s.plan.locals[s.localNext++];
-      const Step& st = s.plan.steps[idx];
-      Span dst = span(s, st.dst, st.bytes), src = span(s, st.src, st.bytes);
-      if (!error.empty() || race(r, idx, dst, true, "writes") || race(r, idx, src, false, "reads")) return false;
-      for (size_t i = 0; i < dst.end - dst.begin; ++i) {
-        double& d = (*dst.vec)[dst.begin + i];
-        const double x = (*src.vec)[src.begin + i];
-        switch (st.kind) {
-          case StepKind::kCopy:
-            d = x;
-            break;
-          case StepKind::kScaleBy:
-            d = st.weight * x;
-            break;
-          case StepKind::kAxpy:
-            d += st.weight * x;
-            break;
-          default:
-            error = "unexpected local step in a mixing plan";
-            return false;
-        }
-      }
-      s.posted[idx] = s.done[idx] = 1;
-      any = true;
-    }
-    return any;
-  }
-};
+using sim::NumSim;
 
 double inputOf(int r, size_t i) { return static_cast<double>((r * 37 + i * 11) % 101) + 0.25 * r; }
 
 // Fills each rank's input (in place: in recv).
 void fillInputs(NumSim& sim, uint64_t count, bool inPlace) {
   for (size_t r = 0; r < sim.ranks.size(); ++r) {
-    NumRank& s = sim.ranks[r];
-    s.inPlace = inPlace;
+    auto& s = sim.ranks[r];
+    s.sendAlias = inPlace ? 0 : UINT64_MAX;  // in place, the send buffer is the receive buffer
     s.send.assign(count, 0);
     s.recv.assign(count, -1);
     for (uint64_t i = 0; i < count; ++i) (inPlace ? s.recv : s.send)[i] = inputOf(static_cast<int>(r), i);

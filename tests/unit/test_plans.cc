@@ -108,8 +108,8 @@ TEST_CASE("the simulator reports a receive landing on bytes a posted send still 
     RankState& s = sim.ranks[r];
     s.plan.nranks = 2;
     s.plan.rank = r;
-    s.plan.add(Step{StepKind::kSend, 1 - r, {}, recvBuf(0), 4, {-1, -1}});
-    s.plan.add(Step{StepKind::kRecv, 1 - r, recvBuf(0), {}, 4, {-1, -1}});
+    s.plan.send(1 - r, recvBuf(0), 4);
+    s.plan.recv(1 - r, recvBuf(0), 4);
     s.plan.finalize();
     s.recv.assign(4, Cell(1) << r);
     s.done.assign(2, 0);

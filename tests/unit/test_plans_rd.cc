@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/cell_chain.h"
 #include "algorithms/patterns/hosts.h"
 #include "algorithms/patterns/recursive.h"
-#include "algorithms/patterns/subring.h"
 #include "tests/unit/plan_sim.h"
 
 using namespace braid;

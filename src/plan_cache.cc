@@ -1,0 +1,57 @@
+#include "src/plan_cache.h"
+
+#include "src/log.h"
+
+namespace braid {
+
+PlanCache::Entry* PlanCache::insert(const PlanKey& key, std::unique_ptr<Plan> plan) {
+  if (plans_.size() >= maxPlans_) std::erase_if(plans_, [](const auto& kv) { return kv.second.users == 0; });
+  Entry& e = plans_[key];
+  e.plan = std::move(plan);
+  e.users = 0;
+  return &e;
+}
+
+void CollPlans::setOptions(bool checkMismatch, bool forceLowering) {
+  checkMismatch_ = checkMismatch;
+  target_.force = forceLowering;
+}
+
+void CollPlans::configure(std::vector<TransportCaps> peerCaps) {
+  target_.peerCaps = std::move(peerCaps);
+  lowering_ = target_.signature();
+  configured_ = true;
+}
+
+const Plan* CollPlans::acquire(const CollArgs& shape, MemType mem, uint32_t** users) {
+  PlanKey key;
+  key.count = shape.count;
+  key.elemSize = shape.elemSize;
+  key.lowering = lowering_;
+  key.root = shape.root;
+  key.variant = shape.gossipRounds;
+  key.coll = static_cast<uint8_t>(shape.coll);
+  key.inPlace = static_cast<uint8_t>(shape.inPlace);
+  key.avg = static_cast<uint8_t>(shape.avg);
+  key.algo = static_cast<uint8_t>(shape.algo);
+  key.mem = static_cast<uint8_t>(mem);
+  PlanCache::Entry* e = cache_.find(key);
+  if (e != nullptr) {
+    BRAID_INFO(kLogPlan, "plan %s/%s rank %d: %zu steps (built earlier, shown then)", collName(shape.coll),
+               e->plan->algorithm, shape.rank, e->plan->steps.size());
+  } else {
+    auto plan = std::make_unique<Plan>();
+    buildPlan(shape, plan.get());
+    LowerTarget target = target_;
+    target.bufMem[static_cast<int>(Buf::kSend)] = target.bufMem[static_cast<int>(Buf::kRecv)] = mem;
+    const bool lowered = lowerPlan(target, plan.get());
+    if (checkMismatch_) addMismatchCheck(plan.get());
+    BRAID_INFO(kLogPlan, "%s%s", lowered ? "(lowered) " : "", plan->describe().c_str());
+    e = cache_.insert(key, std::move(plan));
+  }
+  ++e->users;
+  *users = &e->users;
+  return e->plan.get();
+}
+
+}  // namespace braid
