@@ -117,15 +117,22 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
 }
 
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank) {
+  return braidCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId commId, int rank,
+                                      braidConfig_t* config) {
   return guard(__func__, [&] {
     if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
     if (nranks < 1) return errorf(braidInvalidArgument, "nranks %d must be at least 1", nranks);
     if (rank < 0 || rank >= nranks)
       return errorf(braidInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
+    ConfigOverrides over;
+    BRAID_TRY(parseConfig(config, &over));
     UniqueIdData id;
     BRAID_TRY(decodeUniqueId(commId, &id));
     return publishHandle<braidComm_t, braidComm>(commHandles(), comm,
-                                                 [&](braidComm** c) { return commInit(id, nranks, rank, c); });
+                                                 [&](braidComm** c) { return commInit(id, nranks, rank, over, c); });
   });
 }
 

@@ -276,7 +276,7 @@ Status postNeighbor(braidGraph* g, const void* send, void* recv, size_t count, b
   auto it = g->plans.find(key);
   if (it == g->plans.end()) {
     auto plan = std::make_unique<Plan>();
-    const MixArgs args{comm->rank, comm->nranks, count, dtypeSize(dt), inPlace, comm->chunkBytes};
+    const MixArgs args{comm->rank, comm->nranks, count, dtypeSize(dt), inPlace, comm->settings.chunkBytes};
     buildNeighborAllReduce(args, g->runOn == g->comm ? g->sides[rotation] : liveSide(g, rotation), plan.get());
     BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
     if (g->plans.size() >= kMaxCachedPlans) {

@@ -41,6 +41,8 @@ struct ParamInfo {
 
 // All declared knobs, in declaration order.
 const std::vector<ParamInfo>& allParams();
+// One declared knob (its range, for a value from elsewhere that must fit it).
+const ParamInfo& paramInfo(const char* name);
 
 // What a knob accepts, for messages and `braid-topo --config`: "1..315360000", "0 or 64K..1G",
 // "NONE|WARN|INFO|TRACE", "1|0|true|false|yes|no|on|off", "" for free text.
@@ -60,6 +62,9 @@ Status paramDouble(const char* name, double* value);
 // The declared default ("" = unset) and whether the environment sets the knob.
 const char* paramDefault(const char* name);
 bool paramIsSet(const char* name);
+// The declared default of an integer or size knob as a number ("256K" -> 262144), whatever the
+// environment says; 0 when the default is unset.
+int64_t paramDefaultInt(const char* name);
 
 // Size knobs accept K/M/G suffixes ("256K"); a value whose bytes do not fit in 63 bits is out of
 // range, not wrapped.
@@ -74,6 +79,9 @@ Status paramEnum(const char* name, std::string* value);
 
 // Validates one declared knob if the environment sets it (its kind, range or spellings).
 Status checkParam(const char* name);
+// Validates `text` as a value of the declared knob, wherever it came from (a braidConfig_t field
+// that overrides the knob, say); "" is accepted as unset.
+Status checkParamText(const char* name, const std::string& text);
 
 // Validates every declared knob that the environment sets, and that the log file (when one is
 // set) can be used. The first problem is returned, naming the variable.

@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "src/comm.h"
-#include "src/config.h"
 #include "src/handles.h"
 #include "src/log.h"
 
@@ -68,10 +67,9 @@ Engine::Engine(braidComm* comm) : comm_(comm) {
   gone_.assign(n, 0);
   left_.reset(new std::atomic<uint8_t>[n]());
   active_.reserve(64);
-  timeoutSec_ = comm->timeoutSec;
-  chunkBytes_ = comm->chunkBytes;
-  spinNs_ = paramIntOr("BRAID_SPIN_US", 50) * 1000;
-  checkMismatch_ = paramBoolOr("BRAID_CHECK_MISMATCH", false);  // validated by checkParams at init
+  timeoutSec_ = comm->settings.timeoutSec;
+  spinNs_ = comm->settings.spinUs * 1000;
+  checkMismatch_ = comm->settings.checkMismatch;
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;
