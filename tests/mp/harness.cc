@@ -11,7 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 
+#include "src/api.h"
 #include "src/reduce.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -112,6 +115,19 @@ std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(b
         return 0;
       },
       timeoutSec);
+}
+
+braidComm* internalsOf(braidComm_t handle) {
+  braidComm* comm = nullptr;
+  if (!braid::commOf(handle, &comm).ok()) abort();
+  return comm;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 bool allOk(const std::vector<RankResult>& r) {

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,12 +18,6 @@
 using namespace braidtest;
 
 namespace {
-
-braidComm* internals(braidComm_t handle) {
-  braidComm* comm = nullptr;
-  if (!braid::commOf(handle, &comm).ok()) abort();
-  return comm;
-}
 
 // Runs every rank's body with a communicator made by braidCommInitRankConfig(config).
 std::vector<RankResult> runWithConfig(int n, const Env& env, const braidConfig_t& config,
@@ -45,13 +38,6 @@ std::vector<RankResult> runWithConfig(int n, const Env& env, const braidConfig_t
   });
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 TEST_CASE("a config's transports override BRAID_TRANSPORTS for its communicator", "[mp][config]") {
@@ -59,7 +45,7 @@ TEST_CASE("a config's transports override BRAID_TRANSPORTS for its communicator"
   config.transports = "tcp";
   // Both ranks share a host, where shm would be chosen; the config asks for tcp alone.
   auto res = runWithConfig(2, {{"BRAID_TRANSPORTS", "shm"}}, config, [](braidComm_t comm, int rank) {
-    braidComm* c = internals(comm);
+    braidComm* c = internalsOf(comm);
     if (c->transports.size() != 1 || strcmp(c->transports[0]->name(), "tcp") != 0)
       return fail(rank, "the communicator uses %zu transports, the first %s", c->transports.size(),
                   c->transports.empty() ? "none" : c->transports[0]->name());
@@ -70,7 +56,7 @@ TEST_CASE("a config's transports override BRAID_TRANSPORTS for its communicator"
     // A communicator split from this one keeps the config's transports.
     braidComm_t half = nullptr;
     CHECK_BRAID(rank, braidCommSplit(comm, 0, rank, &half));
-    braidComm* h = internals(half);
+    braidComm* h = internalsOf(half);
     const bool tcp = h->transports.size() == 1 && strcmp(h->transports[0]->name(), "tcp") == 0;
     CHECK_BRAID(rank, braidCommDestroy(half));
     if (!tcp) return fail(rank, "the split communicator does not keep the config's transports");
@@ -81,7 +67,7 @@ TEST_CASE("a config's transports override BRAID_TRANSPORTS for its communicator"
 
   // Without the config the environment's list applies.
   res = runComm(2, {{"BRAID_TRANSPORTS", "shm"}}, [](braidComm_t comm, int rank, int) {
-    braidComm* c = internals(comm);
+    braidComm* c = internalsOf(comm);
     if (c->transports.size() != 1 || strcmp(c->transports[0]->name(), "shm") != 0)
       return fail(rank, "BRAID_TRANSPORTS=shm was not honoured without a config");
     return 0;
@@ -114,8 +100,8 @@ TEST_CASE("a config's timeout overrides BRAID_TIMEOUT", "[mp][config]") {
   braidConfig_t config = BRAID_CONFIG_INITIALIZER;
   config.timeoutSec = 7;
   res = runWithConfig(2, {{"BRAID_TIMEOUT", "200"}}, config, [](braidComm_t comm, int rank) {
-    if (internals(comm)->settings.timeoutSec != 7)
-      return fail(rank, "timeout %g", internals(comm)->settings.timeoutSec);
+    if (internalsOf(comm)->settings.timeoutSec != 7)
+      return fail(rank, "timeout %g", internalsOf(comm)->settings.timeoutSec);
     return 0;
   });
   INFO(describe(res));
@@ -205,7 +191,7 @@ TEST_CASE("registrations: counted, per communicator, refused when stale or forei
       return fail(rank, "size 0 accepted");
     if (braidCommRegister(comm, buf.data(), buf.size(), nullptr) != braidInvalidArgument)
       return fail(rank, "NULL handle accepted");
-    if (internals(comm)->regions.count() != 0) return fail(rank, "a refused registration was recorded");
+    if (internalsOf(comm)->regions.count() != 0) return fail(rank, "a refused registration was recorded");
 
     // The same range twice: one region, counted twice. An overlapping range: a region of its own.
     void *h1 = nullptr, *h2 = nullptr, *h3 = nullptr;
@@ -213,7 +199,7 @@ TEST_CASE("registrations: counted, per communicator, refused when stale or forei
     CHECK_BRAID(rank, braidCommRegister(comm, buf.data(), buf.size(), &h2));
     CHECK_BRAID(rank, braidCommRegister(comm, buf.data() + 100, 1000, &h3));
     if (h1 != h2 || h1 == h3 || h1 == nullptr) return fail(rank, "handles %p %p %p", h1, h2, h3);
-    if (internals(comm)->regions.count() != 2) return fail(rank, "%zu regions", internals(comm)->regions.count());
+    if (internalsOf(comm)->regions.count() != 2) return fail(rank, "%zu regions", internalsOf(comm)->regions.count());
 
     // Another communicator's handle, a value never handed out, NULL: refused, nothing changes.
     if (braidCommDeregister(other, h1) != braidInvalidArgument ||
@@ -221,14 +207,14 @@ TEST_CASE("registrations: counted, per communicator, refused when stale or forei
       return fail(rank, "a foreign handle was accepted: %s", braidGetLastError());
     if (braidCommDeregister(comm, buf.data()) != braidInvalidArgument) return fail(rank, "a stray pointer accepted");
     if (braidCommDeregister(comm, nullptr) != braidInvalidArgument) return fail(rank, "NULL accepted");
-    if (internals(comm)->regions.count() != 2) return fail(rank, "a refused deregister changed the regions");
+    if (internalsOf(comm)->regions.count() != 2) return fail(rank, "a refused deregister changed the regions");
 
     // Two registrations, two deregisters; then the handle is stale.
     CHECK_BRAID(rank, braidCommDeregister(comm, h1));
-    if (internals(comm)->regions.count() != 2)
+    if (internalsOf(comm)->regions.count() != 2)
       return fail(rank, "the first deregister ended a twice-registered region");
     CHECK_BRAID(rank, braidCommDeregister(comm, h2));
-    if (internals(comm)->regions.count() != 1) return fail(rank, "the last deregister kept the region");
+    if (internalsOf(comm)->regions.count() != 1) return fail(rank, "the last deregister kept the region");
     if (braidCommDeregister(comm, h1) != braidInvalidArgument || strstr(braidGetLastError(), "deregistered") == nullptr)
       return fail(rank, "a deregistered handle was accepted: %s", braidGetLastError());
     // A new region may take the freed slot; the old handle still does not name it.
@@ -308,8 +294,8 @@ TEST_CASE("a topology file's chunk_bytes is the chunk the plans are cut in", "[m
                    {"BRAID_DEBUG_SUBSYS", "PLAN"},
                    {"BRAID_DEBUG_FILE", d + "/plan.%p"}};
   res = runComm(2, env, [](braidComm_t comm, int rank, int) {
-    if (internals(comm)->settings.chunkBytes != 4096)
-      return fail(rank, "chunk %llu", static_cast<unsigned long long>(internals(comm)->settings.chunkBytes));
+    if (internalsOf(comm)->settings.chunkBytes != 4096)
+      return fail(rank, "chunk %llu", static_cast<unsigned long long>(internalsOf(comm)->settings.chunkBytes));
     std::vector<float> in(1 << 14, 1.0f), out(in.size(), 0.0f);  // 64 KiB: a 32 KiB piece per rank
     CHECK_BRAID(rank, braidAllReduce(in.data(), out.data(), in.size(), braidFloat32, braidSum, comm, nullptr));
     for (float v : out)
