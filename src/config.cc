@@ -312,11 +312,6 @@ Status paramInt(const char* name, int64_t* value) {
   return okStatus();
 }
 
-int64_t paramIntOr(const char* name, int64_t fallback) {
-  int64_t v = 0;
-  return paramInt(name, &v).ok() ? v : fallback;
-}
-
 Status paramDouble(const char* name, double* value) {
   double v = 0;
   BRAID_TRY(parseDouble(declared(name), paramString(name), &v));
@@ -351,11 +346,6 @@ Status paramBool(const char* name, bool* value) {
   BRAID_TRY(parseParamBool(declared(name), paramString(name), &v));
   *value = v;
   return okStatus();
-}
-
-bool paramBoolOr(const char* name, bool fallback) {
-  bool v = false;
-  return paramBool(name, &v).ok() ? v : fallback;
 }
 
 Status paramEnum(const char* name, std::string* value) {

@@ -54,8 +54,6 @@ std::string paramString(const char* name);
 // Integer knobs. Not an integer, or outside the declared range: braidInvalidArgument naming the
 // variable and the range.
 Status paramInt(const char* name, int64_t* value);
-// Convenience for knobs that checkParams() validated at init: the default on a failure.
-int64_t paramIntOr(const char* name, int64_t fallback);
 
 // Floating-point knobs; not a finite number in range -> braidInvalidArgument naming the variable.
 Status paramDouble(const char* name, double* value);
@@ -72,7 +70,6 @@ Status paramSize(const char* name, size_t* value);
 
 // Boolean knobs: 1/0, true/false, yes/no, on/off in any case; anything else is an error.
 Status paramBool(const char* name, bool* value);
-bool paramBoolOr(const char* name, bool fallback);
 
 // Enum knobs: the table's spelling of the value ("auto" for "AUTO"); "" when unset without default.
 Status paramEnum(const char* name, std::string* value);

@@ -17,10 +17,11 @@
  *   that dies or stops answering becomes braidRemoteError or braidTimeout naming the rank, never
  *   a hang.
  * - No function throws or calls exit(); out-of-memory is braidSystemError.
- * - Handles (braidComm_t, braidGraph_t, braidRequest_t) are opaque values, not pointers: each names
- *   a slot of a process-wide table plus the slot's generation, which advances when the object ends
- *   (destroyed, aborted, released). A handle that outlived its object is refused (communicators and
- *   graphs: braidInvalidArgument; requests: braidInvalidUsage), as is a value braid never handed
+ * - Handles (braidComm_t, braidGraph_t, braidRequest_t, and the regions of braidCommRegister) are
+ *   opaque values, not pointers: each names a slot of a process-wide table plus the slot's
+ *   generation, which advances when the object ends (destroyed, aborted, released, deregistered). A
+ *   handle that outlived its object is refused (communicators, graphs and regions:
+ *   braidInvalidArgument; requests: braidInvalidUsage), as is a value braid never handed
  *   out (braidInvalidArgument); braid reads nothing it points to, and a stale handle never names a
  *   newer object that took its place. Checking a handle is a few loads, without a lock.
  */
