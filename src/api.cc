@@ -69,6 +69,19 @@ Status checkWaitAll(int n, braidRequest_t* requests) {
   return okStatus();
 }
 
+// braidCommInitRank and braidCommInitRankConfig (NULL config: the environment alone).
+Status initRank(braidComm_t* comm, int nranks, const braidUniqueId& commId, int rank, const braidConfig_t* config) {
+  if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
+  if (nranks < 1) return errorf(braidInvalidArgument, "nranks %d must be at least 1", nranks);
+  if (rank < 0 || rank >= nranks) return errorf(braidInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
+  ConfigOverrides over;
+  BRAID_TRY(parseConfig(config, &over));
+  UniqueIdData id;
+  BRAID_TRY(decodeUniqueId(commId, &id));
+  return publishHandle<braidComm_t, braidComm>(commHandles(), comm,
+                                               [&](braidComm** c) { return commInit(id, nranks, rank, over, c); });
+}
+
 }  // namespace
 
 #pragma GCC visibility push(default)
@@ -117,16 +130,12 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
 }
 
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank) {
-  return guard(__func__, [&] {
-    if (comm == nullptr) return errorf(braidInvalidArgument, "comm is NULL");
-    if (nranks < 1) return errorf(braidInvalidArgument, "nranks %d must be at least 1", nranks);
-    if (rank < 0 || rank >= nranks)
-      return errorf(braidInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
-    UniqueIdData id;
-    BRAID_TRY(decodeUniqueId(commId, &id));
-    return publishHandle<braidComm_t, braidComm>(commHandles(), comm,
-                                                 [&](braidComm** c) { return commInit(id, nranks, rank, c); });
-  });
+  return guard(__func__, [&] { return initRank(comm, nranks, commId, rank, nullptr); });
+}
+
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId commId, int rank,
+                                      braidConfig_t* config) {
+  return guard(__func__, [&] { return initRank(comm, nranks, commId, rank, config); });
 }
 
 braidResult_t braidCommInitFromEnv(braidComm_t* comm) {

@@ -93,7 +93,7 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
   p.shape.root = rooted ? a.root : 0;
   p.shape.inPlace = inPlace;
   p.shape.avg = reducing && a.op == braidAvg;
-  p.shape.chunkBytes = a.comm->chunkBytes;
+  p.shape.chunkBytes = a.comm->settings.chunkBytes;
   // The selector prices the whole buffer (AllGather/ReduceScatter/AllToAll: all ranks' pieces).
   const uint64_t callBytes = static_cast<uint64_t>(a.count) * es * std::max(sendMul, recvMul);
   const bool avgFloat = p.shape.avg && (a.dtype == braidFloat16 || a.dtype == braidBfloat16 ||
@@ -177,6 +177,9 @@ Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector
       ops->push_back(op);
     }
     if (p2p.empty()) continue;
+    for (const CallArgs* c : p2p)
+      BRAID_INFO(kLogP2p, "%s rank %d: %llu bytes%s", c->isSend ? "send to" : "receive from", c->root,
+                 static_cast<unsigned long long>(c->count * dtypeSize(c->dtype)), p2p.size() > 1 ? " (grouped)" : "");
     Plan plan;
     BRAID_TRY(buildP2pPlan(comm, p2p, &plan));
     Op* op = nullptr;

@@ -267,7 +267,7 @@ Status postNeighbor(braidGraph* g, const void* send, void* recv, size_t count, b
   PlanCache::Entry* e = g->plans.find(key);
   if (e == nullptr) {
     auto plan = std::make_unique<Plan>();
-    const MixArgs args{comm->rank, comm->nranks, count, dtypeSize(dt), inPlace, comm->chunkBytes};
+    const MixArgs args{comm->rank, comm->nranks, count, dtypeSize(dt), inPlace, comm->settings.chunkBytes};
     buildNeighborAllReduce(args, g->runOn == g->comm ? g->sides[rotation] : liveSide(g, rotation), plan.get());
     BRAID_INFO(kLogPlan, "%s", plan->describe().c_str());
     e = g->plans.insert(key, std::move(plan));

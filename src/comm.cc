@@ -44,11 +44,10 @@ PeerInfo localInfo(int rank) {
   return me;
 }
 
-// BRAID_TRANSPORTS, in its order, against the registry: the names and the error's list of known
-// ones both come from transportRegistry().
-Status makeTransports(std::vector<std::unique_ptr<Transport>>* out) {
+// `list`: the settings' preference list (BRAID_TRANSPORTS or the config's), in its order, against
+// the registry: the names and the error's list of known ones both come from transportRegistry().
+Status makeTransports(const std::string& list, std::vector<std::unique_ptr<Transport>>* out) {
   const std::vector<TransportEntry>& registry = transportRegistry();
-  std::string list = paramString("BRAID_TRANSPORTS");
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t comma = list.find(',', pos);
@@ -84,16 +83,18 @@ Status gatherRecords(braidComm* comm, Deadline deadline, std::vector<TransportRe
 // Picks a transport per peer (first in preference order that can connect the pair) and connects
 // them, transport by transport; every rank takes part in every transport's connect.
 Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
-  BRAID_TRY(makeTransports(&comm->transports));
+  const std::string& list = comm->settings.transports;
+  BRAID_TRY(makeTransports(list, &comm->transports));
   // Every rank must have the same preference list, or two ranks could pick different transports
   // for the same pair.
-  uint64_t mine = fnv1a(paramString("BRAID_TRANSPORTS"), 0);
+  uint64_t mine = fnv1a(list, 0);
   std::vector<uint64_t> all(comm->nranks);
   BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
   for (int r = 0; r < comm->nranks; ++r)
     if (all[r] != mine)
-      return errorf(braidInvalidUsage, "rank %d has a different BRAID_TRANSPORTS than rank %d (%s)", r, comm->rank,
-                    paramString("BRAID_TRANSPORTS").c_str());
+      return errorf(braidInvalidUsage,
+                    "rank %d has a different transport list (BRAID_TRANSPORTS or config->transports) than rank %d (%s)",
+                    r, comm->rank, list.c_str());
   std::vector<TransportRecord> records;
   BRAID_TRY(gatherRecords(comm, deadline, &records));
   const int n = comm->nranks;
@@ -105,11 +106,10 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
     for (size_t t = 0; t < nt && choice[p] < 0; ++t)
       if (comm->transports[t]->canConnect(endpoint(comm->rank, t), endpoint(p, t))) choice[p] = static_cast<int>(t);
     if (choice[p] < 0)
-      return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s",
-                    paramString("BRAID_TRANSPORTS").c_str(), comm->rank, comm->describeRank(p).c_str());
+      return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s", list.c_str(),
+                    comm->rank, comm->describeRank(p).c_str());
   }
   comm->links.resize(n);
-  comm->linkTransport.assign(n, "self");
   comm->transportOf = choice;
   TransportContext ctx;
   ctx.rank = comm->rank;
@@ -132,27 +132,9 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
     if (links.size() != peers.size())
       return errorf(braidInternalError, "transport %s returned %zu links for %zu peers", comm->transports[t]->name(),
                     links.size(), peers.size());
-    for (size_t i = 0; i < peers.size(); ++i) {
-      comm->links[peers[i]] = std::move(links[i]);
-      comm->linkTransport[peers[i]] = comm->transports[t]->name();
-    }
+    for (size_t i = 0; i < peers.size(); ++i) comm->links[peers[i]] = std::move(links[i]);
     if (!peers.empty()) BRAID_INFO(kLogInit, "%zu peers over %s", peers.size(), comm->transports[t]->name());
   }
-  return okStatus();
-}
-
-Status readSettings(double* timeoutSec, uint64_t* chunk) {
-  // Every knob the environment sets, first: a bad value anywhere fails init on every rank, before
-  // any rank waits for another.
-  BRAID_TRY(checkParams());
-  int64_t t = 0;
-  BRAID_TRY(paramInt("BRAID_TIMEOUT", &t));
-  size_t c = 0;
-  BRAID_TRY(paramSize("BRAID_CHUNK_SIZE", &c));
-  *timeoutSec = static_cast<double>(t);
-  *chunk = c;
-  int64_t spin = 0;
-  BRAID_TRY(paramInt("BRAID_SPIN_US", &spin));
   return okStatus();
 }
 
@@ -184,14 +166,14 @@ uint64_t fnv1a(const std::string& s, uint64_t seed) {
   return h;
 }
 
-Status commInit(const UniqueIdData& id, int nranks, int rank, braidComm** out) {
+Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverrides& over, braidComm** out) {
   auto comm = std::make_unique<braidComm>();
-  BRAID_TRY(readSettings(&comm->timeoutSec, &comm->chunkBytes));
+  BRAID_TRY(readCommSettings(over, &comm->settings));
   comm->rank = rank;
   comm->nranks = nranks;
   comm->commId = id.commId;
   setLogRank(rank);
-  Deadline deadline = Deadline::afterSeconds(comm->timeoutSec);
+  Deadline deadline = Deadline::afterSeconds(comm->settings.timeoutSec);
   PeerInfo me = localInfo(rank);
   BRAID_TRY(Bootstrap::init(id, rank, nranks, me, deadline, &comm->boot, &comm->peers));
   memcpy(comm->secret, id.secret, sizeof(comm->secret));
@@ -321,7 +303,7 @@ Status commInitFromEnv(braidComm** out) {
   id.commId = fnv1a(std::to_string(s0) + "/" + std::to_string(gen), 3);
   if (rank == 0) BRAID_TRY(listenForId(id));
   BRAID_INFO(kLogInit, "init from %s: rank %d of %d, rendezvous %s", from, rank, size, addr.c_str());
-  return commInit(id, size, rank, out);
+  return commInit(id, size, rank, ConfigOverrides{}, out);
 }
 
 // Teardown in dependency order: the engine (and its thread) uses links and the control plane.
@@ -340,7 +322,7 @@ Status commDestroy(braidComm* comm) {
   if (comm->rank == 0) {
     // Rank 0 carries the failure notices: stay until the others left (or the deadline). Its
     // background thread counts the goodbyes.
-    if (!comm->engine->failed()) comm->engine->waitDeparted(Deadline::afterSeconds(comm->timeoutSec));
+    if (!comm->engine->failed()) comm->engine->waitDeparted(Deadline::afterSeconds(comm->settings.timeoutSec));
     comm->engine->stop();
     // Those still here (a failed communicator, or the deadline passed) must not take our leaving
     // for a death.

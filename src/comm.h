@@ -8,6 +8,8 @@
 
 #include "src/bootstrap.h"
 #include "src/executor.h"
+#include "src/regions.h"
+#include "src/settings.h"
 #include "topology/select.h"
 #include "transports/transport.h"
 
@@ -20,16 +22,15 @@ struct braidComm {
   std::unique_ptr<braid::Bootstrap> boot;
   std::vector<std::unique_ptr<braid::Transport>> transports;
   std::vector<std::unique_ptr<braid::Link>> links;  // indexed by rank; null for this rank
-  std::vector<const char*> linkTransport;           // transport name per rank
   std::vector<int> transportOf;                     // index into transports per rank; -1 for this rank
   std::unique_ptr<braid::Engine> engine;
-  double timeoutSec = 300;
-  uint64_t chunkBytes = 1 << 18;
+  braid::CommSettings settings;       // read once at init (src/settings.h)
   int localRanks = 1;                 // ranks on this host
   braid::topo::ClusterShape cluster;  // hosts of the ranks (hostOf feeds the hierarchical plans)
   braid::topo::Selector selector;     // (collective, bytes) -> algorithm
   bool approximate = false;           // BRAID_APPROXIMATE: avg AllReduce may gossip
   int gossipRounds = 0;
+  braid::RegionTable regions;  // braidCommRegister's records (src/regions.h)
   // Derived communicators (shrink, split): the id's secret, every rank's long-lived listener (the
   // new rank 0 serves the new rendezvous on its own), and how many of each kind were derived so far.
   // Two counters: a split involves every rank, a shrink only the survivors, so a rank excluded from
@@ -51,8 +52,9 @@ struct braidComm {
 
 namespace braid {
 
-// Collective init over a decoded id (src/comm.cc). *out is set on success only.
-Status commInit(const UniqueIdData& id, int nranks, int rank, braidComm** out);
+// Collective init over a decoded id (src/comm.cc), with a config's overrides of the environment.
+// *out is set on success only.
+Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverrides& over, braidComm** out);
 // Reads the launcher's environment (BRAID_*, torchrun, Open MPI, Slurm, PMI).
 Status commInitFromEnv(braidComm** out);
 Status commDestroy(braidComm* comm);

@@ -32,7 +32,8 @@ Status commDerive(braidComm* parent, const std::vector<int>& members, const std:
   }
   BRAID_INFO(kLogInit, "%s: rank %d becomes rank %d of %zu (rendezvous at %s)", tag.c_str(), parent->rank, newRank,
              members.size(), id.root.toString().c_str());
-  Status s = commInit(id, static_cast<int>(members.size()), newRank, out);
+  // A derived communicator keeps what its parent's config asked for.
+  Status s = commInit(id, static_cast<int>(members.size()), newRank, parent->settings.overrides, out);
   if (newRank == 0) dropListener(id.commId);  // when init failed before taking it
   return s;
 }
@@ -45,7 +46,7 @@ Status commAllGather(braidComm* comm, const void* mine, size_t bytes, void* all)
   p.shape.nranks = comm->nranks;
   p.shape.count = bytes;
   p.shape.elemSize = 1;
-  p.shape.chunkBytes = comm->chunkBytes;
+  p.shape.chunkBytes = comm->settings.chunkBytes;
   p.send = mine;
   p.recv = all;
   p.dtype = braidUint8;

@@ -4,6 +4,8 @@
 // algorithms for one call: a table that differs is an init error naming the rank.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
@@ -58,6 +60,12 @@ Status setupTopology(braidComm* comm, Deadline deadline) {
     if (!st.ok()) BRAID_WARN(kLogTopo, "topology detection failed, assuming one core: %s", st.message().c_str());
   }
   BRAID_TRY(local.cost.applyEnv());
+  // The plans cut their pieces at the chunk the cost model priced, so that a loaded topology file
+  // reproduces the choices and the plans alike. A file's chunk_bytes is any positive number: whole
+  // bytes within BRAID_CHUNK_SIZE's range, for the model too.
+  const ParamInfo& chunkRange = paramInfo("BRAID_CHUNK_SIZE");
+  local.cost.chunkBytes = std::floor(std::clamp(local.cost.chunkBytes, chunkRange.min, chunkRange.max));
+  comm->settings.chunkBytes = static_cast<uint64_t>(local.cost.chunkBytes);
   local.hasCost = true;
   bool approx = false;
   BRAID_TRY(paramBool("BRAID_APPROXIMATE", &approx));

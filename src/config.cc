@@ -61,8 +61,6 @@ const std::vector<ParamInfo> kParams = {
             "this process's rank (set by braidrun; else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"),
     integer("BRAID_WORLD_SIZE", "", 1, kMaxRanks,
             "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE)"),
-    integer("BRAID_LOCAL_RANK", "", 0, kMaxRanks - 1,
-            "rank among the ranks of this host (set by braidrun; informational)"),
     text("BRAID_ROOT", "", "host:port where rank 0 listens for the rendezvous (else MASTER_ADDR:MASTER_PORT+1)"),
     text("BRAID_SECRET", "",
          "32 hex digits shared by the job's ranks; without it the secret is derived from the job id"),
@@ -117,7 +115,7 @@ const std::vector<ParamInfo> kParams = {
     integer("BRAID_SPIN_US", "50", 0, 1e6, "microseconds a waiter spins before yielding the CPU"),
     // Logging.
     oneOf("BRAID_DEBUG", "WARN", "NONE|WARN|INFO|TRACE|0", "log level (0 = NONE)"),
-    listOf("BRAID_DEBUG_SUBSYS", "ALL", "^INIT|COLL|NET|SHM|P2P|TOPO|TUNE|PLAN|BOOT|PROXY|ALL",
+    listOf("BRAID_DEBUG_SUBSYS", "ALL", "^INIT|COLL|NET|SHM|P2P|TOPO|TUNE|PLAN|BOOT|ALL",
            "log subsystems, comma-separated (^ first excludes the ones listed)"),
     text("BRAID_DEBUG_FILE", "",
          "log to this file instead of stderr (%h = host, %p = pid): a regular file, a character device or a pipe "
@@ -219,6 +217,8 @@ std::string envValue(const ParamInfo& p) {
 
 const std::vector<ParamInfo>& allParams() { return kParams; }
 
+const ParamInfo& paramInfo(const char* name) { return declared(name); }
+
 std::string paramRange(const ParamInfo& p) {
   char buf[96];
   switch (p.kind) {
@@ -312,11 +312,6 @@ Status paramInt(const char* name, int64_t* value) {
   return okStatus();
 }
 
-int64_t paramIntOr(const char* name, int64_t fallback) {
-  int64_t v = 0;
-  return paramInt(name, &v).ok() ? v : fallback;
-}
-
 Status paramDouble(const char* name, double* value) {
   double v = 0;
   BRAID_TRY(parseDouble(declared(name), paramString(name), &v));
@@ -325,6 +320,13 @@ Status paramDouble(const char* name, double* value) {
 }
 
 const char* paramDefault(const char* name) { return declared(name).defaultValue; }
+
+int64_t paramDefaultInt(const char* name) {
+  const ParamInfo& p = declared(name);
+  int64_t v = 0;
+  if (p.defaultValue[0] != '\0' && !parseParamInt(p, p.defaultValue, &v).ok()) assert(false && "bad default");
+  return v;
+}
 
 bool paramIsSet(const char* name) {
   const char* env = getenv(name);
@@ -346,11 +348,6 @@ Status paramBool(const char* name, bool* value) {
   return okStatus();
 }
 
-bool paramBoolOr(const char* name, bool fallback) {
-  bool v = false;
-  return paramBool(name, &v).ok() ? v : fallback;
-}
-
 Status paramEnum(const char* name, std::string* value) {
   const ParamInfo& p = declared(name);
   const std::string text = paramString(name);
@@ -360,9 +357,10 @@ Status paramEnum(const char* name, std::string* value) {
   return okStatus();
 }
 
-Status checkParam(const char* name) {
+Status checkParam(const char* name) { return checkParamText(name, envValue(declared(name))); }
+
+Status checkParamText(const char* name, const std::string& text) {
   const ParamInfo& p = declared(name);
-  const std::string text = envValue(p);
   if (text.empty()) return okStatus();
   int64_t i = 0;
   double d = 0;

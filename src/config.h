@@ -41,6 +41,8 @@ struct ParamInfo {
 
 // All declared knobs, in declaration order.
 const std::vector<ParamInfo>& allParams();
+// One declared knob (its range, for a value from elsewhere that must fit it).
+const ParamInfo& paramInfo(const char* name);
 
 // What a knob accepts, for messages and `braid-topo --config`: "1..315360000", "0 or 64K..1G",
 // "NONE|WARN|INFO|TRACE", "1|0|true|false|yes|no|on|off", "" for free text.
@@ -52,14 +54,15 @@ std::string paramString(const char* name);
 // Integer knobs. Not an integer, or outside the declared range: braidInvalidArgument naming the
 // variable and the range.
 Status paramInt(const char* name, int64_t* value);
-// Convenience for knobs that checkParams() validated at init: the default on a failure.
-int64_t paramIntOr(const char* name, int64_t fallback);
 
 // Floating-point knobs; not a finite number in range -> braidInvalidArgument naming the variable.
 Status paramDouble(const char* name, double* value);
 // The declared default ("" = unset) and whether the environment sets the knob.
 const char* paramDefault(const char* name);
 bool paramIsSet(const char* name);
+// The declared default of an integer or size knob as a number ("256K" -> 262144), whatever the
+// environment says; 0 when the default is unset.
+int64_t paramDefaultInt(const char* name);
 
 // Size knobs accept K/M/G suffixes ("256K"); a value whose bytes do not fit in 63 bits is out of
 // range, not wrapped.
@@ -67,13 +70,15 @@ Status paramSize(const char* name, size_t* value);
 
 // Boolean knobs: 1/0, true/false, yes/no, on/off in any case; anything else is an error.
 Status paramBool(const char* name, bool* value);
-bool paramBoolOr(const char* name, bool fallback);
 
 // Enum knobs: the table's spelling of the value ("auto" for "AUTO"); "" when unset without default.
 Status paramEnum(const char* name, std::string* value);
 
 // Validates one declared knob if the environment sets it (its kind, range or spellings).
 Status checkParam(const char* name);
+// Validates `text` as a value of the declared knob, wherever it came from (a braidConfig_t field
+// that overrides the knob, say); "" is accepted as unset.
+Status checkParamText(const char* name, const std::string& text);
 
 // Validates every declared knob that the environment sets, and that the log file (when one is
 // set) can be used. The first problem is returned, naming the variable.

@@ -309,7 +309,7 @@ Status Engine::readHeartbeatSettings() {
   const int64_t now = nowNs();
   lastHeard_.assign(comm_->nranks, now);
   heard_.assign(comm_->nranks, 0);
-  initGraceNs_ = static_cast<int64_t>(comm_->timeoutSec * 1e9);
+  initGraceNs_ = static_cast<int64_t>(comm_->settings.timeoutSec * 1e9);
   // Rank 0 hears every rank's progress (nothing posted yet); the others only from rank 0's notice.
   progress_.assign(comm_->nranks, comm_->rank == 0 ? 0 : kProgressUnknown);
   nextBeatNs_ = now;

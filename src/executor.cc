@@ -9,7 +9,6 @@
 
 #include "src/comm.h"
 #include "src/compute.h"
-#include "src/config.h"
 #include "src/handles.h"
 #include "src/log.h"
 
@@ -69,11 +68,9 @@ Engine::Engine(braidComm* comm) : comm_(comm), compute_(makeCpuCompute()) {
   gone_.assign(n, 0);
   left_.reset(new std::atomic<uint8_t>[n]());
   active_.reserve(64);
-  timeoutSec_ = comm->timeoutSec;
-  chunkBytes_ = comm->chunkBytes;
-  spinNs_ = paramIntOr("BRAID_SPIN_US", 50) * 1000;
-  // Both validated by checkParams at init.
-  plans_.setOptions(paramBoolOr("BRAID_CHECK_MISMATCH", false), paramBoolOr("BRAID_FORCE_LOWERING", false));
+  timeoutSec_ = comm->settings.timeoutSec;
+  spinNs_ = comm->settings.spinUs * 1000;
+  plans_.setOptions(comm->settings.checkMismatch, comm->settings.forceLowering);
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;

@@ -246,9 +246,9 @@ class Engine {
   int epollFd_ = -1;       // wakeFd_ and control sockets
   int epollLinksFd_ = -1;  // the same plus the transports' waitFd()s (edge-triggered)
   std::thread bg_;
-  int64_t spinNs_ = 50000;  // BRAID_SPIN_US; 0 when ranks outnumber cores
-  double timeoutSec_ = 300;
-  uint64_t chunkBytes_ = 1 << 18;
+  // From the communicator's settings (src/settings.h), whose table holds the defaults.
+  int64_t spinNs_ = 0;     // BRAID_SPIN_US; 0 when ranks outnumber cores
+  double timeoutSec_ = 0;  // BRAID_TIMEOUT
 };
 
 }  // namespace braid

@@ -72,7 +72,10 @@ Status HandleTable::find(uint64_t handle, void** obj, uint32_t* slotOut) const {
   const braidResult_t code = kind_ == HandleKind::kRequest ? braidInvalidUsage : braidInvalidArgument;
   if (gen + 1 == live) {
     const auto why = static_cast<HandleEnd>(s->lastEnd.load(std::memory_order_relaxed));
+    if (why == HandleEnd::kReleased && kind_ == HandleKind::kRegion) return errorf(code, "region was deregistered");
     if (why == HandleEnd::kReleased) return errorf(code, "%s was already completed and released", what_);
+    if (why == HandleEnd::kDestroyed && kind_ == HandleKind::kRegion)
+      return errorf(code, "region belongs to a communicator that was destroyed (or aborted)");
     if (why == HandleEnd::kDestroyed && kind_ == HandleKind::kRequest)
       return errorf(code, "request belongs to a communicator that was destroyed (or aborted)");
     if (why == HandleEnd::kDestroyed) return errorf(code, "%s was destroyed", what_);
@@ -93,6 +96,11 @@ HandleTable& graphHandles() {
 
 HandleTable& requestHandles() {
   static HandleTable* t = new HandleTable(HandleKind::kRequest, "request");
+  return *t;
+}
+
+HandleTable& regionHandles() {
+  static HandleTable* t = new HandleTable(HandleKind::kRegion, "region");
   return *t;
 }
 

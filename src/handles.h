@@ -1,4 +1,5 @@
-// Handle tables: what braid hands out as braidComm_t, braidGraph_t and braidRequest_t.
+// Handle tables: what braid hands out as braidComm_t, braidGraph_t, braidRequest_t and region handles
+// (braidCommRegister).
 //
 // A handle is not a pointer but a number: (generation, kind, slot) packed into the pointer-sized
 // value. The slot indexes a process-wide table whose memory is never freed; the generation of a
@@ -12,8 +13,8 @@
 // communicator, a graph, a request pool entry) takes the table's mutex once. Requests keep their
 // slot for the life of their pool entry: posting reads the slot's generation, releasing advances it.
 //
-// Limits: 2^20 live objects per table; a generation wraps after 2^42 ends of one slot, so a stale
-// handle is caught unless it is used again after about four trillion reuses of its slot.
+// Limits: 2^20 live objects per table; a generation wraps after 2^41 ends of one slot, so a stale
+// handle is caught unless it is used again after about two trillion reuses of its slot.
 #pragma once
 
 #include <atomic>
@@ -25,7 +26,7 @@
 
 namespace braid {
 
-enum class HandleKind : uint8_t { kComm = 1, kGraph = 2, kRequest = 3 };
+enum class HandleKind : uint8_t { kComm = 1, kGraph = 2, kRequest = 3, kRegion = 4 };
 
 // Why a handle's generation ended (for the message when a stale handle comes back).
 enum class HandleEnd : uint8_t { kNone = 0, kReleased = 1, kDestroyed = 2 };
@@ -53,7 +54,7 @@ class HandleTable {
 
  private:
   static constexpr int kSlotBits = 20;
-  static constexpr int kKindBits = 2;
+  static constexpr int kKindBits = 3;
   static constexpr int kChunkBits = 10;  // slots per chunk: 1024; chunks: 1024
   static constexpr uint32_t kMaxSlots = 1u << kSlotBits;
   static constexpr uint32_t kChunkSlots = 1u << kChunkBits;
@@ -80,5 +81,6 @@ class HandleTable {
 HandleTable& commHandles();
 HandleTable& graphHandles();
 HandleTable& requestHandles();
+HandleTable& regionHandles();
 
 }  // namespace braid

@@ -34,9 +34,8 @@ struct SubsysName {
   uint32_t bit;
 };
 constexpr SubsysName kSubsysNames[] = {
-    {"INIT", kLogInit}, {"COLL", kLogColl},   {"NET", kLogNet},   {"SHM", kLogShm},
-    {"P2P", kLogP2p},   {"TOPO", kLogTopo},   {"TUNE", kLogTune}, {"PLAN", kLogPlan},
-    {"BOOT", kLogBoot}, {"PROXY", kLogProxy}, {"ALL", kLogAll},
+    {"INIT", kLogInit}, {"COLL", kLogColl}, {"NET", kLogNet},   {"SHM", kLogShm},   {"P2P", kLogP2p},
+    {"TOPO", kLogTopo}, {"TUNE", kLogTune}, {"PLAN", kLogPlan}, {"BOOT", kLogBoot}, {"ALL", kLogAll},
 };
 
 uint32_t parseSubsys(const std::string& text) {

@@ -22,7 +22,6 @@ enum LogSubsys : uint32_t {
   kLogTune = 1u << 6,
   kLogPlan = 1u << 7,
   kLogBoot = 1u << 8,
-  kLogProxy = 1u << 9,
   kLogAll = 0xffffffffu,
 };
 

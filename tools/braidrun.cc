@@ -1,7 +1,8 @@
 // braidrun: starts the ranks of a braid job on this machine as child processes.
 //
-// Each rank gets the environment braidCommInitFromEnv reads: BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK,
-// BRAID_LOCAL_SIZE, BRAID_ROOT, BRAID_SECRET and, with --hosts, BRAID_HOSTID. braidrun does not link libbraid.
+// Each rank gets the environment braidCommInitFromEnv reads: BRAID_RANK, BRAID_WORLD_SIZE, BRAID_ROOT,
+// BRAID_SECRET and, with --hosts, BRAID_HOSTID; and BRAID_LOCAL_RANK and BRAID_LOCAL_SIZE for the application
+// (braid counts a host's ranks from their host ids). braidrun does not link libbraid.
 //
 // After starting the ranks, one event loop polls a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP) and, with
 // --tag-output, the ranks' output pipes; it reaps children, forwards signals and enforces the deadlines. When a

@@ -28,7 +28,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The knob of each of the first six fields of costFields(); chunk_bytes comes from BRAID_CHUNK_SIZE.
+// The knob of each of the first six fields of costFields(); chunk_bytes's is BRAID_CHUNK_SIZE.
 const char* const kEnvFields[] = {"BRAID_COST_INTRA_ALPHA_US", "BRAID_COST_INTRA_GBPS",  "BRAID_COST_INTER_ALPHA_US",
                                   "BRAID_COST_INTER_GBPS",     "BRAID_COST_REDUCE_GBPS", "BRAID_COST_OVERSUB_US"};
 
@@ -176,13 +176,13 @@ class Model {
 }  // namespace
 
 CostParams CostParams::defaults() {
+  // The table's defaults only: the environment is applyEnv's, so that a topology file's constants
+  // (loaded between the two) are not overridden by a variable nobody set.
   CostParams p;
   for (size_t i = 0; i < std::size(kEnvFields); ++i)
     p.*(costFields()[i].member) = strtod(paramDefault(kEnvFields[i]), nullptr);
-  p.gossipRounds = static_cast<int>(paramIntOr("BRAID_GOSSIP_ROUNDS", 0));
-  p.chunkBytes = static_cast<double>(1 << 18);
-  size_t chunk = 0;
-  if (paramSize("BRAID_CHUNK_SIZE", &chunk).ok() && chunk >= 64) p.chunkBytes = static_cast<double>(chunk);
+  p.chunkBytes = static_cast<double>(paramDefaultInt("BRAID_CHUNK_SIZE"));
+  p.gossipRounds = static_cast<int>(paramDefaultInt("BRAID_GOSSIP_ROUNDS"));
   return p;
 }
 

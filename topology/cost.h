@@ -33,10 +33,12 @@ struct CostParams {
     return inter ? LinkCost{interAlphaUs, interGbps} : LinkCost{intraAlphaUs, intraGbps};
   }
 
-  // Defaults calibrated on the development machine (the BRAID_COST_* defaults in src/config.cc),
-  // then overridden by a topology file's cost line, then by BRAID_COST_* variables.
+  // The declared defaults of src/config.cc (BRAID_COST_*, BRAID_CHUNK_SIZE, BRAID_GOSSIP_ROUNDS:
+  // calibrated on the development machine), whatever the environment says. A topology file's cost
+  // line overrides them, then applyEnv the variables that are set.
   static CostParams defaults();
-  // Applies BRAID_COST_* overrides; a malformed value is braidInvalidArgument naming it.
+  // Applies the BRAID_COST_*, BRAID_CHUNK_SIZE and BRAID_GOSSIP_ROUNDS variables that are set; a
+  // malformed value is braidInvalidArgument naming it.
   Status applyEnv();
 };
 

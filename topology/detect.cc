@@ -310,12 +310,10 @@ class Detector {
     }
     if (gpus_ == 0) {
       m_.missing.push_back("no GPUs found");
-    } else if (!BRAID_HAVE_CUDA) {
+    } else {
+      // CUDA device properties come with the GPU issue (and its build option).
       m_.missing.push_back(std::to_string(gpus_) +
                            " GPUs found but braid was built without CUDA: GPU memory and NVLinks unknown");
-    } else {
-      m_.missing.push_back(std::to_string(gpus_) +
-                           " GPUs found: CUDA device properties (memory, NVLinks) not read yet");
     }
     if (nics_ == 0) m_.missing.push_back("no NICs found");
   }

@@ -17,10 +17,11 @@
  *   that dies or stops answering becomes braidRemoteError or braidTimeout naming the rank, never
  *   a hang.
  * - No function throws or calls exit(); out-of-memory is braidSystemError.
- * - Handles (braidComm_t, braidGraph_t, braidRequest_t) are opaque values, not pointers: each names
- *   a slot of a process-wide table plus the slot's generation, which advances when the object ends
- *   (destroyed, aborted, released). A handle that outlived its object is refused (communicators and
- *   graphs: braidInvalidArgument; requests: braidInvalidUsage), as is a value braid never handed
+ * - Handles (braidComm_t, braidGraph_t, braidRequest_t, and the regions of braidCommRegister) are
+ *   opaque values, not pointers: each names a slot of a process-wide table plus the slot's
+ *   generation, which advances when the object ends (destroyed, aborted, released, deregistered). A
+ *   handle that outlived its object is refused (communicators, graphs and regions:
+ *   braidInvalidArgument; requests: braidInvalidUsage), as is a value braid never handed
  *   out (braidInvalidArgument); braid reads nothing it points to, and a stale handle never names a
  *   newer object that took its place. Checking a handle is a few loads, without a lock.
  */
@@ -123,6 +124,50 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
  * release it with braidCommDestroy. Thread-safe. */
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank);
 
+/* Memory types of buffers. Host memory only today; device memory comes with the GPU transport. */
+typedef enum BRAID_ENUM_BASE {
+  braidMemHost = 0, /* pageable or pinned host memory */
+  braidMemCuda = 1, /* CUDA device memory: refused (braidInvalidArgument) until braid supports it */
+  braidNumMemTypes = 2
+} braidMemType_t;
+
+/* Per-communicator settings for braidCommInitRankConfig, in the shape of NCCL's ncclConfig_t.
+ * Always start from BRAID_CONFIG_INITIALIZER and then set the fields you want: it fills size,
+ * magic and version, which tell braid the struct is initialized and which layout the caller was
+ * built with, and marks every other field unset. An unset field takes the environment's value (the
+ * BRAID_* variable named below), else its default. A set field overrides the environment for this
+ * communicator only. Fields are added at the end only, so a program built against an older braid.h
+ * keeps working. braid reads the struct during the call and keeps no pointer into it. */
+#define BRAID_CONFIG_MAGIC 0xb7a1dc0fu
+#define BRAID_CONFIG_UNDEF_INT (-2147483647 - 1) /* INT_MIN: "unset" for int fields */
+typedef struct {
+  size_t size;          /* sizeof(braidConfig_t) of the caller's header */
+  unsigned int magic;   /* BRAID_CONFIG_MAGIC */
+  unsigned int version; /* BRAID_VERSION_CODE of the caller's header */
+  /* Transports in order of preference, a comma list as BRAID_TRANSPORTS ("tcp", "shm,tcp"); NULL =
+   * BRAID_TRANSPORTS. Every rank must pass the same list (init fails otherwise, naming the rank). */
+  const char* transports;
+  /* braidMemType_t of the buffers this communicator is given; BRAID_CONFIG_UNDEF_INT = host. */
+  int memType;
+  /* Seconds any wait may last (as BRAID_TIMEOUT, 1..315360000); 0 or BRAID_CONFIG_UNDEF_INT =
+   * BRAID_TIMEOUT. */
+  int timeoutSec;
+} braidConfig_t;
+
+#define BRAID_CONFIG_INITIALIZER                                                                 \
+  {                                                                                              \
+    sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, NULL, BRAID_CONFIG_UNDEF_INT, \
+        BRAID_CONFIG_UNDEF_INT                                                                   \
+  }
+
+/* As braidCommInitRank, with per-communicator settings. config NULL is braidCommInitRank. A config
+ * that was not made with BRAID_CONFIG_INITIALIZER (wrong magic), whose size or version this library
+ * does not know, or with a field out of range is braidInvalidArgument naming the field, before any
+ * rank is contacted; *comm is then untouched. Collective and blocking as braidCommInitRank (the
+ * timeout is config->timeoutSec when set). Thread-safe. */
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId commId, int rank,
+                                      braidConfig_t* config);
+
 /* As braidCommInitRank, with rank, size and rendezvous address from the launcher's environment,
  * in this order of preference:
  *   BRAID_RANK, BRAID_WORLD_SIZE, BRAID_ROOT=host:port (braidrun sets these; BRAID_SECRET too)
@@ -175,6 +220,33 @@ braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int nEx
  * BRAID_SPLIT_NOCOLOR joins none and gets *newcomm = NULL. */
 #define BRAID_SPLIT_NOCOLOR (-1)
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
+
+/* ---- Memory ------------------------------------------------------------------------------------
+ * Registration tells braid that a buffer will be used again, so that transports which need it (RDMA,
+ * device memory) can register it once instead of per call. Today braid records the region and does
+ * nothing more with it (host buffers over shm and tcp need no registration); using a buffer that was
+ * never registered is always allowed. */
+
+/* Registers buff[0..size) on comm and sets *handle. Registering the same range again (same buff
+ * and size) returns the same handle and counts one more registration; overlapping ranges are
+ * registered separately. Not collective, never blocks. NULL comm, buff or handle, or size 0, is
+ * braidInvalidArgument (*handle untouched). Thread-safe. */
+braidResult_t braidCommRegister(braidComm_t comm, void* buff, size_t size, void** handle);
+
+/* Undoes one braidCommRegister of handle on comm; the handle ends with its last registration. A
+ * handle that ended already, that belongs to another communicator or that braid never handed out
+ * is braidInvalidArgument and changes nothing. braidCommDestroy and braidCommAbort release the
+ * registrations left. Not collective, never blocks. Thread-safe. */
+braidResult_t braidCommDeregister(braidComm_t comm, void* handle);
+
+/* Allocates size bytes of zeroed host memory, aligned to the page size, into *ptr (device memory
+ * comes with the GPU transport). size 0 or ptr NULL is braidInvalidArgument; out of memory is
+ * braidSystemError. Free it with braidMemFree. Thread-safe. */
+braidResult_t braidMemAlloc(void** ptr, size_t size);
+
+/* Frees memory from braidMemAlloc. NULL is a no-op; a pointer braidMemAlloc did not return, or one
+ * already freed, is braidInvalidArgument and frees nothing. Thread-safe. */
+braidResult_t braidMemFree(void* ptr);
 
 /* ---- Collectives -------------------------------------------------------------------------------
  * Blocking forms return when the result is in recvbuff. Nonblocking forms (braidI...) return at

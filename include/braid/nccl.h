@@ -288,8 +288,9 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device);
 ncclResult_t ncclMemAlloc(void** ptr, size_t size);
 ncclResult_t ncclMemFree(void* ptr);
 
-/* Registration is an optimization hint. braid records the range and returns a real handle, and
- * does nothing more with it (host buffers need no registration). A handle belongs to its
+/* Registration is an optimization hint. braid records the range (braidCommRegister, where the
+ * transports that need registration will find it) and returns a real handle; host buffers over shm
+ * and tcp need nothing more. A handle belongs to its
  * communicator: deregister it there (an unknown handle is ncclInvalidArgument), or let
  * ncclCommDestroy free it. buff may be NULL only when size is 0. */
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);

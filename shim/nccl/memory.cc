@@ -1,4 +1,4 @@
-// Memory: allocation (refused without CUDA), registration (a recorded hint), windows (refused).
+// Memory: allocation (refused without CUDA), registration (braidCommRegister), windows (refused).
 // The reasons are in include/braid/nccl.h.
 #include "shim/nccl/shim.h"
 
@@ -30,7 +30,11 @@ NCCL_SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff
     BRAID_TRY(live(comm));
     if (handle == nullptr) return errorf(braidInvalidArgument, "handle is NULL");
     if (buff == nullptr && size > 0) return errorf(braidInvalidArgument, "buff is NULL");
-    auto reg = std::make_unique<Registration>(Registration{buff, size});
+    auto reg = std::make_unique<Registration>(Registration{buff, size, nullptr});
+    // NCCL accepts an empty range, and a communicator still being created in a group; braid's
+    // registration needs bytes and a communicator, so those stay records of the shim alone.
+    if (size > 0 && comm->state.load(std::memory_order_acquire) == ncclComm::kReady)
+      BRAID_TRY(fromBraid(braidCommRegister(comm->braid, buff, size, &reg->region)));
     void* h = reg.get();
     std::lock_guard<std::mutex> lock(comm->mu);
     comm->registrations.emplace(h, std::move(reg));
@@ -42,9 +46,16 @@ NCCL_SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff
 NCCL_SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return guard(__func__, [&] {
     BRAID_TRY(live(comm));
-    std::lock_guard<std::mutex> lock(comm->mu);
-    if (comm->registrations.erase(handle) == 0)
-      return errorf(braidInvalidArgument, "handle %p is not registered on this communicator", handle);
+    std::unique_ptr<Registration> reg;
+    {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      auto it = comm->registrations.find(handle);
+      if (it == comm->registrations.end())
+        return errorf(braidInvalidArgument, "handle %p is not registered on this communicator", handle);
+      reg = std::move(it->second);
+      comm->registrations.erase(it);
+    }
+    if (reg->region != nullptr) return fromBraid(braidCommDeregister(comm->braid, reg->region));
     return okStatus();
   });
 }

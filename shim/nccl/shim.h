@@ -22,10 +22,13 @@ namespace braid::nccl {
 
 class Clique;
 
-// A range given to ncclCommRegister; its address is the handle.
+// A range given to ncclCommRegister; its address is the handle. `region` is braid's registration
+// of it (braidCommRegister), NULL for an empty range or a communicator that was still pending; it
+// ends with braidCommDeregister or with the braid communicator.
 struct Registration {
   void* buff;
   size_t size;
+  void* region;
 };
 
 // A PreMulSum op: the datatype it was created for and its scalar, stored as that datatype.

@@ -11,7 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 
+#include "src/api.h"
 #include "src/reduce.h"
 #include "transports/transport.h"
 
@@ -143,6 +146,19 @@ bool underTest(const char* name) {
     if (t == name) return true;
   fprintf(stderr, "harness: transport %s is not under test here: SKIPPING\n", name);
   return false;
+}
+
+braidComm* internalsOf(braidComm_t handle) {
+  braidComm* comm = nullptr;
+  if (!braid::commOf(handle, &comm).ok()) abort();
+  return comm;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 bool allOk(const std::vector<RankResult>& r) {

@@ -64,6 +64,12 @@ double expectedValue(braidDataType_t dt, braidRedOp_t op, size_t i, int n);
 // Whether got matches want in dt (exact for integers and exact ops; a relative tolerance for avg).
 bool matches(braidDataType_t dt, braidRedOp_t op, double got, double want);
 
+// The communicator behind a live handle, for tests that read braid's internals (its selector, its
+// settings, its transports); aborts on a handle that is not live.
+braidComm* internalsOf(braidComm_t handle);
+// A whole file's contents ("" when it cannot be read).
+std::string readFile(const std::string& path);
+
 // Prints "rank R: <msg>" to stderr and returns 1 (for `return fail(...)` in bodies).
 int fail(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -144,17 +144,6 @@ std::vector<std::string> segmentsOfPid(pid_t pid) {
 
 bool shmExists(const std::string& name) { return access(("/dev/shm" + name).c_str(), F_OK) == 0; }
 
-std::string readFile(const char* path) {
-  std::string out;
-  FILE* f = fopen(path, "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  fclose(f);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("kill -9 each rank in turn mid-AllReduce: survivors name it, shrink, and reduce correctly", "[mp][failure]") {

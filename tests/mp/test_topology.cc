@@ -18,26 +18,12 @@ using namespace braidtest;
 
 namespace {
 
-// The communicator behind a handle (the tests read its selector).
-braidComm* commOf(braidComm_t handle) {
-  braidComm* comm = nullptr;
-  if (!braid::commOf(handle, &comm).ok()) abort();
-  return comm;
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // Writes each rank's table to prefix.<rank>.
 std::vector<RankResult> tables(int n, const Env& env, const std::string& prefix) {
   return runComm(
       n, env,
       [&](braidComm_t comm, int rank, int) {
-        std::ofstream(prefix + "." + std::to_string(rank)) << commOf(comm)->selector.describe();
+        std::ofstream(prefix + "." + std::to_string(rank)) << internalsOf(comm)->selector.describe();
         return 0;
       },
       120, [n](int rank) { setenv("BRAID_HOSTID", rank < n / 2 ? "emuA" : "emuB", 1); });
@@ -117,7 +103,7 @@ TEST_CASE("the algorithm named by BRAID_ALGO is the one that runs", "[mp][topo]"
       for (int32_t v : buf)
         if (v != 6) return fail(rank, "%s: got %d", algo, v);
       for (uint64_t bytes : {8ull, 4000ull, 1ull << 26})
-        if (commOf(comm)->selector.pick(braid::Coll::kAllReduce, bytes) != [&] {
+        if (internalsOf(comm)->selector.pick(braid::Coll::kAllReduce, bytes) != [&] {
               braid::Algo a;
               braid::parseAlgo(algo, &a);
               return a;

@@ -135,6 +135,17 @@ static int refused_calls(ncclComm_t comm, int rank, int n) {
   EXPECT(handle != NULL, "ncclCommRegister gave no handle");
   CHECK_NCCL(ncclCommDeregister(comm, handle));
   EXPECT_FAIL(ncclCommDeregister(comm, handle), ncclInvalidArgument, "not registered");
+  /* The same range twice (braid counts it once per registration), and an empty range. */
+  void* again = NULL;
+  void* empty = NULL;
+  CHECK_NCCL(ncclCommRegister(comm, send, sizeof(send), &handle));
+  CHECK_NCCL(ncclCommRegister(comm, send, sizeof(send), &again));
+  CHECK_NCCL(ncclCommRegister(comm, NULL, 0, &empty));
+  EXPECT(handle != again, "two registrations share a handle");
+  CHECK_NCCL(ncclCommDeregister(comm, handle));
+  CHECK_NCCL(ncclCommDeregister(comm, again));
+  CHECK_NCCL(ncclCommDeregister(comm, empty));
+  EXPECT_FAIL(ncclCommDeregister(comm, again), ncclInvalidArgument, "not registered");
   CHECK_NCCL(ncclCommRegister(comm, send, sizeof(send), &handle)); /* left for ncclCommDestroy to free */
   /* Groups. */
   EXPECT_FAIL(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupStart");

@@ -180,8 +180,10 @@ TEST_CASE("enums and lists refuse unknown names, naming the variable", "[unit][c
   for (const Case& c :
        {Case{"BRAID_DEBUG", "LOUD", false}, Case{"BRAID_DEBUG", "info", true}, Case{"BRAID_SIMD", "sse9", false},
         Case{"BRAID_SIMD", "AVX2", true}, Case{"BRAID_DEBUG_SUBSYS", "INIT,BOGUS", false},
-        Case{"BRAID_DEBUG_SUBSYS", "^net,coll", true}, Case{"BRAID_SHM_CMA", "maybe", false},
-        Case{"BRAID_SHM_CMA", "auto", true}, Case{"BRAID_TRANSPORTS", "shm,carrierpigeon", false}}) {
+        Case{"BRAID_DEBUG_SUBSYS", "^net,coll", true}, Case{"BRAID_DEBUG_SUBSYS", "P2P", true},
+        Case{"BRAID_DEBUG_SUBSYS", "PROXY", false},  // no proxy thread: removed, not silently ignored
+        Case{"BRAID_SHM_CMA", "maybe", false}, Case{"BRAID_SHM_CMA", "auto", true},
+        Case{"BRAID_TRANSPORTS", "shm,carrierpigeon", false}}) {
     ScopedEnv env(c.var, c.value);
     Status s = checkParams();
     INFO(c.var << "=" << c.value << ": " << s.message());
@@ -255,6 +257,25 @@ TEST_CASE("a topology file must be a regular file; a dump replaces only a regula
     REQUIRE(d.ok());
     REQUIRE(topo::loadTopoFile(good, &loaded).ok());
   }
+}
+
+}  // namespace braid
+
+namespace braid {
+
+TEST_CASE("every declared default parses as its knob's kind, and only the table holds it", "[unit][config]") {
+  // paramDefaultInt is how code that needs a default without the environment (the cost model's
+  // CostParams::defaults) reads it, instead of writing the number again.
+  CHECK(paramDefaultInt("BRAID_CHUNK_SIZE") == 256 * 1024);
+  CHECK(paramDefaultInt("BRAID_SPIN_US") == 50);
+  CHECK(paramDefaultInt("BRAID_RANK") == 0);  // unset default
+  for (const ParamInfo& p : allParams()) {
+    INFO(p.name << "=" << p.defaultValue);
+    if (p.defaultValue[0] != '\0') CHECK(checkParamText(p.name, p.defaultValue).ok());
+  }
+  CHECK(checkParamText("BRAID_TRANSPORTS", "tcp,bogus").code() == braidInvalidArgument);
+  CHECK(checkParamText("BRAID_TIMEOUT", "0").code() == braidInvalidArgument);
+  CHECK(checkParamText("BRAID_TIMEOUT", "").ok());  // unset
 }
 
 }  // namespace braid

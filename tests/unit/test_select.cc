@@ -139,3 +139,23 @@ TEST_CASE("cost overrides from the environment are validated", "[unit][select]")
   CHECK(p.interGbps == 25.5);
   unsetenv("BRAID_COST_INTER_GBPS");
 }
+
+TEST_CASE("cost defaults are the table's; the chunk and gossip rounds of the environment come from applyEnv only",
+          "[unit][select]") {
+  // A topology file's cost line starts from defaults(): were the environment read there, a set
+  // BRAID_CHUNK_SIZE would reach the file's constants by two paths.
+  setenv("BRAID_CHUNK_SIZE", "4K", 1);
+  setenv("BRAID_GOSSIP_ROUNDS", "3", 1);
+  CostParams p = CostParams::defaults();
+  CHECK(p.chunkBytes == 256 * 1024);
+  CHECK(p.gossipRounds == 0);
+  p.chunkBytes = 12345;  // as a file would set it
+  REQUIRE(p.applyEnv().ok());
+  CHECK(p.chunkBytes == 4096);
+  CHECK(p.gossipRounds == 3);
+  unsetenv("BRAID_CHUNK_SIZE");
+  unsetenv("BRAID_GOSSIP_ROUNDS");
+  p.chunkBytes = 12345;
+  REQUIRE(p.applyEnv().ok());
+  CHECK(p.chunkBytes == 12345);  // unset variables leave the file's value
+}

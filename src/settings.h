@@ -1,0 +1,46 @@
+// The settings a communicator runs with, read once at init into one struct that the communicator
+// holds and hands to whoever needs them (the executor, the transports' setup, the topology). The
+// environment is read only here (and for the knobs of one subsystem, by that subsystem's setup),
+// with the defaults of the one table in src/config.cc; a braidConfig_t overrides the environment
+// for one communicator. Nothing on the per-call path reads the environment.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "braid/braid.h"
+#include "src/status.h"
+
+namespace braid {
+
+// What a braidConfig_t asked for, owned (the caller's struct and strings may go away after init).
+// Communicators derived from one (split, shrink) inherit it.
+struct ConfigOverrides {
+  std::string transports;  // "" = BRAID_TRANSPORTS
+  int timeoutSec = 0;      // 0 = BRAID_TIMEOUT
+};
+
+struct CommSettings {
+  double timeoutSec = 0;       // BRAID_TIMEOUT, or config->timeoutSec
+  std::string transports;      // BRAID_TRANSPORTS, or config->transports: the preference list
+  int64_t spinUs = 0;          // BRAID_SPIN_US
+  bool checkMismatch = false;  // BRAID_CHECK_MISMATCH
+  bool forceLowering = false;  // BRAID_FORCE_LOWERING (a test knob: src/lower.h)
+  // The pipelining chunk of the plans: the cost model's (BRAID_CHUNK_SIZE, else the topology file's
+  // chunk_bytes, else the default), so the plans are the ones the algorithm table was priced for.
+  // Set by setupTopology, after the cost constants are known.
+  uint64_t chunkBytes = 0;
+  ConfigOverrides overrides;  // what the config set, for derived communicators
+};
+
+// Checks a caller's config and copies what it sets into *out: NULL sets nothing; a wrong magic, an
+// unknown size or version, or a field out of range is braidInvalidArgument naming the field (*out
+// untouched).
+Status parseConfig(const braidConfig_t* config, ConfigOverrides* out);
+
+// Validates every knob the environment sets (a bad value anywhere fails init on every rank, before
+// any rank waits for another), then reads the communicator's settings, `over` overriding the
+// environment.
+Status readCommSettings(const ConfigOverrides& over, CommSettings* out);
+
+}  // namespace braid
