@@ -1,4 +1,4 @@
-// The communicator: ranks, the bootstrap control plane, one Link per peer, the executor.
+// The communicator: ranks, the bootstrap, the control plane, one Link per peer, the executor.
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/bootstrap.h"
+#include "src/control_plane.h"
 #include "src/executor.h"
 #include "topology/select.h"
 #include "transports/transport.h"
@@ -21,6 +22,9 @@ struct braidComm {
   std::vector<std::unique_ptr<braid::Transport>> transports;
   std::vector<std::unique_ptr<braid::Link>> links;  // indexed by rank; null for this rank
   std::vector<const char*> linkTransport;           // transport name per rank
+  // The failure state, notices, goodbyes and heartbeats; declared before the engine, whose
+  // background thread uses it, so that it is freed after it.
+  std::unique_ptr<braid::ControlPlane> control;
   std::unique_ptr<braid::Engine> engine;
   double timeoutSec = 300;
   uint64_t chunkBytes = 1 << 18;
