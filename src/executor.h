@@ -19,14 +19,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "src/bootstrap.h"
 #include "src/clock.h"
 #include "src/control_plane.h"
 #include "src/plan.h"
