@@ -122,8 +122,8 @@ class Engine {
   // and not waited for), and the first failure among them as the result.
   Status drain();
 
-  // After ControlPlane::fail(): completes every pending operation with the failure and returns once no thread
-  // is left inside wait() or test() (braidCommAbort frees the engine next).
+  // After ControlPlane::fail(): completes every pending operation with the failure and returns
+  // once no thread is left inside wait() or test() (braidCommAbort frees the engine next).
   void abortWaiters();
 
   // Rank 0 in destroy: returns once every other rank said goodbye (or died), which the background
