@@ -192,8 +192,8 @@ braidResult_t braidCommGetAsyncError(braidComm_t handle, braidResult_t* asyncErr
     braidComm* comm = nullptr;
     BRAID_TRY(commOf(handle, &comm));
     if (asyncError == nullptr) return errorf(braidInvalidArgument, "asyncError is NULL");
-    if (comm->engine->failed()) {
-      Status f = comm->engine->failure();
+    if (comm->control->failed()) {
+      Status f = comm->control->failure();
       setLastError(f.message());
       *asyncError = f.code();
     } else {

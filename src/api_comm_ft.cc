@@ -16,7 +16,7 @@ braidResult_t braidCommGetFailedRanks(braidComm_t handle, int* ranks, int max, i
     if (n == nullptr) return errorf(braidInvalidArgument, "n is NULL");
     if (max < 0) return errorf(braidInvalidArgument, "max is negative");
     if (max > 0 && ranks == nullptr) return errorf(braidInvalidArgument, "ranks is NULL");
-    std::vector<int> failed = comm->engine->failedRanks();
+    std::vector<int> failed = comm->control->failedRanks();
     std::copy_n(failed.begin(), std::min<size_t>(failed.size(), static_cast<size_t>(max)), ranks);
     *n = static_cast<int>(failed.size());
     return okStatus();

@@ -211,10 +211,10 @@ graph::Topology liveSide(const braidGraph* g, uint32_t t) {
 // Before a call: when the communicator the graph runs on has failed because ranks failed, moves
 // the graph onto its successor of survivors (shrinking once per communicator). Graph lock held.
 Status moveToSurvivors(braidGraph* g) {
-  while (g->runOn->engine->failed()) {
+  while (g->runOn->control->failed()) {
     braidComm* from = g->runOn;
-    std::vector<int> failed = from->engine->failedRanks();
-    if (failed.empty()) return from->engine->failure();  // not a peer failure (abort, misuse)
+    std::vector<int> failed = from->control->failedRanks();
+    if (failed.empty()) return from->control->failure();  // not a peer failure (abort, misuse)
     std::lock_guard<std::mutex> hold(from->successorMu);
     if (from->successor == nullptr) {
       braidComm* next = nullptr;

@@ -182,7 +182,9 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
     if (strcmp(p.hostId, me.hostId) == 0 && p.rank != rank) comm->localRanks++;
   BRAID_TRY(setupTopology(comm.get(), deadline));
   BRAID_TRY(connectLinks(comm.get(), deadline, id.secret));
-  comm->engine = std::make_unique<Engine>(comm.get());
+  comm->control = std::make_unique<ControlPlane>(comm.get());
+  BRAID_TRY(comm->control->start());
+  comm->engine = std::make_unique<Engine>(comm.get(), *comm->control);
   BRAID_TRY(comm->engine->start());
   BRAID_INFO(kLogInit, "comm %016llx rank %d of %d ready (%d ranks on this host)",
              static_cast<unsigned long long>(comm->commId), rank, nranks, comm->localRanks);
@@ -306,9 +308,11 @@ Status commInitFromEnv(braidComm** out) {
   return commInit(id, size, rank, ConfigOverrides{}, out);
 }
 
-// Teardown in dependency order: the engine (and its thread) uses links and the control plane.
+// Teardown in dependency order: the engine (and its thread) uses links and the control plane, which
+// uses the bootstrap.
 static void freeComm(braidComm* comm) {
   comm->engine.reset();
+  comm->control.reset();
   comm->links.clear();
   comm->transports.clear();
   comm->boot.reset();
@@ -322,17 +326,17 @@ Status commDestroy(braidComm* comm) {
   if (comm->rank == 0) {
     // Rank 0 carries the failure notices: stay until the others left (or the deadline). Its
     // background thread counts the goodbyes.
-    if (!comm->engine->failed()) comm->engine->waitDeparted(Deadline::afterSeconds(comm->settings.timeoutSec));
+    if (!comm->control->failed()) comm->engine->waitDeparted(Deadline::afterSeconds(comm->settings.timeoutSec));
     comm->engine->stop();
     // Those still here (a failed communicator, or the deadline passed) must not take our leaving
     // for a death.
-    for (int r = 1; r < comm->nranks; ++r) (void)comm->boot->sendCtrl(r, CtrlType::kBye, 0, "");
+    comm->control->sayGoodbye();
   } else {
     // Stop listening first: rank 0 may leave as soon as it has our goodbye, and its closing
     // connection is no failure then. Also on a failed communicator: survivors that shrink must not
     // count us among the failed.
     comm->engine->stop();
-    (void)comm->boot->sendCtrl(0, CtrlType::kBye, comm->rank, "");
+    comm->control->sayGoodbye();
   }
   freeComm(comm);
   return drained;
@@ -341,7 +345,7 @@ Status commDestroy(braidComm* comm) {
 void commAbort(braidComm* comm) {
   if (comm->successor != nullptr) commAbort(comm->successor);
   comm->successor = nullptr;
-  comm->engine->fail(
+  comm->control->fail(
       errorf(braidRemoteError, "%s aborted the communicator (braidCommAbort)", comm->describeRank(comm->rank).c_str()),
       comm->rank, true);
   // Waiters in other threads see their operations fail and return; wait for them to leave.

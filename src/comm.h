@@ -1,4 +1,4 @@
-// The communicator: ranks, the bootstrap control plane, one Link per peer, the executor.
+// The communicator: ranks, the bootstrap, the control plane, one Link per peer, the executor.
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/bootstrap.h"
+#include "src/control_plane.h"
 #include "src/executor.h"
 #include "src/regions.h"
 #include "src/settings.h"
@@ -23,6 +24,9 @@ struct braidComm {
   std::vector<std::unique_ptr<braid::Transport>> transports;
   std::vector<std::unique_ptr<braid::Link>> links;  // indexed by rank; null for this rank
   std::vector<int> transportOf;                     // index into transports per rank; -1 for this rank
+  // The failure state, notices, goodbyes and heartbeats; declared before the engine, whose
+  // background thread uses it, so that it is freed after it.
+  std::unique_ptr<braid::ControlPlane> control;
   std::unique_ptr<braid::Engine> engine;
   braid::CommSettings settings;       // read once at init (src/settings.h)
   int localRanks = 1;                 // ranks on this host

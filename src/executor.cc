@@ -1,8 +1,6 @@
 #include "src/executor.h"
 
 #include <sched.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -60,13 +58,11 @@ inline void cpuRelax() {
 
 }  // namespace
 
-Engine::Engine(braidComm* comm) : comm_(comm), compute_(makeCpuCompute()) {
+Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(control), compute_(makeCpuCompute()) {
   const int n = comm->nranks;
   sendBlocked_.assign(n, 0);
   recvBlocked_.assign(n, 0);
   transportDriven_.assign(comm->transports.size(), 0);
-  gone_.assign(n, 0);
-  left_.reset(new std::atomic<uint8_t>[n]());
   active_.reserve(64);
   timeoutSec_ = comm->settings.timeoutSec;
   spinNs_ = comm->settings.spinUs * 1000;
@@ -80,39 +76,13 @@ Engine::~Engine() {
   stop();
   // The pool's request handles die with it: braidWait or braidTest on one is refused from now on.
   for (const auto& op : all_) requestHandles().remove(op->handleSlot, HandleEnd::kDestroyed);
-  if (wakeFd_ >= 0) close(wakeFd_);
-  if (epollFd_ >= 0) close(epollFd_);
-  if (epollLinksFd_ >= 0) close(epollLinksFd_);
 }
 
 Status Engine::start() {
-  BRAID_TRY(readHeartbeatSettings());
-  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wakeFd_ < 0) return systemError(errno, "eventfd");
-  // Two sets: control only (sleeping while nothing is posted or a caller drives progress), and
-  // control plus the links' descriptors, edge-triggered (sleeping while operations wait on peers:
-  // new data wakes us once, and data nobody has asked for yet cannot keep us spinning).
-  for (int* ep : {&epollFd_, &epollLinksFd_}) {
-    *ep = epoll_create1(EPOLL_CLOEXEC);
-    if (*ep < 0) return systemError(errno, "epoll_create1");
-  }
-  auto watch = [](int ep, int fd, uint64_t tag, uint32_t events) -> Status {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = tag;
-    if (fd >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return systemError(errno, "epoll_ctl");
-    return okStatus();
-  };
-  // Control sockets: rank 0 watches one per rank, the others the one to rank 0. A socket closed
-  // later (goodbye) leaves both sets by itself.
-  std::vector<int> ctrl = comm_->boot->ctrlFds();
-  for (int ep : {epollFd_, epollLinksFd_}) {
-    BRAID_TRY(watch(ep, wakeFd_, kWakeTag, EPOLLIN));
-    for (size_t i = 0; i < ctrl.size(); ++i) BRAID_TRY(watch(ep, ctrl[i], comm_->rank == 0 ? i : 0, EPOLLIN));
-  }
-  // One descriptor per transport, whatever its number of links (two links sharing one would make
-  // a second EPOLL_CTL_ADD fail).
-  for (const auto& t : comm_->transports) BRAID_TRY(watch(epollLinksFd_, t->waitFd(), kLinkTag, EPOLLIN | EPOLLET));
+  // The background thread sleeps on the transports too while operations wait on peers: one
+  // descriptor per transport, whatever its number of links (two links sharing one would make a
+  // second EPOLL_CTL_ADD fail).
+  for (const auto& t : comm_->transports) BRAID_TRY(control_.watchLinkFd(t->waitFd()));
   try {
     bg_ = std::thread([this] { bgLoop(); });
   } catch (const std::system_error& e) {
@@ -130,13 +100,6 @@ void Engine::stop() {
 
 void Engine::lock() {
   while (!tryLock()) sched_yield();
-}
-
-void Engine::wake() {
-  if (wakeFd_ < 0) return;
-  uint64_t one = 1;
-  ssize_t rc = write(wakeFd_, &one, sizeof(one));
-  (void)rc;  // a full counter already means "awake"
 }
 
 Status Engine::takeOp(Op** out) {
@@ -196,7 +159,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->result = braidSuccess;
   op->userOwned = userOwned;
   op->seq = ++seq_;
-  postedSeq_.store(op->seq, std::memory_order_relaxed);  // heartbeats report it
+  control_.notePosted(op->seq);  // heartbeats report it
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   op->coll = plan->coll;
   // Fails only when out of memory, which the API boundary reports like any bad_alloc.
@@ -221,7 +184,7 @@ void Engine::prepare(Op* op, bool userOwned) {
 
 // A call posted after the communicator failed: the failure, and which call it refused.
 Status Engine::refused(Coll coll) const {
-  Status f = failure();
+  Status f = control_.failure();
   char ctx[128];
   snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d: not started, the communicator had failed]", collName(coll),
            static_cast<unsigned long long>(seq_ + 1), comm_->rank);
@@ -235,7 +198,7 @@ Status Engine::refused(Coll coll) const {
 template <class Fill, class Log>
 Status Engine::postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log) {
   lock();
-  if (failed()) {
+  if (control_.failed()) {
     Status r = refused(coll);  // engine lock held: it reads seq_
     unlock();
     return r;
@@ -342,7 +305,7 @@ bool Engine::postSteps(Op* op) {
         x.bytes = s.bytes;
         Status st = link->postSend(&x);
         if (!st.ok()) {
-          fail(st.withContext("posting a send to " + comm_->describeRank(q.peer)), q.peer, true);
+          control_.fail(st.withContext("posting a send to " + comm_->describeRank(q.peer)), q.peer, true);
           return true;
         }
         ++c.sendPost;
@@ -366,7 +329,7 @@ bool Engine::postSteps(Op* op) {
         }
         Status st = link->postRecv(&x);
         if (!st.ok()) {
-          fail(st.withContext("posting a receive from " + comm_->describeRank(q.peer)), q.peer, true);
+          control_.fail(st.withContext("posting a receive from " + comm_->describeRank(q.peer)), q.peer, true);
           return true;
         }
         ++c.recvPost;
@@ -457,7 +420,7 @@ bool Engine::runLocal(Op* op, const Step& s) {
       break;
   }
   if (st.ok()) st = errorf(braidInternalError, "unknown step kind %d", static_cast<int>(s.kind));
-  fail(st.withContext(std::string(collName(op->coll)) + " on " + comm_->describeRank(comm_->rank)), -1, true);
+  control_.fail(st.withContext(std::string(collName(op->coll)) + " on " + comm_->describeRank(comm_->rank)), -1, true);
   return false;
 }
 
@@ -483,22 +446,22 @@ std::string describeCall(const CallHeader& h) {
 bool Engine::checkHeaders(const CallHeader& mine, const CallHeader& theirs) {
   if (memcmp(&mine, &theirs, sizeof(mine)) == 0) return true;
   const int prev = (comm_->rank + comm_->nranks - 1) % comm_->nranks;
-  fail(errorf(braidInvalidUsage, "mismatched calls: %s called %s, but %s called %s (BRAID_CHECK_MISMATCH)",
-              comm_->describeRank(prev).c_str(), describeCall(theirs).c_str(), comm_->describeRank(comm_->rank).c_str(),
-              describeCall(mine).c_str()),
-       -1, true);
+  control_.fail(errorf(braidInvalidUsage, "mismatched calls: %s called %s, but %s called %s (BRAID_CHECK_MISMATCH)",
+                       comm_->describeRank(prev).c_str(), describeCall(theirs).c_str(),
+                       comm_->describeRank(comm_->rank).c_str(), describeCall(mine).c_str()),
+                -1, true);
   return false;
 }
 
 void Engine::failAll() {
-  Status f = failure();
+  Status f = control_.failure();
   for (size_t i = head_; i < active_.size(); ++i) {
     Op* op = active_[i];
     op->result = f.code();
     char ctx[96];
     snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d", collName(op->coll), static_cast<unsigned long long>(op->seq),
              comm_->rank);
-    op->error = f.message() + ctx + reachedText(op->seq, f.code() == braidTimeout) + "]";
+    op->error = f.message() + ctx + control_.reachedText(op->seq, f.code() == braidTimeout) + "]";
     activeCount_.fetch_sub(1, std::memory_order_acq_rel);
     op->state.store(Op::kDone, std::memory_order_release);
   }
@@ -523,14 +486,14 @@ void Engine::checkDeadline() {
   std::string who = waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn) : "with no peer pending";
   // The notice reaches every rank, the awaited one included: it names the waiter too, or the
   // awaited rank would read that it was waiting for itself.
-  fail(errorf(braidTimeout, "%s #%llu on %s timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
-              static_cast<unsigned long long>(op->seq), comm_->describeRank(comm_->rank).c_str(), timeoutSec_,
-              who.c_str()),
-       waitingOn, true);
+  control_.fail(errorf(braidTimeout, "%s #%llu on %s timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
+                       static_cast<unsigned long long>(op->seq), comm_->describeRank(comm_->rank).c_str(), timeoutSec_,
+                       who.c_str()),
+                waitingOn, true);
 }
 
 bool Engine::progressOnce() {
-  if (failed()) {
+  if (control_.failed()) {
     bool any = head_ < active_.size();
     failAll();
     return any;
@@ -541,15 +504,14 @@ bool Engine::progressOnce() {
     if (held < kBlameGraceNs) return false;
     // The peer's goodbye (or a notice) may be queued unread on its control socket, the background
     // thread not having run yet on a busy host: let it be read before the blame falls.
-    if (held < kMaxBlameGraceNs && !left_[linkFailedPeer_].load(std::memory_order_acquire) &&
-        comm_->boot->ctrlPending(linkFailedPeer_))
+    if (held < kMaxBlameGraceNs && !control_.left(linkFailedPeer_) && control_.ctrlPending(linkFailedPeer_))
       return false;
-    if (left_[linkFailedPeer_].load(std::memory_order_acquire))
+    if (control_.left(linkFailedPeer_))
       linkFailure_ = errorf(braidRemoteError,
                             "%s left the communicator (braidCommDestroy) while an operation of this rank still needed "
                             "it (it did not post the call, or the calls differ)",
                             comm_->describeRank(linkFailedPeer_).c_str());
-    fail(linkFailure_, linkFailedPeer_, true);
+    control_.fail(linkFailure_, linkFailedPeer_, true);
     failAll();
     return true;
   }
@@ -641,8 +603,9 @@ bool Engine::driveUntil(Done done, Deadline backstop) {
 
 // A wait past its backstop: fails the communicator, which completes every running operation.
 void Engine::failStuckWait(const char* what) {
-  fail(errorf(braidTimeout, "rank %d: %s did not end within BRAID_TIMEOUT (%.0f s)", comm_->rank, what, timeoutSec_),
-       -1, true);
+  control_.fail(
+      errorf(braidTimeout, "rank %d: %s did not end within BRAID_TIMEOUT (%.0f s)", comm_->rank, what, timeoutSec_), -1,
+      true);
   lock();
   failAll();
   unlock();
@@ -701,13 +664,13 @@ Status Engine::test(Op* op, bool* done) {
 }
 
 Status Engine::drain() {
-  auto idle = [this] { return activeCount_.load(std::memory_order_acquire) == 0 || failed(); };
+  auto idle = [this] { return activeCount_.load(std::memory_order_acquire) == 0 || control_.failed(); };
   if (!driveUntil(idle, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec)))
     failStuckWait("draining the operations before destroy");
   // What is left unreleased was posted and never waited for: destroy is the caller's last chance to
   // hear that it failed.
   lock();
-  if (failed()) failAll();
+  if (control_.failed()) failAll();
   int pending = 0, failedOps = 0;
   const Op* first = nullptr;
   for (const auto& op : all_) {
@@ -728,19 +691,24 @@ Status Engine::drain() {
   return dropped;
 }
 
+// Rank 0 lingers until the background thread has counted every other rank's goodbye (or death).
+void Engine::waitDeparted(Deadline deadline) {
+  while (control_.departed() < comm_->nranks - 1 && !deadline.expired() && bg_.joinable()) usleep(1000);
+}
+
 void Engine::bgLoop() {
   setLogRank(comm_->rank);
   int64_t idleSince = nowNs();
   int64_t lastControl = 0;
   bool justWoke = false;
   while (!stop_.load(std::memory_order_acquire)) {
-    heartbeat(nowNs());
+    control_.heartbeat(nowNs());
     const bool work = activeCount_.load(std::memory_order_acquire) > 0;
     if (work && justWoke) {
       // A nonblocking post woke us. Most callers wait soon after posting, and a waiter drives its
       // own progress: give it kWakeGraceUs before competing with it for the lock and the core.
       justWoke = false;
-      serveControl(kWakeGraceUs);
+      control_.serve(kWakeGraceUs);
       continue;
     }
     if (work && waiters_.load(std::memory_order_acquire) == 0) {
@@ -752,14 +720,14 @@ void Engine::bgLoop() {
       int64_t now = nowNs();
       if (progressed) idleSince = now;
       if (now - lastControl > 1000000) {  // control sockets at least every millisecond
-        serveControl(0);
+        control_.serve(0);
         lastControl = now;
       }
       if (progressed) continue;
       if (now - idleSince < 1000000) {
         backoff(idleSince);
       } else {
-        serveControl(1000, true);  // idle for a while: sleep until data arrives, a millisecond at most
+        control_.serve(1000, true);  // idle for a while: sleep until data arrives, a millisecond at most
         lastControl = nowNs();
       }
       continue;
@@ -770,7 +738,7 @@ void Engine::bgLoop() {
     // still pending does too, and the control sockets wake us themselves.
     bgSleeping_.store(true);
     bool woken = false;
-    if (activeCount_.load() == 0 || waiters_.load() > 0) woken = serveControl(kIdleSleepUs);
+    if (activeCount_.load() == 0 || waiters_.load() > 0) woken = control_.serve(kIdleSleepUs);
     bgSleeping_.store(false, std::memory_order_release);
     justWoke = woken;
     lastControl = nowNs();

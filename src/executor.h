@@ -2,9 +2,13 @@
 //
 // Threads. Whoever holds the engine lock drives progress: a thread blocked in a call or in
 // braidWait, or the communicator's background thread, which progresses nonblocking operations while
-// nobody waits and otherwise sleeps in poll() on the control sockets (it also serves failure
-// notices). Posting and releasing take the same lock briefly; the lock is a spinlock, never held
-// across a blocking call.
+// nobody waits and otherwise sleeps in the control plane (src/control_plane.h: control sockets,
+// heartbeats and failure notices, which it serves). Posting and releasing take the same lock
+// briefly; the lock is a spinlock, never held across a blocking call.
+//
+// Failure. The communicator's failure state lives in its ControlPlane: the engine fails the
+// communicator there (a link error, a deadline, a mismatch) and, on every pass of progress, fails
+// its operations once the control plane says the communicator failed.
 //
 // Ordering. Operations start in issue order and each Link queue receives an operation's steps only
 // after every earlier operation posted all of its steps for that queue, so the k-th message on a
@@ -15,16 +19,15 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "src/bootstrap.h"
 #include "src/clock.h"
 #include "src/compute.h"
+#include "src/control_plane.h"
 #include "src/plan.h"
 #include "src/plan_cache.h"
 #include "src/reduce.h"
@@ -91,7 +94,8 @@ struct PostArgs {
 
 class Engine {
  public:
-  explicit Engine(braidComm* comm);
+  // `control` is the communicator's control plane, started already; it outlives the engine.
+  Engine(braidComm* comm, ControlPlane& control);
   ~Engine();
 
   // Starts the background thread. Called once the links are connected.
@@ -120,21 +124,12 @@ class Engine {
   // and not waited for), and the first failure among them as the result.
   Status drain();
 
-  // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
-  // the rank at fault (-1 unknown), recorded in failedRanks() even when the communicator had failed
-  // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`, with
-  // relayText instead of s's message when given: a notice passed on as it came).
-  void fail(const Status& s, int culprit, bool notify, int skip = -1, const std::string& relayText = {});
-  // After fail(): completes every pending operation with the failure and returns once no thread
-  // is left inside wait() or test() (braidCommAbort frees the engine next).
+  // After ControlPlane::fail(): completes every pending operation with the failure and returns
+  // once no thread is left inside wait() or test() (braidCommAbort frees the engine next).
   void abortWaiters();
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
-  Status failure() const;
-  // Ranks known to have failed, sorted.
-  std::vector<int> failedRanks() const;
 
-  // Ranks that said goodbye (rank 0 lingers in destroy until all did).
-  int departed() const { return departed_.load(std::memory_order_acquire); }
+  // Rank 0 in destroy: returns once every other rank said goodbye (or died), which the background
+  // thread hears, or once `deadline` passed.
   void waitDeparted(Deadline deadline);
 
  private:
@@ -152,7 +147,8 @@ class Engine {
   void prepare(Op* op, bool userOwned);
   template <class Fill, class Log>
   Status postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log);
-  void wake();
+  // Wakes the background thread from its sleep in the control plane.
+  void wake() { control_.wake(); }
 
   bool progressOnce();
   bool postSteps(Op* op);
@@ -171,26 +167,12 @@ class Engine {
   void failStuckWait(const char* what);
   Status finish(Op* op);
 
+  // The background thread: drives nonblocking operations nobody waits for, sleeps in the control
+  // plane otherwise, and has it send and judge heartbeats on every turn.
   void bgLoop();
-  // Returns whether the wake eventfd fired (a post or a departing waiter).
-  bool serveControl(int64_t timeoutUs, bool withLinks = false);
-  // Reads and handles every control message already queued from `peer`; notes its goodbye or death.
-  void servePeer(int peer);
-  // One control message from `peer` (src/engine_control.cc).
-  void onControl(int peer, const Bootstrap::CtrlMsg& msg);
-  // Heartbeats (background thread): sends ours when due and fails the communicator naming a peer
-  // that has been silent for too long.
-  void heartbeat(int64_t now);
-  Status readHeartbeatSettings();
-  // " reached by ranks 0-1,3; not by rank 2 (at #16)" for the op with sequence number seq. timedOut:
-  // the op timed out, so a call that every rank reached points at calls that differ.
-  std::string reachedText(uint64_t seq, bool timedOut) const;
-
-  // epoll tags besides control sockets (whose tag is the peer's rank).
-  static constexpr uint64_t kWakeTag = UINT64_MAX;
-  static constexpr uint64_t kLinkTag = UINT64_MAX - 1;
 
   braidComm* comm_;
+  ControlPlane& control_;
   std::atomic<bool> lock_{false};
   std::unique_ptr<Compute> compute_;  // where local steps run
 
@@ -215,36 +197,6 @@ class Engine {
   std::atomic<int> testers_{0};  // test() calls in progress (see test())
   std::atomic<bool> bgSleeping_{false};
   std::atomic<bool> stop_{false};
-  std::atomic<bool> failed_{false};
-  mutable std::mutex failMu_;
-  // Held by fail() from its verdict through its notices: rank 0 relays every failure to every rank
-  // in one order, so no rank hears a later failure (a peer that quit because of the first) first.
-  std::mutex noticeMu_;
-  Status failure_;
-  std::vector<int> failedRanks_;          // failMu_
-  std::vector<uint64_t> progressAtFail_;  // failMu_: progress_ when the communicator failed
-  // Liveness (background thread). progress_[r]: the last operation rank r reported posting (rank 0
-  // hears it in heartbeats; the others get rank 0's table before a failure notice).
-  std::atomic<uint64_t> postedSeq_{0};
-  std::vector<uint64_t> progress_;
-  std::vector<int64_t> lastHeard_;
-  std::vector<uint8_t> heard_;  // a heartbeat (any message) came from the peer since start
-  int64_t initGraceNs_ = 0;     // silence allowed before a peer's first message (BRAID_TIMEOUT)
-  int64_t heartbeatNs_ = 0;     // BRAID_HEARTBEAT_MS; 0 = off
-  int64_t silenceNs_ = 0;       // heartbeatNs_ * BRAID_HEARTBEAT_MISSES
-  int64_t nextBeatNs_ = 0;
-  int64_t lastLookNs_ = 0;  // heartbeat()'s previous call, to tell our own stops from the peers
-  int64_t reportNs_ = 0;    // early progress reports (non-root ranks), 0 = off
-  int64_t nextReportNs_ = 0;
-  uint64_t lastReported_ = 0;
-  std::atomic<int> departed_{0};
-  std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)
-  // Per rank: said goodbye (written by the background thread, read where a link failure is blamed:
-  // a peer that left cleanly did not die, it left while an operation still needed it).
-  std::unique_ptr<std::atomic<uint8_t>[]> left_;
-  int wakeFd_ = -1;
-  int epollFd_ = -1;       // wakeFd_ and control sockets
-  int epollLinksFd_ = -1;  // the same plus the transports' waitFd()s (edge-triggered)
   std::thread bg_;
   // From the communicator's settings (src/settings.h), whose table holds the defaults.
   int64_t spinNs_ = 0;     // BRAID_SPIN_US; 0 when ranks outnumber cores

@@ -1,5 +1,6 @@
-// The executor's control plane: failure notices, goodbyes and heartbeats over the bootstrap star
-// (rank 0 in the middle), and the texts that say who failed and how far every rank had got.
+// The communicator's control plane: failure notices, goodbyes and heartbeats over the bootstrap star
+// (rank 0 in the middle), the texts that say who failed and how far every rank had got, and the
+// background thread's sleep (src/control_plane.h).
 //
 // Detection. A rank that dies closes its control connection (the kernel does it): rank 0 sees
 // the close at once and tells everyone. A rank that stops (SIGSTOP, a hung machine, a cut cable)
@@ -10,7 +11,10 @@
 //
 // Propagation. Whoever detects a failure tells rank 0 (or is rank 0); rank 0 sends everyone its
 // table of the ranks' progress, then the notice. Ranks learn within one control-socket wakeup.
+#include "src/control_plane.h"
+
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +22,6 @@
 
 #include "src/comm.h"
 #include "src/config.h"
-#include "src/executor.h"
 #include "src/log.h"
 #include "src/wire.h"
 
@@ -47,9 +50,69 @@ std::string rankRanges(const std::vector<int>& ranks) {
   return out;
 }
 
+// Adds fd to epoll set ep; fd < 0 (a link that can only be polled, like shm's) adds nothing.
+Status watchFd(int ep, int fd, uint64_t tag, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = tag;
+  if (fd >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return systemError(errno, "epoll_ctl");
+  return okStatus();
+}
+
 }  // namespace
 
-void Engine::fail(const Status& s, int culprit, bool notify, int skip, const std::string& relayText) {
+ControlPlane::ControlPlane(braidComm* comm) : comm_(comm) {
+  gone_.assign(comm->nranks, 0);
+  left_.reset(new std::atomic<uint8_t>[comm->nranks]());
+}
+
+ControlPlane::~ControlPlane() {
+  if (wakeFd_ >= 0) close(wakeFd_);
+  if (epollFd_ >= 0) close(epollFd_);
+  if (epollLinksFd_ >= 0) close(epollLinksFd_);
+}
+
+Status ControlPlane::start() {
+  BRAID_TRY(readHeartbeatSettings());
+  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wakeFd_ < 0) return systemError(errno, "eventfd");
+  // Two sets: control only (sleeping while nothing is posted or a caller drives progress), and
+  // control plus the links' descriptors, edge-triggered (sleeping while operations wait on peers:
+  // new data wakes us once, and data nobody has asked for yet cannot keep us spinning).
+  for (int* ep : {&epollFd_, &epollLinksFd_}) {
+    *ep = epoll_create1(EPOLL_CLOEXEC);
+    if (*ep < 0) return systemError(errno, "epoll_create1");
+  }
+  // Control sockets: rank 0 watches one per rank, the others the one to rank 0. A socket closed
+  // later (goodbye) leaves both sets by itself.
+  std::vector<int> ctrl = comm_->boot->ctrlFds();
+  for (int ep : {epollFd_, epollLinksFd_}) {
+    BRAID_TRY(watchFd(ep, wakeFd_, kWakeTag, EPOLLIN));
+    for (size_t i = 0; i < ctrl.size(); ++i) BRAID_TRY(watchFd(ep, ctrl[i], comm_->rank == 0 ? i : 0, EPOLLIN));
+  }
+  return okStatus();
+}
+
+Status ControlPlane::watchLinkFd(int fd) { return watchFd(epollLinksFd_, fd, kLinkTag, EPOLLIN | EPOLLET); }
+
+void ControlPlane::wake() {
+  if (wakeFd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t rc = write(wakeFd_, &one, sizeof(one));
+  (void)rc;  // a full counter already means "awake"
+}
+
+bool ControlPlane::ctrlPending(int peer) { return comm_->boot->ctrlPending(peer); }
+
+void ControlPlane::sayGoodbye() {
+  if (comm_->rank == 0) {
+    for (int r = 1; r < comm_->nranks; ++r) (void)comm_->boot->sendCtrl(r, CtrlType::kBye, 0, "");
+  } else {
+    (void)comm_->boot->sendCtrl(0, CtrlType::kBye, comm_->rank, "");
+  }
+}
+
+void ControlPlane::fail(const Status& s, int culprit, bool notify, int skip, const std::string& relayText) {
   const int n = comm_->nranks;
   if (culprit < -1 || culprit >= n) culprit = -1;
   bool first = false, newCulprit = false;
@@ -97,17 +160,17 @@ void Engine::fail(const Status& s, int culprit, bool notify, int skip, const std
   wake();
 }
 
-Status Engine::failure() const {
+Status ControlPlane::failure() const {
   std::lock_guard<std::mutex> g(failMu_);
   return failure_;
 }
 
-std::vector<int> Engine::failedRanks() const {
+std::vector<int> ControlPlane::failedRanks() const {
   std::lock_guard<std::mutex> g(failMu_);
   return failedRanks_;
 }
 
-std::string Engine::reachedText(uint64_t seq, bool timedOut) const {
+std::string ControlPlane::reachedText(uint64_t seq, bool timedOut) const {
   std::vector<int> reached, behind;
   std::string detail;
   {
@@ -140,12 +203,7 @@ std::string Engine::reachedText(uint64_t seq, bool timedOut) const {
   return out;
 }
 
-void Engine::waitDeparted(Deadline deadline) {
-  while (departed_.load(std::memory_order_acquire) < comm_->nranks - 1 && !deadline.expired() && bg_.joinable())
-    usleep(1000);
-}
-
-void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
+void ControlPlane::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
   switch (msg.type) {
     case CtrlType::kHeartbeat:
       if (comm_->rank == 0 && msg.text.size() == 8) {
@@ -189,7 +247,7 @@ void Engine::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
 // Sleeps in epoll (control sockets, the wake eventfd, the links' descriptors) for up to timeoutUs,
 // then serves what arrived on the control sockets. Data on a link just ends the sleep: the caller
 // drives progress next.
-bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
+bool ControlPlane::serve(int64_t timeoutUs, bool withLinks) {
   if (timeoutUs > 0 && timeoutUs < 1000) {
     // Below epoll's millisecond resolution: sleep, then look without waiting.
     timespec ts{0, static_cast<long>(timeoutUs) * 1000};
@@ -214,7 +272,7 @@ bool Engine::serveControl(int64_t timeoutUs, bool withLinks) {
   return woken;
 }
 
-void Engine::servePeer(int peer) {
+void ControlPlane::servePeer(int peer) {
   while (!gone_[peer]) {
     bool got = false, eof = false;
     Bootstrap::CtrlMsg msg;
@@ -243,7 +301,7 @@ void Engine::servePeer(int peer) {
   }
 }
 
-void Engine::heartbeat(int64_t now) {
+void ControlPlane::heartbeat(int64_t now) {
   if (heartbeatNs_ == 0) return;
   // The background thread looks here on every turn of its loop, at least every kIdleSleepUs. A gap
   // longer than both a heartbeat period and kJudgeAwayNs means the judge itself did not run
@@ -292,7 +350,7 @@ void Engine::heartbeat(int64_t now) {
   }
 }
 
-Status Engine::readHeartbeatSettings() {
+Status ControlPlane::readHeartbeatSettings() {
   int64_t ms = 0, misses = 0;
   BRAID_TRY(paramInt("BRAID_HEARTBEAT_MS", &ms));
   BRAID_TRY(paramInt("BRAID_HEARTBEAT_MISSES", &misses));

@@ -1,0 +1,130 @@
+// The communicator's control plane: failure notices, goodbyes and heartbeats over the bootstrap
+// star (rank 0 in the middle), the failure state every part of braid asks about, and the sleep of
+// the engine's background thread (epoll over the control sockets, a wake eventfd and the links'
+// wait descriptors). One per communicator, made before the engine and freed after it.
+//
+// Split with the Engine (src/executor.h). The engine owns operations and the background thread;
+// this class owns everything said between ranks outside the links. The engine calls in (fail(),
+// failed(), heartbeat(), serve(), wake()), never the other way: a failure sets failed() and wakes
+// the background thread, and whoever drives progress next fails the operations (Engine::failAll).
+//
+// Threads. fail(), failed(), failure(), failedRanks(), reachedText(), left(), ctrlPending(),
+// wake() and notePosted() are safe from any thread. serve() and heartbeat() run on the background
+// thread only, which alone touches the silence clocks and gone_.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "src/bootstrap.h"
+#include "src/status.h"
+
+struct braidComm;
+
+namespace braid {
+
+class ControlPlane {
+ public:
+  explicit ControlPlane(braidComm* comm);
+  ~ControlPlane();
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
+
+  // Reads the heartbeat settings and builds the sleep sets (the wake eventfd and the control
+  // sockets). Once, after the rendezvous and before the engine starts.
+  Status start();
+  // Adds a link's wait descriptor to the set slept on while operations wait on peers, edge-triggered
+  // (new data wakes the sleeper once; data nobody asked for yet cannot keep it spinning). The one
+  // place where link descriptors join the sleep.
+  Status watchLinkFd(int fd);
+  // Ends a sleep in serve(), now or at its start (a full counter already means "awake").
+  void wake();
+  // Sleeps for up to timeoutUs on the control sockets and the wake eventfd (withLinks: the links'
+  // descriptors too), then serves what arrived on the control sockets. Returns whether wake() fired.
+  bool serve(int64_t timeoutUs, bool withLinks = false);
+  // Sends our heartbeat when due and fails the communicator naming a peer silent for too long.
+  // Called on every turn of the background loop: the common case is a few compares.
+  void heartbeat(int64_t now);
+  // The operation with sequence number seq was posted: heartbeats and failure notices report it.
+  void notePosted(uint64_t seq) { postedSeq_.store(seq, std::memory_order_relaxed); }
+
+  // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
+  // the rank at fault (-1 unknown), recorded in failedRanks() even when the communicator had failed
+  // already. notify: tell the other ranks through rank 0 (rank 0: everyone but `skip`, with
+  // relayText instead of s's message when given: a notice passed on as it came).
+  void fail(const Status& s, int culprit, bool notify, int skip = -1, const std::string& relayText = {});
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status failure() const;
+  // Ranks known to have failed, sorted.
+  std::vector<int> failedRanks() const;
+  // " reached by ranks 0-1,3; not by rank 2 (at #16)" for the op with sequence number seq. timedOut:
+  // the op timed out, so a call that every rank reached points at calls that differ.
+  std::string reachedText(uint64_t seq, bool timedOut) const;
+
+  // Whether `peer` said goodbye: a peer that left cleanly did not die, it left while an operation
+  // still needed it (read where a link failure is blamed).
+  bool left(int peer) const { return left_[peer].load(std::memory_order_acquire) != 0; }
+  // Whether bytes from `peer` wait unread on its control socket (a goodbye or a notice the
+  // background thread has not read yet). One poll(); for failure paths, not the hot path.
+  bool ctrlPending(int peer);
+  // Ranks that said goodbye or, seen by rank 0, died (rank 0 lingers in destroy until all did).
+  int departed() const { return departed_.load(std::memory_order_acquire); }
+  // Destroy: rank 0 tells everyone still here, the others tell rank 0, that this rank leaves (so
+  // its closing connection is not taken for a death).
+  void sayGoodbye();
+
+ private:
+  // Reads and handles every control message already queued from `peer`; notes its goodbye or death.
+  void servePeer(int peer);
+  // One control message from `peer`.
+  void onControl(int peer, const Bootstrap::CtrlMsg& msg);
+  Status readHeartbeatSettings();
+
+  // epoll tags besides control sockets (whose tag is the peer's rank).
+  static constexpr uint64_t kWakeTag = UINT64_MAX;
+  static constexpr uint64_t kLinkTag = UINT64_MAX - 1;
+
+  braidComm* comm_;
+
+  // Failure state.
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failMu_;
+  // Held by fail() from its verdict through its notices: rank 0 relays every failure to every rank
+  // in one order, so no rank hears a later failure (a peer that quit because of the first) first.
+  std::mutex noticeMu_;
+  Status failure_;                        // failMu_
+  std::vector<int> failedRanks_;          // failMu_
+  std::vector<uint64_t> progressAtFail_;  // failMu_: progress_ when the communicator failed
+
+  // Liveness (background thread). progress_[r] (failMu_): the last operation rank r reported
+  // posting (rank 0 hears it in heartbeats; the others get rank 0's table before a failure notice).
+  std::atomic<uint64_t> postedSeq_{0};
+  std::vector<uint64_t> progress_;
+  std::vector<int64_t> lastHeard_;
+  std::vector<uint8_t> heard_;  // a heartbeat (any message) came from the peer since start
+  int64_t initGraceNs_ = 0;     // silence allowed before a peer's first message (BRAID_TIMEOUT)
+  int64_t heartbeatNs_ = 0;     // BRAID_HEARTBEAT_MS; 0 = off
+  int64_t silenceNs_ = 0;       // heartbeatNs_ * BRAID_HEARTBEAT_MISSES
+  int64_t nextBeatNs_ = 0;
+  int64_t lastLookNs_ = 0;  // heartbeat()'s previous call, to tell our own stops from the peers
+  int64_t reportNs_ = 0;    // early progress reports (non-root ranks), 0 = off
+  int64_t nextReportNs_ = 0;
+  uint64_t lastReported_ = 0;
+
+  // Departures.
+  std::atomic<int> departed_{0};
+  std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)
+  // Per rank: said goodbye (written by the background thread, read by whoever blames a link).
+  std::unique_ptr<std::atomic<uint8_t>[]> left_;
+
+  // The background thread's sleep.
+  int wakeFd_ = -1;
+  int epollFd_ = -1;       // wakeFd_ and control sockets
+  int epollLinksFd_ = -1;  // the same plus the links' wait descriptors (edge-triggered)
+};
+
+}  // namespace braid
