@@ -9,23 +9,6 @@
 
 namespace braid {
 
-// The algorithms a caller can choose (BRAID_ALGO, `-A`, braid-topo). Not every collective has every
-// algorithm: algoAvailable() says which pairs exist. AllToAll (pairwise exchange) and Barrier
-// (dissemination) have one algorithm each, reported under the name kRing.
-enum class Algo : uint8_t {
-  kRing,               // ring (AllReduce/AllGather/ReduceScatter), pipelined chain (Broadcast/Reduce)
-  kTree,               // double binary tree, pipelined (AllReduce/Broadcast/Reduce)
-  kRabenseifner,       // recursive-halving reduce-scatter + recursive-doubling all-gather (AllReduce)
-  kRecursiveDoubling,  // log2(n) full-buffer exchanges (AllReduce)
-  kHierarchical,       // intra-host reduce-scatter, inter-host allreduce of shards, intra-host all-gather
-  kGossip,             // K rounds of one-peer exponential averaging (AllReduce avg, approximate comms)
-};
-constexpr int kNumAlgos = 6;
-const char* algoName(Algo a);                 // "ring", "tree", ...
-const char* algoNameFor(Coll c, Algo a);      // as algoName, but "pairwise"/"dissemination" for AllToAll/Barrier
-bool parseAlgo(const char* name, Algo* out);  // exact lower-case names above
-bool algoAvailable(Coll coll, Algo a);        // whether a builder exists for the pair
-
 // The shape of a call, everything a plan depends on. Counts are in elements, as in the API:
 // AllReduce/Broadcast/Reduce: the buffer; AllGather: per rank (sendcount); ReduceScatter: per rank
 // (recvcount); AllToAll: per peer.

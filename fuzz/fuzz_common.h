@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "src/secret.h"
+#include "src/base/secret.h"
 #include "src/wire.h"
 
 namespace braid::fuzz {

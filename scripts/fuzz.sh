@@ -27,9 +27,9 @@ fi
 
 # The braid sources the decoders need, compiled once into one archive (only what a target uses is
 # linked into it).
-# (topology/cost.cc asks the algorithm table which algorithms exist: hence algorithms/.)
 lib_sources=(
-  src/config.cc src/log.cc src/plan.cc src/socket.cc src/status.cc src/wire.cc
+  src/base/config.cc src/base/dtype.cc src/base/log.cc src/base/socket.cc src/base/status.cc
+  src/coll.cc src/plan.cc src/wire.cc
   topology/cost.cc topology/file.cc topology/text_util.cc
   transports/shm/shm_layout.cc transports/tcp/tcp_wire.cc
 )

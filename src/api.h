@@ -6,9 +6,9 @@
 #include <string>
 
 #include "braid/braid.h"
+#include "src/base/log.h"
+#include "src/base/status.h"
 #include "src/handles.h"
-#include "src/log.h"
-#include "src/status.h"
 
 namespace braid {
 
@@ -46,23 +46,12 @@ Status publishHandle(HandleTable& table, Handle* out, Make make) {
 // Runs `body` (returning Status); converts failures and exceptions at the C boundary.
 template <class F>
 braidResult_t guard(const char* fn, F&& body) {
-  try {
-    Status s = body();
-    if (s.ok()) return braidSuccess;
-    setLastError(std::string(fn) + ": " + s.message());
-    if (s.code() == braidInvalidArgument || s.code() == braidInvalidUsage)
-      BRAID_WARN(kLogColl, "%s: %s", fn, s.message().c_str());
-    return s.code();
-  } catch (const std::bad_alloc&) {
-    setLastError(std::string(fn) + ": out of memory");
-    return braidSystemError;
-  } catch (const std::exception& e) {
-    setLastError(std::string(fn) + ": internal error: " + e.what());
-    return braidInternalError;
-  } catch (...) {
-    setLastError(std::string(fn) + ": internal error: unknown exception");
-    return braidInternalError;
-  }
+  Status s = catching(body);
+  if (s.ok()) return braidSuccess;
+  setLastError(std::string(fn) + ": " + s.message());
+  if (s.code() == braidInvalidArgument || s.code() == braidInvalidUsage)
+    BRAID_WARN(kLogColl, "%s: %s", fn, s.message().c_str());
+  return s.code();
 }
 
 }  // namespace braid

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <map>
 
-#include "src/log.h"
+#include "src/base/log.h"
 #include "src/rendezvous.h"
 
 namespace braid {

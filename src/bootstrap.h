@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "src/socket.h"
-#include "src/status.h"
+#include "src/base/socket.h"
+#include "src/base/status.h"
 #include "src/wire.h"
 #include "transports/transport.h"
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "src/config.h"
-#include "src/log.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
 
 std::string braidComm::describeRank(int r) const { return braid::describePeer(peers, r); }
 

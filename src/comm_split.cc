@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/base/log.h"
 #include "src/comm.h"
-#include "src/log.h"
 
 namespace braid {
 

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "src/base/config.h"
+#include "src/base/log.h"
 #include "src/comm.h"
-#include "src/config.h"
-#include "src/log.h"
 #include "topology/topology.h"
 
 namespace braid {

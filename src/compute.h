@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "src/base/status.h"
 #include "src/plan.h"
 #include "src/reduce.h"
-#include "src/status.h"
 
 namespace braid {
 

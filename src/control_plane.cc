@@ -20,9 +20,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/base/config.h"
+#include "src/base/log.h"
 #include "src/comm.h"
-#include "src/config.h"
-#include "src/log.h"
 #include "src/wire.h"
 
 namespace braid {

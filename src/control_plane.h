@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "src/base/status.h"
 #include "src/bootstrap.h"
-#include "src/status.h"
 
 struct braidComm;
 

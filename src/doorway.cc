@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "src/clock.h"
-#include "src/log.h"
+#include "src/base/clock.h"
+#include "src/base/log.h"
 
 namespace braid {
 

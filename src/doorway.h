@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "src/socket.h"
-#include "src/status.h"
+#include "src/base/socket.h"
+#include "src/base/status.h"
 
 namespace braid {
 

@@ -5,10 +5,10 @@
 
 #include <cstring>
 
+#include "src/base/log.h"
 #include "src/comm.h"
 #include "src/compute.h"
 #include "src/handles.h"
-#include "src/log.h"
 
 namespace braid {
 

@@ -25,13 +25,13 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "src/clock.h"
+#include "src/base/clock.h"
+#include "src/base/status.h"
 #include "src/compute.h"
 #include "src/control_plane.h"
 #include "src/plan.h"
 #include "src/plan_cache.h"
 #include "src/reduce.h"
-#include "src/status.h"
 #include "transports/transport.h"
 
 struct braidComm;

@@ -22,7 +22,7 @@
 #include <mutex>
 #include <vector>
 
-#include "src/status.h"
+#include "src/base/status.h"
 
 namespace braid {
 

@@ -4,28 +4,6 @@
 
 namespace braid {
 
-const char* collName(Coll c) {
-  switch (c) {
-    case Coll::kAllReduce:
-      return "AllReduce";
-    case Coll::kBroadcast:
-      return "Broadcast";
-    case Coll::kReduce:
-      return "Reduce";
-    case Coll::kAllGather:
-      return "AllGather";
-    case Coll::kReduceScatter:
-      return "ReduceScatter";
-    case Coll::kAllToAll:
-      return "AllToAll";
-    case Coll::kSendRecv:
-      return "SendRecv";
-    case Coll::kBarrier:
-      return "Barrier";
-  }
-  return "?";
-}
-
 void Plan::depsInto(Deps deps, int32_t out[2]) {
   if (deps.size() <= 2) {  // as given, "none" (-1) included: the common case, and describe() shows it
     out[0] = deps.size() > 0 ? deps.begin()[0] : -1;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "src/coll.h"
+
 namespace braid {
 
 enum class StepKind : uint8_t {
@@ -78,18 +80,6 @@ class Deps {
   int32_t one_ = -1;
   size_t n_ = 0;
 };
-
-enum class Coll : uint8_t {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAllToAll,
-  kSendRecv,
-  kBarrier,
-};
-const char* collName(Coll c);  // "AllReduce", ...
 
 struct Plan {
   Coll coll = Coll::kAllReduce;

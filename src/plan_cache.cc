@@ -1,6 +1,6 @@
 #include "src/plan_cache.h"
 
-#include "src/log.h"
+#include "src/base/log.h"
 
 namespace braid {
 

@@ -1,5 +1,5 @@
 // Datatype sizes and names, the scalar kernels, and the choice of kernel table (fp16/bf16 conversions
-// are in src/half.h). The choice is made once, while the library is loaded: the best level this CPU
+// are in src/base/half.h). The choice is made once, while the library is loaded: the best level this CPU
 // supports (AVX-512, AVX2, scalar), capped by BRAID_SIMD. reduceKernel() is then one array lookup.
 //
 // Semantics shared by every level (the SIMD files reproduce them bit for bit):
@@ -33,10 +33,6 @@
 namespace braid {
 namespace {
 
-constexpr const char* kDtypeNames[braidNumTypes] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                                    "uint64", "float16", "bfloat16", "float32", "float64"};
-constexpr size_t kDtypeSizes[braidNumTypes] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-constexpr const char* kRedopNames[braidNumOps] = {"sum", "prod", "min", "max", "avg"};
 constexpr const char* kSimdLevelNames[kNumSimdLevels] = {"scalar", "avx2", "avx512"};
 
 // ---- Scalar kernels ------------------------------------------------------------------------------
@@ -333,13 +329,6 @@ void axpy(braidDataType_t dt, void* dst, const void* src, size_t count, double w
 }
 
 // ---- Datatypes -------------------------------------------------------------------------------------
-
-bool validDtype(int dt) { return dt >= 0 && dt < braidNumTypes; }
-bool validRedop(int op) { return op >= 0 && op < braidNumOps; }
-
-size_t dtypeSize(braidDataType_t dt) { return validDtype(dt) ? kDtypeSizes[dt] : 0; }
-const char* dtypeName(braidDataType_t dt) { return validDtype(dt) ? kDtypeNames[dt] : "invalid"; }
-const char* redopName(braidRedOp_t op) { return validRedop(op) ? kRedopNames[op] : "invalid"; }
 
 // ---- Kernels ---------------------------------------------------------------------------------------
 

@@ -7,16 +7,10 @@
 #include <cstdint>
 
 #include "braid/braid.h"
-#include "src/half.h"  // halfToFloat, floatToHalf, bf16ToFloat, floatToBf16
+#include "src/base/dtype.h"  // dtypeSize, dtypeName, redopName, validDtype, validRedop
+#include "src/base/half.h"   // halfToFloat, floatToHalf, bf16ToFloat, floatToBf16
 
 namespace braid {
-
-// Bytes per element; 0 for an invalid datatype.
-size_t dtypeSize(braidDataType_t dt);
-const char* dtypeName(braidDataType_t dt);  // "float32", "bfloat16", ...; "invalid" otherwise
-const char* redopName(braidRedOp_t op);     // "sum", ...; "invalid" otherwise
-bool validDtype(int dt);
-bool validRedop(int op);
 
 // out[i] = a[i] op b[i], i < count. `out` may alias `a` or `b` exactly (not partially).
 // braidAvg reduces as braidSum here; divide once at the end with scaleDivide.

@@ -30,9 +30,9 @@
 #include <cstring>
 #include <string>
 
+#include "src/base/log.h"
 #include "src/bootstrap.h"
 #include "src/doorway.h"
-#include "src/log.h"
 
 namespace braid {
 

@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "src/clock.h"
-#include "src/socket.h"
-#include "src/status.h"
+#include "src/base/clock.h"
+#include "src/base/socket.h"
+#include "src/base/status.h"
 #include "src/wire.h"
 #include "transports/transport.h"
 

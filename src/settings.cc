@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "src/config.h"
+#include "src/base/config.h"
 
 namespace braid {
 

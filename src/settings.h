@@ -1,7 +1,7 @@
 // The settings a communicator runs with, read once at init into one struct that the communicator
 // holds and hands to whoever needs them (the executor, the transports' setup, the topology). The
 // environment is read only here (and for the knobs of one subsystem, by that subsystem's setup),
-// with the defaults of the one table in src/config.cc; a braidConfig_t overrides the environment
+// with the defaults of the one table in src/base/config.cc; a braidConfig_t overrides the environment
 // for one communicator. Nothing on the per-call path reads the environment.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "braid/braid.h"
-#include "src/status.h"
+#include "src/base/status.h"
 
 namespace braid {
 

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "braid/braid.h"
-#include "src/secret.h"
-#include "src/socket.h"
-#include "src/status.h"
+#include "src/base/secret.h"
+#include "src/base/socket.h"
+#include "src/base/status.h"
 #include "transports/transport.h"
 
 namespace braid {

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "src/config.h"
+#include "src/base/config.h"
 #include "tools/braid_topo_plan.h"
 #include "topology/topology.h"
 

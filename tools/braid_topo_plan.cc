@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "src/config.h"
+#include "src/base/config.h"
 #include "topology/select.h"
 
 namespace braid::tools {

@@ -20,7 +20,7 @@
 #include <limits>
 #include <string>
 
-#include "src/config.h"
+#include "src/base/config.h"
 
 namespace braid::topo {
 

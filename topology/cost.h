@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/algorithms.h"
-#include "src/status.h"
+#include "src/base/status.h"
+#include "src/coll.h"
 
 namespace braid::topo {
 
@@ -33,7 +33,7 @@ struct CostParams {
     return inter ? LinkCost{interAlphaUs, interGbps} : LinkCost{intraAlphaUs, intraGbps};
   }
 
-  // The declared defaults of src/config.cc (BRAID_COST_*, BRAID_CHUNK_SIZE, BRAID_GOSSIP_ROUNDS:
+  // The declared defaults of src/base/config.cc (BRAID_COST_*, BRAID_CHUNK_SIZE, BRAID_GOSSIP_ROUNDS:
   // calibrated on the development machine), whatever the environment says. A topology file's cost
   // line overrides them, then applyEnv the variables that are set.
   static CostParams defaults();

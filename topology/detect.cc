@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "braid_build_config.h"
-#include "src/log.h"
+#include "src/base/log.h"
 #include "topology/topology.h"
 
 #if BRAID_HAVE_HWLOC

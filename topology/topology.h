@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "src/status.h"
+#include "src/base/status.h"
 #include "topology/cost.h"
 
 namespace braid::topo {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "src/clock.h"
-#include "src/status.h"
+#include "src/base/clock.h"
+#include "src/base/status.h"
 
 namespace braid {
 

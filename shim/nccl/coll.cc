@@ -45,7 +45,7 @@ Status prepareReduction(ncclComm_t comm, const void* sendbuff, size_t count, siz
   BRAID_TRY(resolveOp(comm, op, dt, &out->op, &pre, &isPre));
   out->send = sendbuff;
   if (!isPre || count == 0) return okStatus();
-  const size_t es = typeSize(out->type);
+  const size_t es = dtypeSize(out->type);
   if (count > static_cast<size_t>(PTRDIFF_MAX) / es / sendBlocks)
     return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
   if (sendbuff == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
@@ -71,7 +71,7 @@ Status finishReduction(braidResult_t r, Reduction* red) {
 
 Status checkRooted(int root, int n, size_t count, braidDataType_t type) {
   if (root < 0 || root >= n) return errorf(braidInvalidArgument, "root %d is out of range [0, %d)", root, n);
-  if (count > static_cast<size_t>(PTRDIFF_MAX) / typeSize(type) / static_cast<size_t>(n))
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / dtypeSize(type) / static_cast<size_t>(n))
     return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
   return okStatus();
 }
@@ -93,7 +93,7 @@ Status rootedExchange(bool gather, const void* sendbuff, void* recvbuff, size_t 
   const bool isRoot = rank == root;
   if (sendbuff == nullptr && (gather || isRoot)) return errorf(braidInvalidArgument, "sendbuff is NULL");
   if (recvbuff == nullptr && (!gather || isRoot)) return errorf(braidInvalidArgument, "recvbuff is NULL");
-  const size_t bytes = count * typeSize(t);
+  const size_t bytes = count * dtypeSize(t);
   // The root's blocked buffer and its own single block.
   char* blocks = static_cast<char*>(gather ? recvbuff : const_cast<void*>(sendbuff));
   char* own = static_cast<char*>(gather ? const_cast<void*>(sendbuff) : recvbuff);

@@ -23,17 +23,7 @@ struct GroupState {
 thread_local GroupState tGroup;
 
 // A job's exceptions stay in its thread: they become its Status.
-Status runJob(const std::function<Status()>& job) {
-  try {
-    return job();
-  } catch (const std::bad_alloc&) {
-    return errorf(braidSystemError, "out of memory");
-  } catch (const std::exception& e) {
-    return errorf(braidInternalError, "internal error: %s", e.what());
-  } catch (...) {
-    return errorf(braidInternalError, "internal error: unknown exception");
-  }
-}
+Status runJob(const std::function<Status()>& job) { return catching(job); }
 
 // Runs a group's setups and completes their wrappers: ready (sharing one Clique when several
 // communicators were made) or failed with the setup's error. Returns the first failure.

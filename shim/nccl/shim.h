@@ -1,7 +1,8 @@
 // Internals of the NCCL-compatible library (libbraid_nccl.so). It is a client of libbraid's public
 // API (braid.h) like any application: a communicator wraps a braidComm_t, datatypes and ops are
 // translated, and braid's results become ncclResult_t at the C boundary. Internally the shim uses
-// braid's Status (src/status.h, compiled into this library too) with braid's result codes.
+// braid's shared utilities (src/base/: Status with braid's result codes, the datatype table, the
+// fp16/bf16 conversions), compiled into this library too, and nothing else of braid's internals.
 #pragma once
 
 #include <atomic>
@@ -16,7 +17,8 @@
 
 #include "braid/braid.h"
 #include "braid/nccl.h"
-#include "src/status.h"
+#include "src/base/dtype.h"
+#include "src/base/status.h"
 
 namespace braid::nccl {
 
@@ -98,21 +100,10 @@ void setLastError(const std::string& message);
 // Runs `body` (returning Status) and converts its outcome, exceptions included, at the C boundary.
 template <class F>
 ncclResult_t guard(const char* fn, F&& body) {
-  try {
-    Status s = body();
-    if (s.ok()) return ncclSuccess;
-    setLastError(std::string(fn) + ": " + s.message());
-    return toNccl(s.code());
-  } catch (const std::bad_alloc&) {
-    setLastError(std::string(fn) + ": out of memory");
-    return ncclSystemError;
-  } catch (const std::exception& e) {
-    setLastError(std::string(fn) + ": internal error: " + e.what());
-    return ncclInternalError;
-  } catch (...) {
-    setLastError(std::string(fn) + ": internal error: unknown exception");
-    return ncclInternalError;
-  }
+  Status s = catching(body);
+  if (s.ok()) return ncclSuccess;
+  setLastError(std::string(fn) + ": " + s.message());
+  return toNccl(s.code());
 }
 
 // ---- Communicators (comm.cc) -----------------------------------------------------------------------
@@ -143,7 +134,6 @@ std::vector<Status> runConcurrently(const std::vector<std::function<Status()>>& 
 Status reduceType(ncclDataType_t dt, braidDataType_t* out);
 // The braid datatype for moving data: as reduceType, but fp8 moves as bytes (braidUint8).
 Status moveType(ncclDataType_t dt, braidDataType_t* out);
-size_t typeSize(braidDataType_t dt);
 
 // The op to pass to braid. A created PreMulSum op becomes braidSum with *pre set; a built-in op
 // leaves *pre untouched. Checks that a created op belongs to comm and to dt.

@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "shim/nccl/shim.h"
-#include "src/half.h"
+#include "src/base/half.h"
 
 namespace braid::nccl {
 
@@ -69,23 +69,6 @@ Status moveType(ncclDataType_t dt, braidDataType_t* out) {
   BRAID_TRY(checkType(dt));
   *out = isFp8(dt) ? braidUint8 : static_cast<braidDataType_t>(kBraidType[dt]);
   return okStatus();
-}
-
-size_t typeSize(braidDataType_t dt) {
-  switch (dt) {
-    case braidInt8:
-    case braidUint8:
-      return 1;
-    case braidFloat16:
-    case braidBfloat16:
-      return 2;
-    case braidInt32:
-    case braidUint32:
-    case braidFloat32:
-      return 4;
-    default:
-      return 8;
-  }
 }
 
 Status resolveOp(ncclComm* comm, ncclRedOp_t op, ncclDataType_t dt, braidRedOp_t* out, PreMulSum* pre, bool* isPre) {
@@ -163,7 +146,7 @@ NCCL_SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* sc
       return errorf(braidInvalidArgument, "residence %d is not an ncclScalarResidence_t", static_cast<int>(residence));
     PreMulSum pre{};
     pre.dtype = datatype;
-    memcpy(pre.scalar, scalar, typeSize(bt));
+    memcpy(pre.scalar, scalar, dtypeSize(bt));
     std::lock_guard<std::mutex> lock(comm->mu);
     // The smallest free value: values are reused after ncclRedOpDestroy, as in NCCL.
     int value = ncclNumOps;

@@ -46,7 +46,7 @@ check "dot" '[[ $rc == 0 ]] && head -1 $TMP/out | grep -q "^digraph" && tail -1 
 
 BRAID_TIMEOUT=77 run --config
 check "config lists the knobs with value, default and help" '[[ $rc == 0 ]] && grep -Eq "^BRAID_TIMEOUT +300 +77 " $TMP/out && grep -q "^BRAID_ALGO " $TMP/out && grep -q "^BRAID_TOPO_FILE " $TMP/out && grep -q "^BRAID_COST_INTER_GBPS " $TMP/out'
-check "config: one line per declared knob" '[[ $(grep -c "^BRAID_" $TMP/out) == $(grep -cE "^ *[a-zA-Z]+\(\"BRAID_" '"$2"'/src/config.cc) ]]'
+check "config: one line per declared knob" '[[ $(grep -c "^BRAID_" $TMP/out) == $(grep -cE "^ *[a-zA-Z]+\(\"BRAID_" '"$2"'/src/base/config.cc) ]]'
 # (the value column is whatever the environment sets: scripts/sanitize.sh sets BRAID_HEARTBEAT_MS)
 check "config shows each knob's range" 'grep -Eq "^BRAID_HEARTBEAT_MS +1000 +[^ ]+ +0 or 1\.\.3600000 " $TMP/out && grep -Eq "^BRAID_CHECK_MISMATCH .*1\|0\|true" $TMP/out'
 BRAID_HEARTBEAT_MS=9223372036854775807 run --config

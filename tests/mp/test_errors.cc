@@ -11,8 +11,8 @@
 #include <tuple>
 #include <vector>
 
+#include "src/base/socket.h"
 #include "src/bootstrap.h"
-#include "src/socket.h"
 #include "tests/mp/harness.h"
 
 using namespace braidtest;

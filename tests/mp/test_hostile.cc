@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "src/base/socket.h"
 #include "src/bootstrap.h"
-#include "src/socket.h"
 #include "src/wire.h"
 #include "tests/mp/harness.h"
 #include "transports/tcp/tcp_wire.h"

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "src/config.h"
+#include "src/base/config.h"
 #include "topology/topology.h"
 
 namespace braid {

@@ -9,10 +9,10 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "src/clock.h"
+#include "src/base/clock.h"
+#include "src/base/log.h"
+#include "src/base/socket.h"
 #include "src/doorway.h"
-#include "src/log.h"
-#include "src/socket.h"
 
 using namespace braid;
 

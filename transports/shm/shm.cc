@@ -41,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "src/config.h"
-#include "src/log.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
 #include "transports/shm/shm_layout.h"
 #include "transports/shm/shm_link.h"
 #include "transports/transport.h"
@@ -63,7 +63,7 @@ struct Config {
 // nfifos: this rank's shm peers, one FIFO each in its segment.
 Status loadConfig(size_t nfifos, Config* out) {
   Config c;
-  // The readers hold both to their declared ranges (src/config.cc: 64..64M, within kMaxSlotSize,
+  // The readers hold both to their declared ranges (src/base/config.cc: 64..64M, within kMaxSlotSize,
   // and 1..kMaxSlots); what the table cannot say is the alignment.
   BRAID_TRY(paramSize("BRAID_SHM_SLOT_SIZE", &c.slotSize));
   if (c.slotSize % kCacheLine != 0)

@@ -21,8 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "src/secret.h"
-#include "src/status.h"
+#include "src/base/secret.h"
+#include "src/base/status.h"
 
 namespace braid {
 namespace shm {

@@ -14,8 +14,8 @@
 #include <cstring>
 #include <utility>
 
-#include "src/clock.h"
-#include "src/log.h"
+#include "src/base/clock.h"
+#include "src/base/log.h"
 
 namespace braid {
 namespace shm {

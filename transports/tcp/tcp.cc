@@ -27,10 +27,10 @@
 #include <cstring>
 #include <string>
 
-#include "src/config.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
+#include "src/base/socket.h"
 #include "src/doorway.h"
-#include "src/log.h"
-#include "src/socket.h"
 #include "transports/tcp/tcp_link.h"
 #include "transports/tcp/tcp_wire.h"
 #include "transports/transport.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <new>
 
-#include "src/log.h"
+#include "src/base/log.h"
 
 namespace braid {
 

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "src/socket.h"
-#include "src/status.h"
+#include "src/base/socket.h"
+#include "src/base/status.h"
 #include "transports/transport.h"
 
 namespace braid {

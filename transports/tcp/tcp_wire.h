@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "src/secret.h"
-#include "src/socket.h"
-#include "src/status.h"
+#include "src/base/secret.h"
+#include "src/base/socket.h"
+#include "src/base/status.h"
 
 namespace braid {
 namespace tcp {

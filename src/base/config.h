@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "src/status.h"
+#include "src/base/status.h"
 
 namespace braid {
 

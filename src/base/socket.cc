@@ -1,4 +1,4 @@
-#include "src/socket.h"
+#include "src/base/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "src/config.h"
-#include "src/log.h"
+#include "src/base/config.h"
+#include "src/base/log.h"
 
 namespace braid {
 

@@ -2,6 +2,8 @@
 // Converted to braidResult_t + braidGetLastError() at the C boundary (src/api.cc).
 #pragma once
 
+#include <exception>
+#include <new>
 #include <string>
 
 #include "braid/braid.h"
@@ -32,6 +34,22 @@ inline Status okStatus() { return Status(); }
 Status errorf(braidResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 // A braidSystemError whose message ends with strerror(errnum).
 Status systemError(int errnum, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Runs `body` (returning Status) with every exception it throws turned into a Status: out of
+// memory is braidSystemError, anything else braidInternalError. Where C callers (the C API, the
+// NCCL shim, a group's setup jobs) meet C++.
+template <class F>
+Status catching(F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Status(braidSystemError, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(braidInternalError, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Status(braidInternalError, "internal error: unknown exception");
+  }
+}
 
 }  // namespace braid
 

@@ -1,4 +1,4 @@
-#include "src/config.h"
+#include "src/base/config.h"
 
 #include <strings.h>
 
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "src/log.h"
+#include "src/base/log.h"
 
 namespace braid {
 

@@ -1,4 +1,4 @@
-#include "src/log.h"
+#include "src/base/log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "src/config.h"
+#include "src/base/config.h"
 
 namespace braid {
 namespace log_detail {

@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "src/clock.h"
-#include "src/status.h"
+#include "src/base/clock.h"
+#include "src/base/status.h"
 
 namespace braid {
 

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "src/status.h"
+#include "src/base/status.h"
 
 namespace braid {
 

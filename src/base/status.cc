@@ -1,4 +1,4 @@
-#include "src/status.h"
+#include "src/base/status.h"
 
 #include <cstdarg>
 #include <cstdio>

@@ -1,0 +1,40 @@
+// The vocabulary every layer shares: the collectives and the algorithms that can run them, with
+// their names. Plain enums and tables, no behaviour: the plans (src/plan.h), the algorithms
+// (algorithms/), the cost model and the selector (topology/) all speak it, and none of them has to
+// include another to do so.
+#pragma once
+
+#include <cstdint>
+
+namespace braid {
+
+enum class Coll : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSendRecv,
+  kBarrier,
+};
+const char* collName(Coll c);  // "AllReduce", ...
+
+// The algorithms a caller can choose (BRAID_ALGO, `-A`, braid-topo). Not every collective has every
+// algorithm: algoAvailable() says which pairs exist. AllToAll (pairwise exchange) and Barrier
+// (dissemination) have one algorithm each, reported under the name kRing.
+enum class Algo : uint8_t {
+  kRing,               // ring (AllReduce/AllGather/ReduceScatter), pipelined chain (Broadcast/Reduce)
+  kTree,               // double binary tree, pipelined (AllReduce/Broadcast/Reduce)
+  kRabenseifner,       // recursive-halving reduce-scatter + recursive-doubling all-gather (AllReduce)
+  kRecursiveDoubling,  // log2(n) full-buffer exchanges (AllReduce)
+  kHierarchical,       // intra-host reduce-scatter, inter-host allreduce of shards, intra-host all-gather
+  kGossip,             // K rounds of one-peer exponential averaging (AllReduce avg, approximate comms)
+};
+constexpr int kNumAlgos = 6;
+const char* algoName(Algo a);                 // "ring", "tree", ...
+const char* algoNameFor(Coll c, Algo a);      // as algoName, but "pairwise"/"dissemination" for AllToAll/Barrier
+bool parseAlgo(const char* name, Algo* out);  // exact lower-case names above
+bool algoAvailable(Coll coll, Algo a);        // whether a builder exists for the pair
+
+}  // namespace braid
