@@ -66,7 +66,8 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
   active_.reserve(64);
   timeoutSec_ = comm->settings.timeoutSec;
   spinNs_ = comm->settings.spinUs * 1000;
-  plans_.setOptions(comm->settings.checkMismatch, comm->settings.forceLowering);
+  // The links are connected before the engine is made, and their capabilities never change.
+  plans_.configure(linkCaps(), comm->settings.checkMismatch, comm->settings.forceLowering);
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;
@@ -132,15 +133,13 @@ void Engine::releaseOp(Op* op) {
 }
 
 const Plan* Engine::planFor(const CollArgs& shape, uint32_t** users) {
-  // Configured on first use: the links are connected by then, and their capabilities never change.
-  if (!plans_.configured()) plans_.configure(linkCaps());
   return plans_.acquire(shape, MemType::kHost, users);
 }
 
 std::vector<TransportCaps> Engine::linkCaps() const {
   std::vector<TransportCaps> caps(comm_->nranks);
   for (int r = 0; r < comm_->nranks; ++r)
-    if (r < static_cast<int>(comm_->links.size()) && comm_->links[r] != nullptr) caps[r] = comm_->links[r]->caps();
+    if (comm_->transportOf[r] >= 0) caps[r] = comm_->transports[comm_->transportOf[r]]->caps();
   return caps;
 }
 

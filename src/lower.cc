@@ -24,21 +24,6 @@ uint64_t takeBlock(Plan* plan, uint64_t bytes) {
 
 }  // namespace
 
-uint64_t LowerTarget::signature() const {
-  // FNV-1a over the fields lowering reads.
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(force);
-  for (MemType m : bufMem) mix(static_cast<uint64_t>(m));
-  for (const TransportCaps& c : peerCaps) mix(c.memTypes | (c.reduceOnRecv ? 1ull << 32 : 0));
-  return h;
-}
-
 bool lowerPlan(const LowerTarget& t, Plan* plan) {
   auto touches = [&t](int peer, Buf b) {
     if (b == Buf::kAbsolute) return true;  // point-to-point groups: the caller's own memory type

@@ -1,6 +1,6 @@
 // Lowering: rewrites a finalized plan for the links and the memory it runs on, so that no transport
 // ever sees a step it cannot run. Runs once per plan shape, and the result is cached with the plan
-// (src/plan_cache.h keys plans by the target's signature()).
+// (src/plan_cache.h).
 //
 // Rules, per transfer step to or from peer P (caps = P's link's TransportCaps):
 // - kRecvReduce where !caps.reduceOnRecv (or BRAID_FORCE_LOWERING=1, for every peer): a kRecv into a
@@ -25,9 +25,6 @@ struct LowerTarget {
   std::vector<TransportCaps> peerCaps;  // indexed by rank; this rank's entry is unused
   MemType bufMem[kNumBufs] = {MemType::kHost, MemType::kHost, MemType::kHost, MemType::kHost};
   bool force = false;  // BRAID_FORCE_LOWERING
-
-  // A small hash of everything above that lowering reads: equal signatures, equal lowered plans.
-  uint64_t signature() const;
 };
 
 // Rewrites `plan` (finalized) for `target` and finalizes it again. Returns whether anything changed.

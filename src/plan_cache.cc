@@ -12,22 +12,16 @@ PlanCache::Entry* PlanCache::insert(const PlanKey& key, std::unique_ptr<Plan> pl
   return &e;
 }
 
-void CollPlans::setOptions(bool checkMismatch, bool forceLowering) {
-  checkMismatch_ = checkMismatch;
-  target_.force = forceLowering;
-}
-
-void CollPlans::configure(std::vector<TransportCaps> peerCaps) {
+void CollPlans::configure(std::vector<TransportCaps> peerCaps, bool checkMismatch, bool forceLowering) {
   target_.peerCaps = std::move(peerCaps);
-  lowering_ = target_.signature();
-  configured_ = true;
+  target_.force = forceLowering;
+  checkMismatch_ = checkMismatch;
 }
 
 const Plan* CollPlans::acquire(const CollArgs& shape, MemType mem, uint32_t** users) {
   PlanKey key;
   key.count = shape.count;
   key.elemSize = shape.elemSize;
-  key.lowering = lowering_;
   key.root = shape.root;
   key.variant = shape.gossipRounds;
   key.coll = static_cast<uint8_t>(shape.coll);

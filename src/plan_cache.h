@@ -3,7 +3,8 @@
 // later call of that shape. The executor runs the plans it is handed and never builds one.
 //
 // A plan depends on the call's shape, on the memory type of its buffers and on what the links can do
-// (lowering, src/lower.h), so all three are in the key.
+// (lowering, src/lower.h). The first two are in the key; the links are fixed for the life of the
+// cache's communicator, so CollPlans takes them once, at construction of its engine.
 //
 // Threads: the owner's lock guards a cache (the engine lock for CollPlans, the graph lock for a
 // graph's), including the entries' users counts.
@@ -24,7 +25,6 @@ namespace braid {
 struct PlanKey {
   uint64_t count = 0;
   uint64_t elemSize = 0;
-  uint64_t lowering = 0;  // LowerTarget::signature(): the same for a communicator's life
   int32_t root = 0;
   int32_t variant = 0;  // collectives: gossip rounds; graphs: the rotation
   uint8_t coll = 0;
@@ -33,9 +33,8 @@ struct PlanKey {
   uint8_t algo = 0;
   uint8_t mem = 0;  // MemType of the send and receive buffers
   bool operator==(const PlanKey& o) const {
-    return count == o.count && elemSize == o.elemSize && lowering == o.lowering && root == o.root &&
-           variant == o.variant && coll == o.coll && inPlace == o.inPlace && avg == o.avg && algo == o.algo &&
-           mem == o.mem;
+    return count == o.count && elemSize == o.elemSize && root == o.root && variant == o.variant && coll == o.coll &&
+           inPlace == o.inPlace && avg == o.avg && algo == o.algo && mem == o.mem;
   }
 };
 
@@ -43,7 +42,7 @@ struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     return std::hash<uint64_t>()(k.count * 1000003u ^ (k.elemSize << 40) ^ (static_cast<uint64_t>(k.root) << 20) ^
                                  (static_cast<uint64_t>(k.variant) << 48) ^ (k.coll << 8) ^ (k.algo << 12) ^
-                                 (k.inPlace << 4) ^ k.avg ^ (static_cast<uint64_t>(k.mem) << 16) ^ k.lowering);
+                                 (k.inPlace << 4) ^ k.avg ^ (static_cast<uint64_t>(k.mem) << 16));
   }
 };
 
@@ -84,12 +83,10 @@ class CollPlans {
   // sizes must not grow the cache without end.
   static constexpr size_t kMaxPlans = 512;
 
-  // At init: whether plans carry the mismatch check (BRAID_CHECK_MISMATCH) and whether every
-  // receive-reduce is lowered (BRAID_FORCE_LOWERING).
-  void setOptions(bool checkMismatch, bool forceLowering);
-  // Once the links are connected, before the first acquire(): their capabilities, indexed by rank.
-  void configure(std::vector<TransportCaps> peerCaps);
-  bool configured() const { return configured_; }
+  // Once the links are connected, before the first acquire(): their capabilities, indexed by rank,
+  // whether plans carry the mismatch check (BRAID_CHECK_MISMATCH) and whether every receive-reduce
+  // is lowered (BRAID_FORCE_LOWERING).
+  void configure(std::vector<TransportCaps> peerCaps, bool checkMismatch, bool forceLowering);
 
   // The plan for `shape` with buffers of memory type `mem`, built, lowered and checked on first use.
   // Counts the caller in **users until it drops it (--**users): a plan in use is never evicted.
@@ -100,9 +97,7 @@ class CollPlans {
  private:
   PlanCache cache_{kMaxPlans};
   LowerTarget target_;
-  uint64_t lowering_ = 0;
   bool checkMismatch_ = false;
-  bool configured_ = false;
 };
 
 }  // namespace braid

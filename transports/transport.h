@@ -122,8 +122,6 @@ struct XferQueue {
 class Link {
  public:
   virtual ~Link() = default;
-  // The capabilities of the transport this link belongs to.
-  virtual const TransportCaps& caps() const = 0;
   // Queue a transfer; never blocks, never fails for lack of buffer space (back-pressure is the
   // transport's business inside progress()). Transfers complete in posting order per direction.
   virtual Status postSend(Xfer* x) = 0;

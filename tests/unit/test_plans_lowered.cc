@@ -95,7 +95,6 @@ TEST_CASE("lowering leaves a plan alone when every link reduces on receive", "[u
   for (const Step& s : p.steps) CHECK_FALSE((s.kind == StepKind::kRecvReduce && s.peer == 0));
   CHECK(countKind(p, StepKind::kReduce) > 0);
   CHECK(p.scratchBytes > 0);
-  CHECK(t.signature() != LowerTarget{}.signature());
 }
 
 TEST_CASE("lowered receive-reduces reuse a few scratch slots per peer", "[unit][plan][lower]") {

@@ -62,7 +62,6 @@ class ShmLink final : public Link {
   explicit ShmLink(LinkSetup setup);
   ~ShmLink() override;
 
-  const TransportCaps& caps() const override { return kShmCaps; }
   Status postSend(Xfer* x) override;
   Status postRecv(Xfer* x) override;
   Status progress() override;

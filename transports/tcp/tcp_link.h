@@ -32,7 +32,6 @@ class TcpLink final : public Link {
   // buffer; it must be at least kMinChunk.
   TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes);
 
-  const TransportCaps& caps() const override { return kTcpCaps; }
   Status postSend(Xfer* x) override;
   Status postRecv(Xfer* x) override;
   Status progress() override;
