@@ -78,7 +78,8 @@ const std::vector<ParamInfo> kParams = {
             "test knob: plan every receive-reduce as a receive into scratch plus a local reduce, as for a link "
             "that cannot reduce on arrival"),
     // Transports.
-    listOf("BRAID_TRANSPORTS", "shm,tcp", "shm|tcp", "transports to use, in order of preference"),
+    listOf("BRAID_TRANSPORTS", "shm,tcp", "shm|tcp|ucx|ibverbs",
+           "transports to use, in order of preference (a name this build lacks is an error at init)"),
     text("BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"),
     bytes("BRAID_SHM_SLOT_SIZE", "256K", 64, 64 * kMi,
           "bytes per shared-memory FIFO slot, a multiple of 64; all FIFOs of a host must fit in half its memory"),
