@@ -80,6 +80,14 @@ const std::vector<ParamInfo> kParams = {
     // Transports.
     listOf("BRAID_TRANSPORTS", "shm,tcp", "shm|tcp|ucx|ibverbs",
            "transports to use, in order of preference (a name this build lacks is an error at init)"),
+    // Long enough for a loaded host (a message both ways is microseconds when all is well), short
+    // enough that a broken link costs seconds, not the whole BRAID_TIMEOUT.
+    integer("BRAID_LINK_CHECK_MS", "5000", 1, kMaxHeartbeatMs,
+            "deadline of the link self-test at init, ms: a link that fails it moves to the next transport (0 = off)",
+            true),
+    text("BRAID_TEST_LINK_FAULT", "",
+         "test knob: break a transport's link between two ranks, TRANSPORT:RANK-RANK:corrupt|drop|error "
+         "(comma-separated), to exercise the self-test's fallback"),
     text("BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"),
     bytes("BRAID_SHM_SLOT_SIZE", "256K", 64, 64 * kMi,
           "bytes per shared-memory FIFO slot, a multiple of 64; all FIFOs of a host must fit in half its memory"),
