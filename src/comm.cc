@@ -194,7 +194,7 @@ Status checkRound(LinkPlan* plan, Deadline deadline, std::vector<int>* pending, 
     const char* curName = comm->transports[cur]->name();
     if (a == me || b == me) {
       const int p = a == me ? b : a;
-      const std::string what = !why[p].empty() ? why[p] : "failed on " + comm->describeRank(p) + "'s side";
+      const std::string what = !why[p].empty() ? why[p] : comm->describeRank(p) + " saw it fail";
       BRAID_WARN(kLogInit | kLogNet, "link self-test of %s between %s and %s failed: %s; %s", curName,
                  comm->describeRank(me).c_str(), comm->describeRank(p).c_str(), what.c_str(),
                  nxt >= 0 ? (std::string("moving the pair to ") + comm->transports[nxt]->name()).c_str()

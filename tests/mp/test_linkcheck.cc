@@ -135,6 +135,26 @@ TEST_CASE("a link that drops its messages falls back after the self-test's deadl
   REQUIRE(allOk(res));
 }
 
+TEST_CASE("a failure that only one side of the pair sees moves the pair on both sides", "[mp][linkcheck]") {
+  if (!shmAndTcp()) return;
+  for (const char* mode : {"drop", "corrupt"}) {
+    // Only rank 0 breaks its end: with drop, rank 2 waits in vain while rank 0's test passes; with
+    // corrupt, rank 0 sees a wrong byte while rank 2's test passes.
+    auto res = runComm(
+        3, faultEnv("shm,tcp", "", "300"),
+        [](braidComm_t comm, int rank, int size) {
+          if (checkPlacement(comm, rank, size, 0, 2, "tcp", "shm") != 0) return 1;
+          return checkTraffic(comm, rank, size, 0, 2);
+        },
+        240,
+        [mode](int rank) {
+          if (rank == 0) setenv("BRAID_TEST_LINK_FAULT", (std::string("shm:0-2:") + mode).c_str(), 1);
+        });
+    INFO(mode << ": " << describe(res));
+    REQUIRE(allOk(res));
+  }
+}
+
 TEST_CASE("a link whose posts fail falls back, also from tcp to shm", "[mp][linkcheck]") {
   if (!shmAndTcp()) return;
   // tcp first: the pair moves to shm, so shm's connect runs a second time on one communicator.
