@@ -145,11 +145,16 @@ Status agreeOnFailures(braidComm* comm, Deadline deadline, const std::vector<boo
   for (int p = 0; p < n; ++p)
     if (failedPeer[p]) mine[p / 8] |= static_cast<uint8_t>(1u << (p % 8));
   BRAID_TRY(comm->boot->allGather(mine.data(), row, all.data(), deadline));
-  auto bit = [&](int r, int p) { return (all[r * row + p / 8] >> (p % 8)) & 1; };
+  // Only the set bits are visited: n^2 pairs would cost seconds at tens of thousands of ranks.
   pairs->clear();
-  for (int a = 0; a < n; ++a)
-    for (int b = a + 1; b < n; ++b)
-      if (bit(a, b) || bit(b, a)) pairs->emplace_back(a, b);
+  for (int r = 0; r < n; ++r)
+    for (size_t byte = 0; byte < row; ++byte)
+      for (uint8_t bits = all[r * row + byte]; bits != 0; bits &= static_cast<uint8_t>(bits - 1)) {
+        const int p = static_cast<int>(byte * 8) + __builtin_ctz(bits);
+        if (p < n && p != r) pairs->emplace_back(std::min(r, p), std::max(r, p));
+      }
+  std::sort(pairs->begin(), pairs->end());
+  pairs->erase(std::unique(pairs->begin(), pairs->end()), pairs->end());
   return okStatus();
 }
 
@@ -221,13 +226,12 @@ Status checkRound(LinkPlan* plan, Deadline deadline, std::vector<int>* pending, 
   return okStatus();
 }
 
-// Picks a transport per peer (first in preference order that can connect the pair) and connects
-// them, transport by transport; every rank takes part in every transport's connect. Then every
-// new link passes the self-test (src/link_check.h) or the pair moves to its next transport, in
-// further rounds, until every link passed or a pair has no transport left.
+// Picks a transport per peer (first in preference order that can connect the pair; the transports
+// were made by commInit) and connects them, transport by transport; every rank takes part in every transport's connect.
+// Then every new link passes the self-test (src/link_check.h) or the pair moves to its next transport, in further
+// rounds, until every link passed or a pair has no transport left.
 Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
   const std::string& list = comm->settings.transports;
-  BRAID_TRY(makeTransports(list, &comm->transports));
   std::vector<LinkFault> faults;
   BRAID_TRY(parseLinkFaults(comm->settings.linkFaults, &faults));
   wrapFaultyTransports(faults, &comm->transports);
@@ -322,6 +326,11 @@ uint64_t fnv1a(const std::string& s, uint64_t seed) {
 Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverrides& over, braidComm** out) {
   auto comm = std::make_unique<braidComm>();
   BRAID_TRY(readCommSettings(over, &comm->settings));
+  // Before the id is used: a list naming a transport this build lacks fails here, and the id is
+  // still good for another try. A config's list was checked against the table's spellings only.
+  Status made = makeTransports(comm->settings.transports, &comm->transports);
+  if (!made.ok() && !over.transports.empty()) return made.withContext("config->transports");
+  BRAID_TRY(made);
   comm->rank = rank;
   comm->nranks = nranks;
   comm->commId = id.commId;
