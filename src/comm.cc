@@ -52,13 +52,7 @@ PeerInfo localInfo(int rank) {
 // the registry: the names and the error's list of known ones both come from transportRegistry().
 Status makeTransports(const std::string& list, std::vector<std::unique_ptr<Transport>>* out) {
   const std::vector<TransportEntry>& registry = transportRegistry();
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    std::string name = list.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (name.empty()) continue;
+  for (const std::string& name : listItems(list)) {
     const TransportEntry* entry = nullptr;
     for (const TransportEntry& e : registry)
       if (name == e.name) entry = &e;

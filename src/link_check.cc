@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "src/base/config.h"
+
 namespace braid {
 
 namespace {
@@ -258,15 +260,7 @@ void failProbe(const LinkCheckSet& set, size_t i, const std::string& why, std::v
 
 Status parseLinkFaults(const std::string& text, std::vector<LinkFault>* out) {
   std::vector<LinkFault> faults;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string entry = text.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (entry.empty()) continue;
-    BRAID_TRY(parseOneFault(text, entry, &faults.emplace_back()));
-  }
+  for (const std::string& entry : listItems(text)) BRAID_TRY(parseOneFault(text, entry, &faults.emplace_back()));
   *out = std::move(faults);
   return okStatus();
 }

@@ -201,13 +201,8 @@ Status parseEnum(const ParamInfo& p, const std::string& text, std::string* value
 
 Status parseList(const ParamInfo& p, const std::string& text) {
   const bool negatable = p.allowed != nullptr && p.allowed[0] == '^';
-  size_t pos = negatable && !text.empty() && text[0] == '^' ? 1 : 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string item = text.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (item.empty()) continue;
+  const size_t start = negatable && !text.empty() && text[0] == '^' ? 1 : 0;
+  for (const std::string& item : listItems(text.substr(start))) {
     std::string canonical;
     if (!parseEnum(p, item, &canonical).ok())
       return errorf(braidInvalidArgument, "%s=%s: unknown item '%s' (accepted: %s)", p.name, text.c_str(), item.c_str(),
@@ -225,6 +220,18 @@ std::string envValue(const ParamInfo& p) {
 }  // namespace
 
 const std::vector<ParamInfo>& allParams() { return kParams; }
+
+std::vector<std::string> listItems(const std::string& text) {
+  std::vector<std::string> items;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) items.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return items;
+}
 
 const ParamInfo& paramInfo(const char* name) { return declared(name); }
 
