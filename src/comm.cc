@@ -235,15 +235,20 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
   BRAID_TRY(parseLinkFaults(comm->settings.linkFaults, &faults));
   wrapFaultyTransports(faults, &comm->transports);
   // Every rank must have the same preference list, or two ranks could pick different transports
-  // for the same pair.
-  uint64_t mine = fnv1a(list, 0);
-  std::vector<uint64_t> all(comm->nranks);
-  BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
-  for (int r = 0; r < comm->nranks; ++r)
-    if (all[r] != mine)
+  // for the same pair; and the self-test on or off alike, or a rank that tests would wait for
+  // messages and an agreement that a rank that does not never sends.
+  const uint64_t mine[2] = {fnv1a(list, 0), comm->settings.linkCheckMs != 0 ? 1u : 0u};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(comm->nranks));
+  BRAID_TRY(comm->boot->allGather(mine, sizeof(mine), all.data(), deadline));
+  for (int r = 0; r < comm->nranks; ++r) {
+    if (all[2 * r] != mine[0])
       return errorf(braidInvalidUsage,
                     "rank %d has a different transport list (BRAID_TRANSPORTS or config->transports) than rank %d (%s)",
                     r, comm->rank, list.c_str());
+    if (all[2 * r + 1] != mine[1])
+      return errorf(braidInvalidUsage, "rank %d has the link self-test %s, rank %d %s (BRAID_LINK_CHECK_MS=0 is off)",
+                    r, mine[1] != 0 ? "off" : "on", comm->rank, mine[1] != 0 ? "on" : "off");
+  }
   LinkPlan plan;
   plan.comm = comm;
   BRAID_TRY(gatherRecords(comm, deadline, &plan.records));

@@ -220,6 +220,22 @@ TEST_CASE("with the self-test off, nothing moves; a corrupting link then really 
   REQUIRE(allOk(res));
 }
 
+TEST_CASE("ranks that disagree on whether to self-test the links fail init on every rank", "[mp][linkcheck]") {
+  braidUniqueId uid;
+  REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
+  auto res = forkRanks(3, {{"BRAID_TIMEOUT", "60"}}, [&](int rank, int size) {
+    if (rank == 1) setenv("BRAID_LINK_CHECK_MS", "0", 1);
+    braidComm_t comm = nullptr;
+    braidResult_t r = braidCommInitRank(&comm, size, uid, rank);
+    if (r != braidInvalidUsage) return fail(rank, "init gave %s: %s", braidGetErrorString(r), braidGetLastError());
+    if (strstr(braidGetLastError(), "link self-test") == nullptr || strstr(braidGetLastError(), "rank 1") == nullptr)
+      return fail(rank, "message lacks the setting or the rank: %s", braidGetLastError());
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
+}
+
 TEST_CASE("BRAID_LINK_CHECK_MS and BRAID_TEST_LINK_FAULT out of range fail init naming the variable",
           "[mp][linkcheck]") {
   struct Bad {
