@@ -3,12 +3,16 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <utility>
 
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/link_check.h"
 
 std::string braidComm::describeRank(int r) const { return braid::describePeer(peers, r); }
 
@@ -48,13 +52,7 @@ PeerInfo localInfo(int rank) {
 // the registry: the names and the error's list of known ones both come from transportRegistry().
 Status makeTransports(const std::string& list, std::vector<std::unique_ptr<Transport>>* out) {
   const std::vector<TransportEntry>& registry = transportRegistry();
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    std::string name = list.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (name.empty()) continue;
+  for (const std::string& name : listItems(list)) {
     const TransportEntry* entry = nullptr;
     for (const TransportEntry& e : registry)
       if (name == e.name) entry = &e;
@@ -80,34 +78,191 @@ Status gatherRecords(braidComm* comm, Deadline deadline, std::vector<TransportRe
   return comm->boot->allGather(mine.data(), nt * sizeof(TransportRecord), all->data(), deadline);
 }
 
-// Picks a transport per peer (first in preference order that can connect the pair) and connects
-// them, transport by transport; every rank takes part in every transport's connect.
+// Where each pair of ranks stands while the links are made. Every rank evaluates the same
+// canConnect calls on the same records, so all of them agree on every pair's next transport
+// without asking each other; only self-test failures need an exchange (agreeOnFailures).
+struct LinkPlan {
+  braidComm* comm = nullptr;
+  std::vector<TransportRecord> records;      // records[r * nt + t]: rank r's record for transport t
+  std::map<std::pair<int, int>, int> moved;  // pairs (low, high) moved off their first choice: their transport
+  std::vector<std::string> notes;            // per peer of ours: why it is on its transport (for INFO)
+
+  size_t nt() const { return comm->transports.size(); }
+  Endpoint endpoint(int r, size_t t) const { return Endpoint{&comm->peers[r], &records[r * nt() + t]}; }
+  // The first transport after `from` that can connect a and b, or -1.
+  int next(int a, int b, int from) const {
+    for (size_t t = static_cast<size_t>(from + 1); t < nt(); ++t)
+      if (comm->transports[t]->canConnect(endpoint(a, t), endpoint(b, t))) return static_cast<int>(t);
+    return -1;
+  }
+  int current(int a, int b) const {
+    auto it = moved.find({std::min(a, b), std::max(a, b)});
+    return it != moved.end() ? it->second : next(a, b, -1);
+  }
+  // "shm: cannot connect; " for each transport in (from, to): next() passed them over, so each
+  // refused the pair.
+  std::string refusals(int from, int to) const {
+    std::string out;
+    for (int t = from + 1; t < to; ++t) out.append(comm->transports[t]->name()).append(": cannot connect; ");
+    return out;
+  }
+};
+
+// Connects, transport by transport, the peers in `pending` to their transport (comm->transportOf);
+// every rank takes part in the connect of each transport in `connectAll` (also with no peers).
+Status connectRound(braidComm* comm, const TransportContext& ctx, const std::vector<int>& pending,
+                    const std::vector<bool>& connectAll) {
+  for (size_t t = 0; t < comm->transports.size(); ++t) {
+    if (!connectAll[t]) continue;
+    std::vector<int> peers;
+    for (int p : pending)
+      if (comm->transportOf[p] == static_cast<int>(t)) peers.push_back(p);
+    std::vector<std::unique_ptr<Link>> links;
+    Status s = comm->transports[t]->connect(ctx, peers, &links);
+    if (!s.ok()) return s.withContext(std::string("transport ") + comm->transports[t]->name());
+    if (links.size() != peers.size())
+      return errorf(braidInternalError, "transport %s returned %zu links for %zu peers", comm->transports[t]->name(),
+                    links.size(), peers.size());
+    for (size_t i = 0; i < peers.size(); ++i) comm->links[peers[i]] = std::move(links[i]);
+    if (!peers.empty()) BRAID_INFO(kLogInit, "%zu peers over %s", peers.size(), comm->transports[t]->name());
+  }
+  return okStatus();
+}
+
+// Every rank's failed peers, as bitmaps in one exchange: the pairs that move are those that either
+// side saw fail, so a failure seen by one side only moves the pair on both.
+Status agreeOnFailures(braidComm* comm, Deadline deadline, const std::vector<bool>& failedPeer,
+                       std::vector<std::pair<int, int>>* pairs) {
+  const int n = comm->nranks;
+  const size_t row = (static_cast<size_t>(n) + 7) / 8;
+  std::vector<uint8_t> mine(row, 0), all(row * n, 0);
+  for (int p = 0; p < n; ++p)
+    if (failedPeer[p]) mine[p / 8] |= static_cast<uint8_t>(1u << (p % 8));
+  BRAID_TRY(comm->boot->allGather(mine.data(), row, all.data(), deadline));
+  // Only the set bits are visited: n^2 pairs would cost seconds at tens of thousands of ranks.
+  pairs->clear();
+  for (int r = 0; r < n; ++r)
+    for (size_t byte = 0; byte < row; ++byte)
+      for (uint8_t bits = all[r * row + byte]; bits != 0; bits &= static_cast<uint8_t>(bits - 1)) {
+        const int p = static_cast<int>(byte * 8) + __builtin_ctz(bits);
+        if (p < n && p != r) pairs->emplace_back(std::min(r, p), std::max(r, p));
+      }
+  std::sort(pairs->begin(), pairs->end());
+  pairs->erase(std::unique(pairs->begin(), pairs->end()), pairs->end());
+  return okStatus();
+}
+
+// Self-tests the links to `pending`, then moves every pair that failed anywhere to its next
+// transport. Fills *pending with this rank's moved peers (connected next round) and connectAll
+// with the transports any rank moves a pair to; fails on every rank when a pair has none left.
+Status checkRound(LinkPlan* plan, Deadline deadline, std::vector<int>* pending, std::vector<bool>* connectAll) {
+  braidComm* comm = plan->comm;
+  const int me = comm->rank;
+  LinkCheckSet set;
+  set.rank = me;
+  set.commId = comm->commId;
+  set.transports = &comm->transports;
+  for (int p : *pending) {
+    set.peers.push_back(p);
+    set.links.push_back(comm->links[p].get());
+    set.transportOf.push_back(comm->transportOf[p]);
+  }
+  // Declared before the links it tests are destroyed below: a failed link may still hold its
+  // transfers.
+  LinkCheck check;
+  std::vector<std::string> failures;
+  Deadline checkDeadline = Deadline::afterMs(comm->settings.linkCheckMs);
+  checkDeadline.atNs = std::min(checkDeadline.atNs, deadline.atNs);
+  const int64_t startNs = nowNs();
+  BRAID_TRY(check.run(set, checkDeadline, &failures));
+  const int64_t checkedNs = nowNs();
+  std::vector<bool> failedPeer(comm->nranks, false);
+  std::vector<std::string> why(comm->nranks);
+  for (size_t i = 0; i < set.peers.size(); ++i) {
+    failedPeer[set.peers[i]] = !failures[i].empty();
+    why[set.peers[i]] = failures[i];
+  }
+  std::vector<std::pair<int, int>> pairs;
+  BRAID_TRY(agreeOnFailures(comm, deadline, failedPeer, &pairs));
+  BRAID_INFO(kLogInit, "link self-test of %zu links: %.2f ms, agreeing on %zu failed pairs: %.2f ms", set.peers.size(),
+             static_cast<double>(checkedNs - startNs) / 1e6, pairs.size(),
+             static_cast<double>(nowNs() - checkedNs) / 1e6);
+  pending->clear();
+  connectAll->assign(plan->nt(), false);
+  std::string stranded;
+  for (const auto& [a, b] : pairs) {
+    const int cur = plan->current(a, b);
+    const int nxt = plan->next(a, b, cur);
+    plan->moved[{a, b}] = nxt;
+    if (nxt >= 0) (*connectAll)[nxt] = true;
+    const char* curName = comm->transports[cur]->name();
+    if (a == me || b == me) {
+      const int p = a == me ? b : a;
+      const std::string what = !why[p].empty() ? why[p] : comm->describeRank(p) + " saw it fail";
+      BRAID_WARN(kLogInit | kLogNet, "link self-test of %s between %s and %s failed: %s; %s", curName,
+                 comm->describeRank(me).c_str(), comm->describeRank(p).c_str(), what.c_str(),
+                 nxt >= 0 ? (std::string("moving the pair to ") + comm->transports[nxt]->name()).c_str()
+                          : "no transport left for the pair");
+      plan->notes[p].append(curName).append(" failed its self-test: ").append(what).append("; ");
+      if (nxt >= 0) plan->notes[p].append(plan->refusals(cur, nxt));
+      comm->transports[cur]->dropLink(p);
+      comm->links[p].reset();
+      comm->transportOf[p] = nxt;
+      if (nxt >= 0) pending->push_back(p);
+    }
+    if (nxt < 0 && stranded.empty()) {
+      std::string tried;
+      for (int t = plan->next(a, b, -1); t >= 0; t = plan->next(a, b, t))
+        tried.append(tried.empty() ? "" : ", ").append(comm->transports[t]->name());
+      stranded = "the link between " + comm->describeRank(a) + " and " + comm->describeRank(b) +
+                 " failed its self-test on every transport that can connect the pair (tried " + tried +
+                 " of BRAID_TRANSPORTS=" + comm->settings.transports + ")";
+      const std::string& seen = why[a == me ? b : a];
+      if ((a == me || b == me) && !seen.empty()) stranded += "; on " + std::string(curName) + " this rank saw: " + seen;
+    }
+  }
+  if (!stranded.empty()) return errorf(braidRemoteError, "%s", stranded.c_str());
+  return okStatus();
+}
+
+// Picks a transport per peer (first in preference order that can connect the pair; the transports
+// were made by commInit) and connects them, transport by transport; every rank takes part in every transport's connect.
+// Then every new link passes the self-test (src/link_check.h) or the pair moves to its next transport, in further
+// rounds, until every link passed or a pair has no transport left.
 Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
   const std::string& list = comm->settings.transports;
-  BRAID_TRY(makeTransports(list, &comm->transports));
+  std::vector<LinkFault> faults;
+  BRAID_TRY(parseLinkFaults(comm->settings.linkFaults, &faults));
+  wrapFaultyTransports(faults, &comm->transports);
   // Every rank must have the same preference list, or two ranks could pick different transports
-  // for the same pair.
-  uint64_t mine = fnv1a(list, 0);
-  std::vector<uint64_t> all(comm->nranks);
-  BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
-  for (int r = 0; r < comm->nranks; ++r)
-    if (all[r] != mine)
+  // for the same pair; and the self-test on or off alike, or a rank that tests would wait for
+  // messages and an agreement that a rank that does not never sends.
+  const uint64_t mine[2] = {fnv1a(list, 0), comm->settings.linkCheckMs != 0 ? 1u : 0u};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(comm->nranks));
+  BRAID_TRY(comm->boot->allGather(mine, sizeof(mine), all.data(), deadline));
+  for (int r = 0; r < comm->nranks; ++r) {
+    if (all[2 * r] != mine[0])
       return errorf(braidInvalidUsage,
                     "rank %d has a different transport list (BRAID_TRANSPORTS or config->transports) than rank %d (%s)",
                     r, comm->rank, list.c_str());
-  std::vector<TransportRecord> records;
-  BRAID_TRY(gatherRecords(comm, deadline, &records));
+    if (all[2 * r + 1] != mine[1])
+      return errorf(braidInvalidUsage, "rank %d has the link self-test %s, rank %d %s (BRAID_LINK_CHECK_MS=0 is off)",
+                    r, mine[1] != 0 ? "off" : "on", comm->rank, mine[1] != 0 ? "on" : "off");
+  }
+  LinkPlan plan;
+  plan.comm = comm;
+  BRAID_TRY(gatherRecords(comm, deadline, &plan.records));
   const int n = comm->nranks;
-  const size_t nt = comm->transports.size();
-  auto endpoint = [&](int r, size_t t) { return Endpoint{&comm->peers[r], &records[r * nt + t]}; };
-  std::vector<int> choice(n, -1);
+  std::vector<int> choice(n, -1), pending;
+  plan.notes.resize(n);
   for (int p = 0; p < n; ++p) {
     if (p == comm->rank) continue;
-    for (size_t t = 0; t < nt && choice[p] < 0; ++t)
-      if (comm->transports[t]->canConnect(endpoint(comm->rank, t), endpoint(p, t))) choice[p] = static_cast<int>(t);
+    choice[p] = plan.next(comm->rank, p, -1);
     if (choice[p] < 0)
       return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s", list.c_str(),
                     comm->rank, comm->describeRank(p).c_str());
+    plan.notes[p] = plan.refusals(-1, choice[p]);
+    pending.push_back(p);
   }
   comm->links.resize(n);
   comm->transportOf = choice;
@@ -122,18 +277,24 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
   ctx.allGather = [boot, deadline](const void* m, size_t bytes, void* a) {
     return boot->allGather(m, bytes, a, deadline);
   };
-  for (size_t t = 0; t < comm->transports.size(); ++t) {
-    std::vector<int> peers;
-    for (int p = 0; p < n; ++p)
-      if (choice[p] == static_cast<int>(t)) peers.push_back(p);
-    std::vector<std::unique_ptr<Link>> links;
-    Status s = comm->transports[t]->connect(ctx, peers, &links);
-    if (!s.ok()) return s.withContext(std::string("transport ") + comm->transports[t]->name());
-    if (links.size() != peers.size())
-      return errorf(braidInternalError, "transport %s returned %zu links for %zu peers", comm->transports[t]->name(),
-                    links.size(), peers.size());
-    for (size_t i = 0; i < peers.size(); ++i) comm->links[peers[i]] = std::move(links[i]);
-    if (!peers.empty()) BRAID_INFO(kLogInit, "%zu peers over %s", peers.size(), comm->transports[t]->name());
+  // The first round connects every transport, as a communicator without the self-test does; a
+  // later one only those that some rank moves a pair to. Each round moves a pair one transport
+  // down its list, so there are at most as many rounds as transports.
+  std::vector<bool> connectAll(plan.nt(), true);
+  for (size_t round = 0; round <= plan.nt(); ++round) {
+    BRAID_TRY(connectRound(comm, ctx, pending, connectAll));
+    if (comm->settings.linkCheckMs == 0) break;
+    BRAID_TRY(checkRound(&plan, deadline, &pending, &connectAll));
+    if (std::find(connectAll.begin(), connectAll.end(), true) == connectAll.end()) break;
+  }
+  if (log_detail::enabled(LogLevel::kInfo, kLogInit | kLogNet)) {
+    for (int p = 0; p < n; ++p) {
+      if (p == comm->rank) continue;
+      const bool sameHost = strcmp(comm->peers[p].hostId, comm->peers[comm->rank].hostId) == 0;
+      BRAID_INFO(kLogInit | kLogNet, "%s: %s (%s%s%s)", comm->describeRank(p).c_str(),
+                 comm->transports[comm->transportOf[p]]->name(), plan.notes[p].c_str(),
+                 sameHost ? "same host" : "different host", comm->settings.linkCheckMs == 0 ? "; self-test off" : "");
+    }
   }
   return okStatus();
 }
@@ -169,6 +330,11 @@ uint64_t fnv1a(const std::string& s, uint64_t seed) {
 Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverrides& over, braidComm** out) {
   auto comm = std::make_unique<braidComm>();
   BRAID_TRY(readCommSettings(over, &comm->settings));
+  // Before the id is used: a list naming a transport this build lacks fails here, and the id is
+  // still good for another try. A config's list was checked against the table's spellings only.
+  Status made = makeTransports(comm->settings.transports, &comm->transports);
+  if (!made.ok() && !over.transports.empty()) return made.withContext("config->transports");
+  BRAID_TRY(made);
   comm->rank = rank;
   comm->nranks = nranks;
   comm->commId = id.commId;

@@ -2,8 +2,10 @@
 
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "src/base/config.h"
+#include "src/link_check.h"
 
 namespace braid {
 
@@ -61,6 +63,10 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   BRAID_TRY(paramInt("BRAID_SPIN_US", &s.spinUs));
   BRAID_TRY(paramBool("BRAID_CHECK_MISMATCH", &s.checkMismatch));
   BRAID_TRY(paramBool("BRAID_FORCE_LOWERING", &s.forceLowering));
+  BRAID_TRY(paramInt("BRAID_LINK_CHECK_MS", &s.linkCheckMs));
+  s.linkFaults = paramString("BRAID_TEST_LINK_FAULT");
+  std::vector<LinkFault> faults;
+  BRAID_TRY(parseLinkFaults(s.linkFaults, &faults));
   if (!over.transports.empty()) s.transports = over.transports;
   if (over.timeoutSec != 0) s.timeoutSec = over.timeoutSec;
   s.overrides = over;

@@ -26,6 +26,8 @@ struct CommSettings {
   int64_t spinUs = 0;          // BRAID_SPIN_US
   bool checkMismatch = false;  // BRAID_CHECK_MISMATCH
   bool forceLowering = false;  // BRAID_FORCE_LOWERING (a test knob: src/lower.h)
+  int64_t linkCheckMs = 0;     // BRAID_LINK_CHECK_MS: the link self-test's deadline, 0 = off (src/link_check.h)
+  std::string linkFaults;      // BRAID_TEST_LINK_FAULT (a test knob: src/link_check.h), checked
   // The pipelining chunk of the plans: the cost model's (BRAID_CHUNK_SIZE, else the topology file's
   // chunk_bytes, else the default), so the plans are the ones the algorithm table was priced for.
   // Set by setupTopology, after the cost constants are known.

@@ -187,6 +187,12 @@ class Transport {
   // One descriptor that becomes readable when progress() has work to do, for sleeping waiters
   // (edge-style: new data makes it readable again); -1 when the transport can only be polled (shm).
   virtual int waitFd() const { return -1; }
+  // Forgets the link to `peer` ahead of its destruction (at init only: it failed the link
+  // self-test, src/link_check.h, and the pair moves to another transport): progress() must not
+  // touch it again, though transfers may still be posted on it. The default does nothing, which is
+  // right only for a transport that keeps no pointers to its links; one that keeps them must
+  // override this. A later connect() may connect the same peer again.
+  virtual void dropLink(int peer) { (void)peer; }
 
   // Registers [ptr, ptr+bytes) of memType for transfers; registering the same range again returns
   // the cached region. Fails (braidInvalidArgument) for a memory type this transport cannot touch.

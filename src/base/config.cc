@@ -80,6 +80,14 @@ const std::vector<ParamInfo> kParams = {
     // Transports.
     listOf("BRAID_TRANSPORTS", "shm,tcp", "shm|tcp|ucx|ibverbs",
            "transports to use, in order of preference (a name this build lacks is an error at init)"),
+    // Long enough for a loaded host (a message both ways is microseconds when all is well), short
+    // enough that a broken link costs seconds, not the whole BRAID_TIMEOUT.
+    integer("BRAID_LINK_CHECK_MS", "5000", 1, kMaxHeartbeatMs,
+            "deadline of the link self-test at init, ms: a link that fails it moves to the next transport (0 = off)",
+            true),
+    text("BRAID_TEST_LINK_FAULT", "",
+         "test knob: break a transport's link between two ranks, TRANSPORT:RANK-RANK:corrupt|drop|error "
+         "(comma-separated), to exercise the self-test's fallback"),
     text("BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"),
     bytes("BRAID_SHM_SLOT_SIZE", "256K", 64, 64 * kMi,
           "bytes per shared-memory FIFO slot, a multiple of 64; all FIFOs of a host must fit in half its memory"),
@@ -193,13 +201,8 @@ Status parseEnum(const ParamInfo& p, const std::string& text, std::string* value
 
 Status parseList(const ParamInfo& p, const std::string& text) {
   const bool negatable = p.allowed != nullptr && p.allowed[0] == '^';
-  size_t pos = negatable && !text.empty() && text[0] == '^' ? 1 : 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string item = text.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (item.empty()) continue;
+  const size_t start = negatable && !text.empty() && text[0] == '^' ? 1 : 0;
+  for (const std::string& item : listItems(text.substr(start))) {
     std::string canonical;
     if (!parseEnum(p, item, &canonical).ok())
       return errorf(braidInvalidArgument, "%s=%s: unknown item '%s' (accepted: %s)", p.name, text.c_str(), item.c_str(),
@@ -217,6 +220,18 @@ std::string envValue(const ParamInfo& p) {
 }  // namespace
 
 const std::vector<ParamInfo>& allParams() { return kParams; }
+
+std::vector<std::string> listItems(const std::string& text) {
+  std::vector<std::string> items;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) items.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return items;
+}
 
 const ParamInfo& paramInfo(const char* name) { return declared(name); }
 

@@ -74,6 +74,10 @@ Status paramBool(const char* name, bool* value);
 // Enum knobs: the table's spelling of the value ("auto" for "AUTO"); "" when unset without default.
 Status paramEnum(const char* name, std::string* value);
 
+// The non-empty items of a comma-separated list, in order ("a,,b" -> a, b): how every list knob
+// (and a config's list standing for one) is read.
+std::vector<std::string> listItems(const std::string& text);
+
 // Validates one declared knob if the environment sets it (its kind, range or spellings).
 Status checkParam(const char* name);
 // Validates `text` as a value of the declared knob, wherever it came from (a braidConfig_t field

@@ -357,6 +357,9 @@ class ShmTransport final : public Transport {
   Status connect(const TransportContext& ctx, const std::vector<int>& peers,
                  std::vector<std::unique_ptr<Link>>* out) override;
   Status progress(int* failedPeer) override { return progressLinks(links_, failedPeer); }
+  void dropLink(int peer) override {
+    std::erase_if(links_, [peer](const LinkEntry<ShmLink>& e) { return e.peer == peer; });
+  }
 
  private:
   std::vector<LinkEntry<ShmLink>> links_;  // owned by the communicator, which destroys them first
