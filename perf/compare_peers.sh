@@ -8,6 +8,7 @@
 #                 before and after a change, interleaved with everything else
 #   NSOCKS="1 4"  braid tcp once per BRAID_NSOCKS value, labelled braid_ns<N> (default: one run, labelled
 #                 braid, with the environment's setting); BASELINE runs once, as before
+#   OMPI_ITERS    arguments for Open MPI's program (e.g. "-n 100 -w 10")
 #   NO_SHM=1, NO_TCP=1, NO_GLOO=1, NO_MPI=1  leave those configurations out
 # Needs: openmpi-bin libopenmpi-dev python3-torch (see ../shared/peers/README.md) and a built tree.
 set -uo pipefail
@@ -16,6 +17,9 @@ REPS=${1:-3}
 OUT=${2:-$top/build/peers-$(date -u +%Y%m%dT%H%M%S)}
 ARGS=${ALLREDUCE_ARGS:-"-b 8 -e 256M -f 2"}
 BRAID_ITERS=${BRAID_ITERS:-"-n 100 -w 10"}
+# Open MPI's own iteration count (its program picks up to 1000 per size within a byte budget); on a
+# loaded machine OMPI_ITERS="-n 100 -w 10" keeps its runs as short as braid's.
+OMPI_ITERS=${OMPI_ITERS:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$top/../shared/peers" "$work/"
@@ -43,13 +47,13 @@ for r in $(seq 1 "$REPS"); do
   if [ -z "${NO_SHM:-}" ]; then
     braid_run "$top/build" braid shm
     [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base shm
-    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_vader.run$r.txt" $OMPI --mca btl self,vader ./build/allreduce_ompi $ARGS
+    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_vader.run$r.txt" $OMPI --mca btl self,vader ./build/allreduce_ompi $ARGS $OMPI_ITERS
   fi
   if [ -z "${NO_TCP:-}" ]; then
     braid_tcp "$top/build" braid
     # An older build knows no BRAID_NSOCKS: it runs once, with its one socket.
     [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base tcp
-    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_tcp.run$r.txt" $OMPI --mca btl self,tcp ./build/allreduce_ompi $ARGS
+    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_tcp.run$r.txt" $OMPI --mca btl self,tcp ./build/allreduce_ompi $ARGS $OMPI_ITERS
   fi
   [ -z "${NO_GLOO:-}" ] && measure "$OUT/gloo_np${NP}.run$r.txt" /usr/bin/python3 torch_gloo_allreduce_perf.py --np "$NP" $ARGS
 done
