@@ -97,9 +97,8 @@ const std::vector<ParamInfo> kParams = {
           true),
     integer("BRAID_NSOCKS", "1", 1, 16,
             "tcp sockets per pair of ranks; messages of 128K and more are cut across them (both ends must agree)"),
-    boolean(
-        "BRAID_TCP_ZEROCOPY", "0",
-        "tcp sends of 64K and more with MSG_ZEROCOPY (measured slower on loopback, where the kernel copies anyway)"),
+    // Measured slower on loopback, where the kernel copies the pages anyway.
+    boolean("BRAID_TCP_ZEROCOPY", "0", "tcp sends of 64K and more with MSG_ZEROCOPY"),
     // Test-only stand-ins for netem (absent from this kernel), for the multi-host test bed.
     integer("BRAID_TCP_TEST_DELAY_US", "0", 0, 1e7,
             "test knob: microseconds each tcp message waits after it is posted before it is sent (0 = off)"),
