@@ -6,7 +6,10 @@
 #   NP=4          ranks (default 2)
 #   BASELINE=DIR  also runs braid from another build folder (an older commit's), labelled braid_base:
 #                 before and after a change, interleaved with everything else
-#   NO_TCP=1, NO_GLOO=1, NO_MPI=1  leave those configurations out
+#   NSOCKS="1 4"  braid tcp once per BRAID_NSOCKS value, labelled braid_ns<N> (default: one run, labelled
+#                 braid, with the environment's setting); BASELINE runs once, as before
+#   OMPI_ITERS    arguments for Open MPI's program (e.g. "-n 100 -w 10")
+#   NO_SHM=1, NO_TCP=1, NO_GLOO=1, NO_MPI=1  leave those configurations out
 # Needs: openmpi-bin libopenmpi-dev python3-torch (see ../shared/peers/README.md) and a built tree.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +17,9 @@ REPS=${1:-3}
 OUT=${2:-$top/build/peers-$(date -u +%Y%m%dT%H%M%S)}
 ARGS=${ALLREDUCE_ARGS:-"-b 8 -e 256M -f 2"}
 BRAID_ITERS=${BRAID_ITERS:-"-n 100 -w 10"}
+# Open MPI's own iteration count (its program picks up to 1000 per size within a byte budget); on a
+# loaded machine OMPI_ITERS="-n 100 -w 10" keeps its runs as short as braid's.
+OMPI_ITERS=${OMPI_ITERS:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$top/../shared/peers" "$work/"
@@ -22,19 +28,32 @@ cd "$work/peers" && ./build.sh >/dev/null || { echo "building the peers failed";
 mkdir -p "$OUT"
 NP=${NP:-2}
 OMPI="mpirun.openmpi --allow-run-as-root --mca pml ob1 -np $NP --oversubscribe"
-# braid from build folder $1, labelled $2, over transport $3
+# braid from build folder $1, labelled $2, over transport $3, with more environment in $4...
 braid_run() {
-  measure "$OUT/$2_np${NP}_$3.run$r.txt" env BRAID_TRANSPORTS="$3" "$1/tools/braidrun" -n "$NP" \
-    "$1/perf/all_reduce_perf" $ARGS $BRAID_ITERS -z 1
+  local dir=$1 label=$2 transport=$3
+  shift 3
+  measure "$OUT/${label}_np${NP}_${transport}.run$r.txt" env BRAID_TRANSPORTS="$transport" "$@" \
+    "$dir/tools/braidrun" -n "$NP" "$dir/perf/all_reduce_perf" $ARGS $BRAID_ITERS -z 1
+}
+# braid tcp from build folder $1, labelled $2: once per NSOCKS value when NSOCKS is set.
+braid_tcp() {
+  if [ -z "${NSOCKS:-}" ]; then
+    braid_run "$1" "$2" tcp
+    return
+  fi
+  for ns in $NSOCKS; do braid_run "$1" "$2_ns$ns" tcp BRAID_NSOCKS="$ns"; done
 }
 for r in $(seq 1 "$REPS"); do
-  braid_run "$top/build" braid shm
-  [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base shm
-  [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_vader.run$r.txt" $OMPI --mca btl self,vader ./build/allreduce_ompi $ARGS
+  if [ -z "${NO_SHM:-}" ]; then
+    braid_run "$top/build" braid shm
+    [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base shm
+    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_vader.run$r.txt" $OMPI --mca btl self,vader ./build/allreduce_ompi $ARGS $OMPI_ITERS
+  fi
   if [ -z "${NO_TCP:-}" ]; then
-    braid_run "$top/build" braid tcp
+    braid_tcp "$top/build" braid
+    # An older build knows no BRAID_NSOCKS: it runs once, with its one socket.
     [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base tcp
-    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_tcp.run$r.txt" $OMPI --mca btl self,tcp ./build/allreduce_ompi $ARGS
+    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_tcp.run$r.txt" $OMPI --mca btl self,tcp ./build/allreduce_ompi $ARGS $OMPI_ITERS
   fi
   [ -z "${NO_GLOO:-}" ] && measure "$OUT/gloo_np${NP}.run$r.txt" /usr/bin/python3 torch_gloo_allreduce_perf.py --np "$NP" $ARGS
 done

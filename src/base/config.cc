@@ -88,6 +88,9 @@ const std::vector<ParamInfo> kParams = {
     text("BRAID_TEST_LINK_FAULT", "",
          "test knob: break a transport's link between two ranks, TRANSPORT:RANK-RANK:corrupt|drop|error "
          "(comma-separated), to exercise the self-test's fallback"),
+    oneOf("BRAID_SOCKET_FAMILY", "auto", "auto|ipv4|ipv6",
+          "address family of bootstrap and tcp sockets (auto: IPv6 when BRAID_ROOT is an IPv6 address, else IPv4 "
+          "first)"),
     text("BRAID_SOCKET_IFNAME", "", "network interface for bootstrap and tcp (default: first non-loopback IPv4)"),
     bytes("BRAID_SHM_SLOT_SIZE", "256K", 64, 64 * kMi,
           "bytes per shared-memory FIFO slot, a multiple of 64; all FIFOs of a host must fit in half its memory"),
@@ -100,6 +103,14 @@ const std::vector<ParamInfo> kParams = {
     // 35 s with 1 byte): the kernel's default, or something that holds a few segments in flight.
     bytes("BRAID_TCP_SOCKBUF", "4M", 64 * kKi, kGi, "SO_SNDBUF/SO_RCVBUF of tcp data sockets (0 = kernel default)",
           true),
+    integer("BRAID_NSOCKS", "1", 1, 16,
+            "tcp sockets per pair of ranks; messages of 128K and more are cut across them (both ends must agree)"),
+    // Measured slower on loopback, where the kernel copies the pages anyway.
+    boolean("BRAID_TCP_ZEROCOPY", "0", "tcp sends of 64K and more with MSG_ZEROCOPY"),
+    // Test-only stand-ins for netem (absent from this kernel), for the multi-host test bed.
+    integer("BRAID_TCP_TEST_DELAY_US", "0", 0, 1e7,
+            "test knob: microseconds each tcp message waits after it is posted before it is sent (0 = off)"),
+    bytes("BRAID_TCP_TEST_RATE", "0", 1, 1e15, "test knob: tcp send rate limit per peer in bytes/s (0 = off)", true),
     // Topology, cost model and algorithm choice.
     text("BRAID_TOPO_FILE", "", "load the machine and cost constants from this regular file instead of detecting"),
     text("BRAID_TOPO_DUMP_FILE", "",

@@ -111,7 +111,27 @@ Status parseHostPort(const std::string& text, SockAddr* out) {
   return okStatus();
 }
 
+namespace {
+
+// Whether an IPv6 address is link-local (fe80::/10): usable only with the scope of one host's
+// interface, so never published to peers while a wider address exists.
+bool linkLocal6(const sockaddr* sa) {
+  const uint8_t* b = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr.s6_addr;
+  return b[0] == 0xfe && (b[1] & 0xc0) == 0x80;
+}
+
+}  // namespace
+
+bool preferIpv6() {
+  std::string fam;
+  if (paramEnum("BRAID_SOCKET_FAMILY", &fam).ok() && fam != "auto") return fam == "ipv6";
+  // auto: the rendezvous address decides, so that BRAID_ROOT=[::1]:port keeps every socket on IPv6.
+  const std::string root = paramString("BRAID_ROOT");
+  return !root.empty() && (root[0] == '[' || root.find(':') != root.rfind(':'));
+}
+
 Status interfaceAddress(const std::string& ifname, SockAddr* out) {
+  const bool v6First = preferIpv6();
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return systemError(errno, "getifaddrs");
   const ifaddrs* v4 = nullptr;
@@ -125,9 +145,10 @@ Status interfaceAddress(const std::string& ifname, SockAddr* out) {
       names += std::string(" ") + i->ifa_name + " ";
     if (ifname != i->ifa_name) continue;
     if (fam == AF_INET && v4 == nullptr) v4 = i;
-    if (fam == AF_INET6 && v6 == nullptr) v6 = i;
+    // A wider IPv6 address replaces a link-local one found first.
+    if (fam == AF_INET6 && (v6 == nullptr || (linkLocal6(v6->ifa_addr) && !linkLocal6(i->ifa_addr)))) v6 = i;
   }
-  const ifaddrs* pick = v4 != nullptr ? v4 : v6;
+  const ifaddrs* pick = v6First ? (v6 != nullptr ? v6 : v4) : (v4 != nullptr ? v4 : v6);
   if (pick == nullptr) {
     freeifaddrs(list);
     return errorf(braidInvalidArgument, "network interface '%s' does not exist or has no address (interfaces:%s)",
@@ -145,18 +166,25 @@ Status interfaceAddress(const std::string& ifname, SockAddr* out) {
 Status defaultLocalAddress(SockAddr* out) {
   std::string ifname = paramString("BRAID_SOCKET_IFNAME");
   if (!ifname.empty()) return interfaceAddress(ifname, out);
+  const bool v6First = preferIpv6();
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return systemError(errno, "getifaddrs");
+  // The first up, non-loopback address of the preferred family (IPv6: not link-local), else of
+  // the other family (a host with only IPv6 addresses still reaches its peers), else loopback.
   SockAddr addr;
-  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    addr.len = sizeof(sockaddr_in);
-    memcpy(&addr.storage, i->ifa_addr, addr.len);
-    break;
+  for (int pass = 0; pass < 2 && addr.len == 0; ++pass) {
+    const int fam = (pass == 0) == v6First ? AF_INET6 : AF_INET;
+    for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != fam) continue;
+      if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      if (fam == AF_INET6 && linkLocal6(i->ifa_addr)) continue;
+      addr.len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      memcpy(&addr.storage, i->ifa_addr, addr.len);
+      break;
+    }
   }
   freeifaddrs(list);
-  if (addr.len == 0) return parseHostPort("127.0.0.1:0", out);
+  if (addr.len == 0) return parseHostPort(v6First ? "[::1]:0" : "127.0.0.1:0", out);
   addr.setPort(0);
   *out = addr;
   return okStatus();

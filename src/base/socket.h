@@ -56,11 +56,14 @@ bool sockAddrFromBytes(const void* bytes, size_t len, SockAddr* out);
 
 // "host:port", "[v6]:port" or "host" (port 0). Resolves names with getaddrinfo (IPv4 first).
 Status parseHostPort(const std::string& text, SockAddr* out);
-// The first address of interface `ifname` (IPv4 preferred). A name that does not exist, or has no
+// Whether braid's sockets prefer IPv6: BRAID_SOCKET_FAMILY=ipv6, or auto with an IPv6 BRAID_ROOT.
+bool preferIpv6();
+// The first address of interface `ifname` (IPv4 preferred, IPv6 when preferIpv6(); a global IPv6
+// address before a link-local one). A name that does not exist, or has no
 // address, is braidInvalidArgument listing the interfaces that do exist.
 Status interfaceAddress(const std::string& ifname, SockAddr* out);
-// BRAID_SOCKET_IFNAME's address when set; else the first up, non-loopback IPv4 interface; else
-// 127.0.0.1. Port 0.
+// BRAID_SOCKET_IFNAME's address when set; else the first up, non-loopback address of the preferred
+// family (preferIpv6), else of the other family; else 127.0.0.1 (::1 when IPv6 is preferred). Port 0.
 Status defaultLocalAddress(SockAddr* out);
 
 // Binds and listens (SO_REUSEADDR). Port 0 in `addr` picks a free port; `bound` gets the real one.

@@ -11,6 +11,7 @@
 #include "src/bootstrap.h"
 #include "src/wire.h"
 #include "transports/shm/shm_layout.h"
+#include "transports/tcp/tcp_link.h"
 #include "transports/tcp/tcp_wire.h"
 
 using namespace braid;
@@ -159,17 +160,21 @@ TEST_CASE("tcp handshake and address record", "[unit][wire]") {
   hs.commId = id.commId;
   hs.from = 3;
   hs.to = 1;
+  hs.lane = 1;
+  hs.lanes = 2;
   memcpy(hs.secret, id.secret, sizeof(hs.secret));
   tcp::HandshakeExpect want;
   want.commId = id.commId;
   want.secret = id.secret;
   want.rank = 1;
   want.nranks = 4;
+  want.lanes = 2;
   tcp::Handshake out;
   REQUIRE(tcp::decodeHandshake(raw(hs), sizeof(hs), want, &out).ok());
   for (auto change : {+[](tcp::Handshake& h) { h.from = 1; }, +[](tcp::Handshake& h) { h.from = 4; },
                       +[](tcp::Handshake& h) { h.to = 2; }, +[](tcp::Handshake& h) { h.commId++; },
-                      +[](tcp::Handshake& h) { h.size++; }, +[](tcp::Handshake& h) { h.secret[0]++; }}) {
+                      +[](tcp::Handshake& h) { h.size++; }, +[](tcp::Handshake& h) { h.secret[0]++; },
+                      +[](tcp::Handshake& h) { h.lane = 2; }, +[](tcp::Handshake& h) { h.lanes = 3; }}) {
     tcp::Handshake bad = hs;
     change(bad);
     CHECK(!tcp::decodeHandshake(raw(bad), sizeof(bad), want, &out).ok());
@@ -248,4 +253,27 @@ TEST_CASE("shm segment header: ours passes; a hostile one is refused before anyt
   smaller.fileBytes -= page;  // the file is not as big as the header says
   CHECK(refused(seg, smaller));
   CHECK(!shm::checkSegmentHeader(raw(seg), sizeof(shm::SegmentHeader) + 8, want, &place).ok());
+}
+
+TEST_CASE("tcp stripes: parts tile the message, aligned, on at most the sockets there are", "[unit][wire]") {
+  for (int lanes : {1, 2, 3, 4, 16}) {
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{131071}, size_t{131072}, size_t{135168}, size_t{200003},
+                         size_t{1} << 20, (size_t{1} << 20) + 7, size_t{64} << 20}) {
+      INFO(lanes << " sockets, " << bytes << " bytes");
+      const TcpStripe st = stripeOf(bytes, lanes);
+      CHECK(st.parts >= 1);
+      CHECK(st.parts <= lanes);
+      // Below two minimum parts, or with one socket, the message travels whole on socket 0.
+      if (lanes == 1 || bytes < 2 * TcpStripe::kMinPart) {
+        CHECK(st.parts == 1);
+        CHECK(st.stride == bytes);
+        continue;
+      }
+      CHECK(st.stride % TcpStripe::kAlign == 0);
+      CHECK(st.stride >= TcpStripe::kMinPart);
+      // The nonempty parts cover the message exactly: the last one ends at its end.
+      CHECK(static_cast<size_t>(st.parts - 1) * st.stride < bytes);
+      CHECK(static_cast<size_t>(st.parts) * st.stride >= bytes);
+    }
+  }
 }

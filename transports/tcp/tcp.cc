@@ -1,14 +1,14 @@
-// The tcp transport: one stream socket per pair of ranks, usable wherever the ranks reach each
-// other over IP, hence the registry's fallback (canConnect is true for any two distinct ranks).
+// The tcp transport: BRAID_NSOCKS stream sockets per pair of ranks, usable wherever the ranks reach
+// each other over IP, hence the registry's fallback (canConnect is true for any two distinct ranks).
 //
 // Connection setup (collective, one ctx.allGather of a fixed-size AddrRecord per rank):
 //   1. Every rank that expects connections (it has a tcp peer of higher rank) listens on
 //      defaultLocalAddress() with port 0 and publishes the address; a rank that fails locally
 //      (e.g. BRAID_SOCKET_IFNAME names no interface) still takes part, publishing kFailed, so that
 //      its peers fail at once with a clear message instead of waiting for the deadline.
-//   2. For each peer p < rank we connect to p and send a Handshake {magic, version, size, commId,
-//      from, to, secret}. connectTo returns as soon as the kernel has queued the connection on
-//      p's listener, so these never wait on p's own progress and cannot deadlock.
+//   2. For each peer p < rank and each lane (socket) we connect to p and send a Handshake {magic,
+//      version, size, commId, from, to, secret, lane, lanes}. connectTo returns as soon as the kernel has queued the
+//      connection on p's listener, so these never wait on p's own progress and cannot deadlock.
 //   3. One poll() loop then serves, together: the listener and the half-open accepted
 //      connections (a Doorway, src/doorway.h: each with its own deadline, bounded in number, junk
 //      refused at its first bytes, accept running out of descriptors never spinning or failing the
@@ -47,6 +47,7 @@ constexpr int64_t kReconnectMs = 50;
 // A connection we opened to a lower rank, waiting for its ack.
 struct Outgoing {
   size_t slot;  // index into `peers`
+  uint32_t lane;
   SockAddr addr;
   Fd fd;                      // invalid while waiting to connect again
   int64_t reconnectAtNs = 0;  // when fd is invalid
@@ -84,6 +85,9 @@ Status configureDataSocket(int fd, size_t sockbuf, int peer) {
 struct Setup {
   size_t chunk = 0;
   size_t sockbuf = 0;
+  uint32_t lanes = 1;
+  TcpShaping shaping;
+  bool zeroCopy = false;
   Fd listenFd;
   SockAddr bound;
 };
@@ -103,25 +107,41 @@ Status prepare(const TransportContext& ctx, const std::vector<int>& peers, Setup
   // Range-checked by paramSize: 0 (the kernel's autotuning) or at least 64K, since a buffer of a few
   // bytes makes every large message crawl one segment at a time.
   BRAID_TRY(paramSize("BRAID_TCP_SOCKBUF", &setup->sockbuf));
+  // Range-checked by paramInt: 1..kTcpMaxLanes.
+  int64_t lanes = 1;
+  BRAID_TRY(paramInt("BRAID_NSOCKS", &lanes));
+  setup->lanes = static_cast<uint32_t>(lanes);
+  rec->lanes = setup->lanes;
+  int64_t delayUs = 0;
+  size_t rate = 0;
+  BRAID_TRY(paramInt("BRAID_TCP_TEST_DELAY_US", &delayUs));
+  BRAID_TRY(paramSize("BRAID_TCP_TEST_RATE", &rate));
+  BRAID_TRY(paramBool("BRAID_TCP_ZEROCOPY", &setup->zeroCopy));
+  setup->shaping.delayNs = delayUs * 1000;
+  setup->shaping.bytesPerSec = static_cast<double>(rate);
+  if (delayUs > 0 || rate > 0)
+    BRAID_WARN(kLogNet, "tcp: rank %d: test shaping on (BRAID_TCP_TEST_DELAY_US=%lld, BRAID_TCP_TEST_RATE=%zu)",
+               ctx.rank, static_cast<long long>(delayUs), rate);
   if (!needListener) return okStatus();
   SockAddr local;
   BRAID_TRY(defaultLocalAddress(&local));
   BRAID_TRY(listenOn(local, SOMAXCONN, &setup->listenFd, &setup->bound));
   BRAID_TRY(setNonBlocking(setup->listenFd.get(), true));
-  if (!tcp::encodeAddrRecord(setup->bound, rec))
+  if (!tcp::encodeAddrRecord(setup->bound, rec, setup->lanes))
     return errorf(braidInternalError, "tcp listen address %s does not fit the address record",
                   setup->bound.toString().c_str());
   return okStatus();
 }
 
-// Connects to lower rank `peer` at `addr` and sends the handshake; the ack is awaited in the poll
-// loop.
-Status connectOut(const TransportContext& ctx, int peer, const SockAddr& addr, size_t sockbuf, Fd* out) {
-  const Handshake hs = tcp::makeHandshake(ctx.commId, ctx.secret, ctx.rank, peer);
+// Connects socket `lane` to lower rank `peer` at `addr` and sends the handshake; the ack is awaited
+// in the poll loop.
+Status connectOut(const TransportContext& ctx, int peer, uint32_t lane, const Setup& setup, const SockAddr& addr,
+                  Fd* out) {
+  const Handshake hs = tcp::makeHandshake(ctx.commId, ctx.secret, ctx.rank, peer, lane, setup.lanes);
   Fd fd;
   Status s = connectTo(addr, ctx.deadline, &fd);
   if (s.ok()) s = sendAll(fd.get(), &hs, sizeof(hs), ctx.deadline);
-  if (s.ok()) s = configureDataSocket(fd.get(), sockbuf, peer);
+  if (s.ok()) s = configureDataSocket(fd.get(), setup.sockbuf, peer);
   if (!s.ok())
     return s.withContext("tcp connect to peer rank " + std::to_string(peer) + " (host " + hostOf(ctx, peer) + ", " +
                          addr.toString() + ")");
@@ -129,14 +149,16 @@ Status connectOut(const TransportContext& ctx, int peer, const SockAddr& addr, s
   return okStatus();
 }
 
-// Checks a complete handshake; returns the sender's slot in `peers`, or -1 with `why` set.
-int checkHandshake(const TransportContext& ctx, const uint8_t* data, size_t len, const std::vector<int>& slotOf,
-                   const std::vector<Fd>& links, std::string* why) {
+// Checks a complete handshake; returns the sender's connection's index in `links` (slot in `peers`
+// times lanes, plus the lane), or -1 with `why` set.
+int checkHandshake(const TransportContext& ctx, const uint8_t* data, size_t len, uint32_t lanes,
+                   const std::vector<int>& slotOf, const std::vector<Fd>& links, std::string* why) {
   tcp::HandshakeExpect want;
   want.commId = ctx.commId;
   want.secret = ctx.secret;
   want.rank = ctx.rank;
   want.nranks = ctx.nranks;
+  want.lanes = lanes;
   Handshake hs;
   Status s = tcp::decodeHandshake(data, len, want, &hs);
   if (!s.ok()) {
@@ -147,15 +169,16 @@ int checkHandshake(const TransportContext& ctx, const uint8_t* data, size_t len,
     *why = "rank " + std::to_string(hs.from) + " is no tcp peer of ours";
     return -1;
   }
-  if (links[slotOf[hs.from]].valid()) {
-    *why = "a second connection claiming rank " + std::to_string(hs.from);
+  const int at = slotOf[hs.from] * static_cast<int>(lanes) + static_cast<int>(hs.lane);
+  if (links[at].valid()) {
+    *why = "a second connection claiming rank " + std::to_string(hs.from) + " socket " + std::to_string(hs.lane);
     return -1;
   }
-  return slotOf[hs.from];
+  return at;
 }
 
 // Step 3: one poll() loop serving the listener, the half-open accepted connections and our
-// outgoing connections until every link is up. Fills links[slot] for every peer.
+// outgoing connections until every link is up. Fills links[slot * lanes + lane] for every peer.
 class Establisher {
  public:
   Establisher(const TransportContext& ctx, const std::vector<int>& peers, const Setup& setup,
@@ -194,7 +217,7 @@ Establisher::Establisher(const TransportContext& ctx, const std::vector<int>& pe
   for (size_t i = 0; i < peers.size(); ++i) {
     if (peers[i] < ctx.rank) continue;
     slotOf_[peers[i]] = static_cast<int>(i);
-    ++expected_;
+    expected_ += static_cast<int>(setup.lanes);
   }
 }
 
@@ -248,7 +271,9 @@ Status Establisher::timedOut() const {
     const Outgoing* out = nullptr;
     for (const Outgoing& o : outgoing_)
       if (o.slot == i) out = &o;
-    if (peers_[i] > ctx_.rank ? links_[i].valid() : out == nullptr) continue;
+    bool up = true;
+    for (uint32_t l = 0; l < setup_.lanes; ++l) up = up && links_[i * setup_.lanes + l].valid();
+    if (peers_[i] > ctx_.rank ? up : out == nullptr) continue;
     // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on a chain of +.
     missing.append(" ").append(std::to_string(peers_[i])).append(" (host ");
     missing.append(hostOf(ctx_, peers_[i])).append(")");
@@ -272,7 +297,7 @@ Status Establisher::readAck(Outgoing& o) {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return okStatus();
   if (n == 1 && ack == tcp::kAck) {
     BRAID_TRACE(kLogNet, "tcp: rank %d connected to peer rank %d", ctx_.rank, peer);
-    links_[o.slot] = std::move(o.fd);  // o.fd invalid with reconnectAtNs == 0: marks it for removal
+    links_[o.slot * setup_.lanes + o.lane] = std::move(o.fd);  // invalid fd, reconnectAtNs 0: removal
     return okStatus();
   }
   if (n == 1)
@@ -295,7 +320,7 @@ Status Establisher::readAck(Outgoing& o) {
 Status Establisher::reconnectDue(int64_t now) {
   for (Outgoing& o : outgoing_) {
     if (o.fd.valid() || o.reconnectAtNs > now) continue;
-    BRAID_TRY(connectOut(ctx_, peers_[o.slot], o.addr, setup_.sockbuf, &o.fd));
+    BRAID_TRY(connectOut(ctx_, peers_[o.slot], o.lane, setup_, o.addr, &o.fd));
     o.reconnectAtNs = 0;
   }
   return okStatus();
@@ -303,20 +328,20 @@ Status Establisher::reconnectDue(int64_t now) {
 
 Status Establisher::onHandshake(Doorway::Conn& p) {
   std::string why;
-  int slot = checkHandshake(ctx_, p.buf, p.got, slotOf_, links_, &why);
-  if (slot < 0) {
+  const int at = checkHandshake(ctx_, p.buf, p.got, setup_.lanes, slotOf_, links_, &why);
+  if (at < 0) {
     door_.refusals().refuse(p.from, why);
     return okStatus();
   }
   // From here on it is a proven peer: failures are real errors, not strangers to shrug off.
-  const int peer = peers_[slot];
+  const int peer = peers_[static_cast<size_t>(at) / setup_.lanes];
   ssize_t sent = send(p.fd.get(), &tcp::kAck, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   Status s = sent == 1 ? configureDataSocket(p.fd.get(), setup_.sockbuf, peer)
                        : systemError(sent < 0 ? errno : EAGAIN, "sending the handshake ack");
   if (!s.ok())
     return s.withContext("tcp connect: peer rank " + std::to_string(peer) + " (host " + hostOf(ctx_, peer) + ")");
   BRAID_TRACE(kLogNet, "tcp: rank %d accepted peer rank %d from %s", ctx_.rank, peer, p.from.toString().c_str());
-  links_[slot] = std::move(p.fd);
+  links_[at] = std::move(p.fd);
   ++accepted_;
   return okStatus();
 }
@@ -359,16 +384,27 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
   BRAID_TRY(ctx.allGather(&mine, sizeof(mine), all.data()));
   if (!local.ok()) return local;
 
-  std::vector<Fd> links(peers.size());
+  // Both ends of a pair must cut messages across the same number of sockets.
+  for (int p : peers)
+    if (all[p].state != tcp::kFailed && all[p].lanes != setup.lanes)
+      return errorf(braidInvalidUsage, "tcp connect: peer rank %d (host %s) has BRAID_NSOCKS=%u, rank %d has %u", p,
+                    hostOf(ctx, p).c_str(), all[p].lanes, ctx.rank, setup.lanes);
+  const size_t lanes = setup.lanes;
+  std::vector<Fd> links(peers.size() * lanes);
   std::vector<Outgoing> outgoing;
   for (size_t i = 0; i < peers.size(); ++i) {
     const int p = peers[i];
     if (p > ctx.rank) continue;
-    Outgoing& o = outgoing.emplace_back();
-    o.slot = i;
-    Status s = tcp::decodeAddrRecord(reinterpret_cast<const uint8_t*>(&all[p]), sizeof(all[p]), &o.addr);
+    SockAddr addr;
+    Status s = tcp::decodeAddrRecord(reinterpret_cast<const uint8_t*>(&all[p]), sizeof(all[p]), &addr);
     if (!s.ok()) return s.withContext("tcp connect: peer rank " + std::to_string(p) + " (host " + hostOf(ctx, p) + ")");
-    BRAID_TRY(connectOut(ctx, p, o.addr, setup.sockbuf, &o.fd));
+    for (uint32_t l = 0; l < setup.lanes; ++l) {
+      Outgoing& o = outgoing.emplace_back();
+      o.slot = i;
+      o.lane = l;
+      o.addr = addr;
+      BRAID_TRY(connectOut(ctx, p, l, setup, o.addr, &o.fd));
+    }
   }
   Establisher est(ctx, peers, setup, &outgoing, &links);
   BRAID_TRY(est.run());
@@ -381,19 +417,35 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
   }
   std::vector<std::unique_ptr<Link>> result(peers.size());
   for (size_t i = 0; i < peers.size(); ++i) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLET;
-    ev.data.u32 = static_cast<uint32_t>(i);
-    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, links[i].get(), &ev) != 0)
-      return systemError(errno, "tcp: epoll_ctl for peer rank %d", peers[i]);
-    result[i] = std::make_unique<TcpLink>(std::move(links[i]), peers[i], hostOf(ctx, peers[i]), setup.chunk);
+    std::vector<Fd> fds(lanes);
+    TcpLinkOptions opt;
+    opt.chunkBytes = setup.chunk;
+    opt.shaping = setup.shaping;
+    opt.zeroCopy = setup.zeroCopy;
+    for (size_t l = 0; l < lanes; ++l) {
+      // A kernel without SO_ZEROCOPY (before 4.14) keeps the link on plain sends.
+      const int one = 1;
+      if (opt.zeroCopy && setsockopt(links[i * lanes + l].get(), SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) != 0) {
+        BRAID_WARN(kLogNet, "tcp: peer rank %d: SO_ZEROCOPY refused (%s): BRAID_TCP_ZEROCOPY is off for it", peers[i],
+                   strerror(errno));
+        opt.zeroCopy = false;
+      }
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLET;
+      ev.data.u32 = static_cast<uint32_t>(i);
+      if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, links[i * lanes + l].get(), &ev) != 0)
+        return systemError(errno, "tcp: epoll_ctl for peer rank %d", peers[i]);
+      fds[l] = std::move(links[i * lanes + l]);
+    }
+    result[i] = std::make_unique<TcpLink>(std::move(fds), peers[i], hostOf(ctx, peers[i]), opt);
   }
   // Only once every link is up: a failed connect leaves no pointers to the links it dropped.
   for (size_t i = 0; i < peers.size(); ++i) links_.push_back({static_cast<TcpLink*>(result[i].get()), peers[i]});
-  BRAID_INFO(kLogNet, "tcp: rank %d connected to %zu peers%s%s in %.1f ms (chunk %zu, socket buffers %zu)", ctx.rank,
-             peers.size(), setup.listenFd.valid() ? ", listening on " : "",
-             setup.listenFd.valid() ? setup.bound.toString().c_str() : "", (nowNs() - startNs) / 1e6, setup.chunk,
-             setup.sockbuf);
+  BRAID_INFO(kLogNet,
+             "tcp: rank %d connected to %zu peers%s%s in %.1f ms (%u sockets each, chunk %zu, socket buffers %zu%s)",
+             ctx.rank, peers.size(), setup.listenFd.valid() ? ", listening on " : "",
+             setup.listenFd.valid() ? setup.bound.toString().c_str() : "", (nowNs() - startNs) / 1e6, setup.lanes,
+             setup.chunk, setup.sockbuf, setup.zeroCopy ? ", zero-copy sends" : "");
   *out = std::move(result);
   return okStatus();
 }

@@ -1,5 +1,7 @@
 #include "transports/tcp/tcp_link.h"
 
+#include <linux/errqueue.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "src/base/log.h"
 
@@ -28,14 +31,44 @@ struct RecvSlot {
 
 }  // namespace
 
-TcpLink::TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes)
-    : fd_(std::move(fd)), peer_(peerRank), peerHost_(std::move(peerHost)), chunk_(std::max(chunkBytes, kMinChunk)) {
+TcpStripe stripeOf(size_t bytes, int lanes) {
+  TcpStripe st;
+  st.stride = bytes;
+  if (lanes <= 1 || bytes < 2 * TcpStripe::kMinPart) return st;
+  const size_t parts = std::min(static_cast<size_t>(lanes), bytes / TcpStripe::kMinPart);
+  const size_t per = (bytes + parts - 1) / parts;
+  st.stride = (per + TcpStripe::kAlign - 1) / TcpStripe::kAlign * TcpStripe::kAlign;
+  // Rounding the stride up can leave the last lanes nothing: count the lanes that have bytes.
+  st.parts = static_cast<int>((bytes + st.stride - 1) / st.stride);
+  return st;
+}
+
+TcpLink::TcpLink(std::vector<Fd> fds, int peerRank, std::string peerHost, const TcpLinkOptions& opt)
+    : lanes_(fds.size()),
+      nlanes_(static_cast<int>(fds.size())),
+      allDone_(fds.size() >= 64 ? ~0ull : (1ull << fds.size()) - 1),
+      peer_(peerRank),
+      peerHost_(std::move(peerHost)),
+      chunk_(std::max(opt.chunkBytes, kMinChunk)),
+      shaping_(opt.shaping),
+      zeroCopy_(opt.zeroCopy),
+      tokensAtNs_(nowNs()) {
+  if (fds.empty() || fds.size() > static_cast<size_t>(kTcpMaxLanes)) throw std::invalid_argument("tcp lane count");
   // Allocated once here, not per message: the hot path does no malloc. Incoming elements always
   // start at offset 0 of staging, so the reduce kernels see them cache-line aligned.
-  size_t bytes = (chunk_ + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  staging_.reset(static_cast<uint8_t*>(p));
+  const size_t bytes = (chunk_ + 63) / 64 * 64;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    lanes_[i].fd = std::move(fds[i]);
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    lanes_[i].staging.reset(static_cast<uint8_t*>(p));
+  }
+}
+
+TcpLink::~TcpLink() {
+  if (zcCalls_ > 0)
+    BRAID_INFO(kLogNet, "tcp: peer rank %d: %llu zero-copy sends, %llu of them copied by the kernel anyway", peer_,
+               static_cast<unsigned long long>(zcCalls_), static_cast<unsigned long long>(zcCopied_));
 }
 
 Status TcpLink::fail(Status s) {
@@ -58,13 +91,35 @@ Status TcpLink::socketError(int err, const char* op) {
   return fail(systemError(err, "%s peer rank %d (host %s)", op, peer_, peerHost_.c_str()));
 }
 
+size_t TcpLink::partOf(size_t bytes, int l, size_t* off) const {
+  if (nlanes_ == 1 || bytes < 2 * TcpStripe::kMinPart) {  // the common case, without divisions
+    *off = 0;
+    return l == 0 ? bytes : 0;
+  }
+  const size_t stride = stripeOf(bytes, nlanes_).stride;
+  const size_t begin = std::min(bytes, static_cast<size_t>(l) * stride);
+  *off = begin;
+  return std::min(bytes, begin + stride) - begin;
+}
+
+uint64_t TcpLink::initialMask(size_t bytes) const {
+  if (nlanes_ == 1 || bytes < 2 * TcpStripe::kMinPart) return allDone_ & ~1ull;
+  return allDone_ & ~((1ull << stripeOf(bytes, nlanes_).parts) - 1);
+}
+
 Status TcpLink::postSend(Xfer* x) {
   if (!error_.ok()) return error_;
   if (x->data == nullptr && x->bytes > 0)
     return errorf(braidInvalidArgument, "tcp send of %zu bytes from NULL", x->bytes);
   x->progressed = 0;
   x->complete = false;
-  if (sends_.empty()) sendHdrDone_ = 0;
+  x->tp[0] = initialMask(x->bytes);
+  x->tp[1] = shaping_.delayNs > 0 ? static_cast<uint64_t>(nowNs() + shaping_.delayNs) : 0;
+  if (x->tp[0] != (allDone_ & ~1ull)) ++sendStriped_;
+  if (sends_.empty()) {
+    sendHdrDone_ = 0;
+    for (Lane& ln : lanes_) ln.sendDone = 0;
+  }
   sends_.push(x);
   return okStatus();
 }
@@ -73,6 +128,8 @@ Status TcpLink::postRecv(Xfer* x) {
   if (!error_.ok()) return error_;
   if (x->data == nullptr && x->capacity > 0)
     return errorf(braidInvalidArgument, "tcp receive of %zu bytes into NULL", x->capacity);
+  x->tp[0] = initialMask(x->capacity);
+  const bool striped = x->tp[0] != (allDone_ & ~1ull);
   if (x->reduce != nullptr) {
     const ReduceSpec& r = *x->reduce;
     if (r.fn == nullptr || r.elemSize == 0 || r.elemSize > chunk_ || (x->local == nullptr && x->capacity > 0))
@@ -82,12 +139,20 @@ Status TcpLink::postRecv(Xfer* x) {
     if (x->capacity % r.elemSize != 0)
       return errorf(braidInvalidArgument, "tcp reduce receive of %zu bytes is not a whole number of %zu-byte elements",
                     x->capacity, r.elemSize);
+    // Lanes cut messages at multiples of TcpStripe::kAlign: an element must not straddle two.
+    if (striped && TcpStripe::kAlign % r.elemSize != 0)
+      return errorf(braidInvalidArgument, "tcp reduce receive of %zu-byte elements across %d sockets (BRAID_NSOCKS)",
+                    r.elemSize, nlanes_);
   }
   x->progressed = 0;
   x->complete = false;
+  if (striped) ++recvStriped_;
   if (recvs_.empty()) {
     recvHdrDone_ = 0;
-    carry_ = 0;
+    for (Lane& ln : lanes_) {
+      ln.recvDone = 0;
+      ln.carry = 0;
+    }
   }
   recvs_.push(x);
   return okStatus();
@@ -95,39 +160,147 @@ Status TcpLink::postRecv(Xfer* x) {
 
 Status TcpLink::progress() {
   if (!error_.ok()) return error_;
-  // Each direction: socket calls of one chunk until the socket is full (send) or drained (recv),
-  // at most kChunksPerProgress of them. An idle direction costs no system call. (Alternating one
-  // call per direction measured slower for bidirectional 1 MiB messages on loopback, 2.2 vs
-  // 3.0 GB/s: the longer runs cost fewer switches between the two halves of the TCP stack.)
-  for (size_t round = 0; round < kChunksPerProgress && !sends_.empty(); ++round) {
-    bool more = false;
-    BRAID_TRY(sendOnce(&more));
-    if (!more) break;
-  }
-  for (size_t round = 0; round < kChunksPerProgress && !recvs_.empty(); ++round) {
-    bool more = false;
-    BRAID_TRY(recvOnce(&more));
-    if (!more) break;
+  // Each lane and direction: socket calls of one chunk until the socket is full (send) or drained
+  // (recv), at most kChunksPerProgress of them. An idle direction costs no system call, and lanes
+  // 1.. are skipped while no striped message is queued. (Alternating one call per direction measured
+  // slower for bidirectional 1 MiB messages on loopback, 2.2 vs 3.0 GB/s: the longer runs cost fewer
+  // switches between the two halves of the TCP stack.)
+  const int sendLanes = sendStriped_ > 0 ? nlanes_ : 1;
+  const int recvLanes = recvStriped_ > 0 ? nlanes_ : 1;
+  for (int l = 0; l < std::max(sendLanes, recvLanes); ++l) {
+    for (size_t round = 0; l < sendLanes && round < kChunksPerProgress && !sends_.empty(); ++round) {
+      bool more = false;
+      BRAID_TRY(sendOnce(l, &more));
+      if (!more) break;
+    }
+    for (size_t round = 0; l < recvLanes && round < kChunksPerProgress && !recvs_.empty(); ++round) {
+      bool more = false;
+      BRAID_TRY(recvOnce(l, &more));
+      if (!more) break;
+    }
   }
   return okStatus();
 }
 
-Status TcpLink::sendOnce(bool* more) {
-  // The head's remainder and, while they fit in one chunk, the queued messages behind it: header
-  // and payload of each go out in one sendmsg.
+void TcpLink::completeDone(XferQueue& q, size_t* striped) {
+  while (!q.empty() && q.front()->tp[0] == allDone_) {
+    Xfer* x = q.pop();
+    const size_t len = &q == &sends_ ? x->bytes : x->capacity;
+    if (initialMask(len) != (allDone_ & ~1ull)) --*striped;
+    x->progressed = len;
+    x->complete = true;  // last: the caller may reuse x as soon as it sees this
+  }
+}
+
+void TcpLink::partSent(int l, Xfer* x) {
+  Lane& ln = lanes_[l];
+  const uint64_t bit = 1ull << l;
+  // Every zero-copy call of this lane so far may still read pages of x: wait for the last one.
+  // (Copied sends in between are done as soon as the socket took them, but cannot complete x
+  // before the zero-copy ones ahead of them.)
+  if (!zeroCopy_ || ln.zcDone == ln.zcIssued) {
+    x->tp[0] |= bit;
+    return;
+  }
+  ln.held[ln.nheld++] = {x, ln.zcIssued - 1};
+  x->progressed |= bit;
+}
+
+Status TcpLink::reapZeroCopy(int l) {
+  Lane& ln = lanes_[l];
+  for (;;) {
+    alignas(cmsghdr) char control[128];
+    msghdr m{};
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    const ssize_t n = recvmsg(ln.fd.get(), &m, MSG_ERRQUEUE | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return socketError(errno, "reading the zero-copy notifications of");
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+      const bool err = (c->cmsg_level == SOL_IP && c->cmsg_type == IP_RECVERR) ||
+                       (c->cmsg_level == SOL_IPV6 && c->cmsg_type == IPV6_RECVERR);
+      if (!err) continue;
+      sock_extended_err e;
+      memcpy(&e, CMSG_DATA(c), sizeof(e));
+      if (e.ee_origin != SO_EE_ORIGIN_ZEROCOPY) {
+        if (e.ee_errno != 0) return socketError(static_cast<int>(e.ee_errno), "send to");
+        continue;
+      }
+      // [ee_info, ee_data] are the ids of the calls done; TCP reports them in order.
+      const uint32_t next = e.ee_data + 1;
+      if (static_cast<int32_t>(next - ln.zcDone) > 0) ln.zcDone = next;
+      if ((e.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) != 0) zcCopied_ += e.ee_data - e.ee_info + 1;
+    }
+  }
+  int kept = 0;
+  const uint64_t bit = 1ull << l;
+  for (int i = 0; i < ln.nheld; ++i) {
+    Held h = ln.held[i];
+    if (static_cast<int32_t>(ln.zcDone - h.id) > 0) {
+      h.x->progressed &= ~bit;
+      h.x->tp[0] |= bit;
+    } else {
+      ln.held[kept++] = h;
+    }
+  }
+  ln.nheld = kept;
+  completeDone(sends_, &sendStriped_);
+  return okStatus();
+}
+
+size_t TcpLink::shapedAllowance(const Xfer* first) {
+  const int64_t now = nowNs();
+  if (shaping_.delayNs > 0 && now < static_cast<int64_t>(first->tp[1])) return 0;
+  if (shaping_.bytesPerSec <= 0) return SIZE_MAX;
+  // A bucket of 2 ms at the rate (at least one packet's worth), so that a slow rate still moves
+  // whole segments and a fast one is not cut into tiny writes.
+  const double burst = std::max(1500.0, shaping_.bytesPerSec * 0.002);
+  tokens_ = std::min(burst, tokens_ + static_cast<double>(now - tokensAtNs_) * 1e-9 * shaping_.bytesPerSec);
+  tokensAtNs_ = now;
+  return tokens_ < 1 ? 0 : static_cast<size_t>(tokens_);
+}
+
+Status TcpLink::sendOnce(int l, bool* more) {
+  *more = false;
+  Lane& ln = lanes_[l];
+  const uint64_t bit = 1ull << l;
+  if (zeroCopy_ && ln.nheld > 0) {
+    BRAID_TRY(reapZeroCopy(l));
+    if (ln.nheld == kMaxHeld) return okStatus();  // back-pressure: the kernel still reads our pages
+  }
+  // Parts done (tp[0]) or on the wire waiting for a notification (progressed) are not ours to send.
+  Xfer* first = sends_.front();
+  while (first != nullptr && ((first->tp[0] | first->progressed) & bit) != 0) first = first->next;
+  if (first == nullptr) return okStatus();
+  const bool shaped = shaping_.delayNs > 0 || shaping_.bytesPerSec > 0;
+  const size_t cap = shaped ? std::min(chunk_, shapedAllowance(first)) : chunk_;
+  if (cap == 0) return okStatus();
+  // This lane's part of the first pending message and, while they fit in one chunk, of the queued
+  // messages behind it (shaped: the first alone, each message has its own release time): header
+  // (lane 0) and payload of each go out in one sendmsg.
   iovec iov[kMaxIov];
   int niov = 0;
   size_t want = 0;
-  for (Xfer* x = sends_.front(); x != nullptr && niov + 2 <= kMaxIov && want < chunk_; x = x->next) {
-    size_t hdrDone = x == sends_.front() ? sendHdrDone_ : 0;
-    if (hdrDone < kTcpHeaderBytes) {
-      iov[niov++] = {reinterpret_cast<char*>(&x->bytes) + hdrDone, kTcpHeaderBytes - hdrDone};
-      want += kTcpHeaderBytes - hdrDone;
+  for (Xfer* x = first; x != nullptr && niov + 2 <= kMaxIov && want < cap; x = x->next) {
+    if (((x->tp[0] | x->progressed) & bit) != 0) continue;
+    if (shaped && x != first) break;
+    if (l == 0) {
+      const size_t hdrDone = x == first ? sendHdrDone_ : 0;
+      const size_t h = std::min(kTcpHeaderBytes - hdrDone, cap - want);
+      if (h > 0) iov[niov++] = {reinterpret_cast<char*>(&x->bytes) + hdrDone, h};
+      want += h;
+      if (hdrDone + h < kTcpHeaderBytes) break;
     }
-    size_t left = x->bytes - x->progressed;
-    size_t take = std::min(left, chunk_ > want ? chunk_ - want : 0);
+    size_t off = 0;
+    const size_t part = partOf(x->bytes, l, &off);
+    const size_t done = x == first ? ln.sendDone : 0;
+    const size_t left = part - done;
+    const size_t take = std::min(left, cap > want ? cap - want : 0);
     if (take > 0) {
-      iov[niov++] = {static_cast<char*>(x->data) + x->progressed, take};
+      iov[niov++] = {static_cast<char*>(x->data) + off + done, take};
       want += take;
     }
     if (take < left) break;
@@ -135,48 +308,76 @@ Status TcpLink::sendOnce(bool* more) {
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = static_cast<size_t>(niov);
+  int flags = MSG_NOSIGNAL | MSG_DONTWAIT;
+  if (zeroCopy_ && want >= kZeroCopyMin && ln.nheld < kMaxHeld) flags |= MSG_ZEROCOPY;
   ssize_t n;
-  do {
-    n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
+  for (;;) {
+    n = sendmsg(ln.fd.get(), &msg, flags);
+    if (n >= 0 || errno == EINTR) {
+      if (n >= 0) break;
+      continue;
+    }
+    // Out of the memory that pins pages for zero-copy (net.core.optmem_max): copy this time.
+    if (errno == ENOBUFS && (flags & MSG_ZEROCOPY) != 0) {
+      flags &= ~MSG_ZEROCOPY;
+      continue;
+    }
+    break;
+  }
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
     return socketError(errno, "send to");
   }
-  // Walk the queue over what the socket took, completing finished messages in posting order.
-  size_t left = static_cast<size_t>(n);
-  while (!sends_.empty()) {
-    Xfer* x = sends_.front();
-    size_t h = std::min(left, kTcpHeaderBytes - sendHdrDone_);
-    sendHdrDone_ += h;
-    left -= h;
-    size_t p = std::min(left, x->bytes - x->progressed);
-    x->progressed += p;
-    left -= p;
-    if (sendHdrDone_ < kTcpHeaderBytes || x->progressed < x->bytes) break;
-    sends_.pop();
-    sendHdrDone_ = 0;
-    x->complete = true;  // last: the caller may reuse x as soon as it sees this
+  if ((flags & MSG_ZEROCOPY) != 0) {
+    ++ln.zcIssued;
+    ++zcCalls_;
   }
+  if (shaping_.bytesPerSec > 0) tokens_ -= static_cast<double>(n);
+  // Walk this lane's messages over what the socket took, marking the parts it finished.
+  size_t left = static_cast<size_t>(n);
+  for (Xfer* x = first; x != nullptr && left > 0; x = x->next) {
+    if (((x->tp[0] | x->progressed) & bit) != 0) continue;
+    if (l == 0) {
+      const size_t h = std::min(left, kTcpHeaderBytes - sendHdrDone_);
+      sendHdrDone_ += h;
+      left -= h;
+      if (sendHdrDone_ < kTcpHeaderBytes) break;
+    }
+    size_t off = 0;
+    const size_t part = partOf(x->bytes, l, &off);
+    const size_t p = std::min(left, part - ln.sendDone);
+    ln.sendDone += p;
+    left -= p;
+    if (ln.sendDone < part) break;
+    partSent(l, x);
+    ln.sendDone = 0;
+    if (l == 0) sendHdrDone_ = 0;
+  }
+  completeDone(sends_, &sendStriped_);
   // A short write means the socket buffer is full: asking again now would only get EAGAIN.
-  *more = static_cast<size_t>(n) == want && !sends_.empty();
+  *more = static_cast<size_t>(n) == want && !sends_.empty() && !shaped;
   return okStatus();
 }
 
-Status TcpLink::recvOnce(bool* more) {
-  // Ask for the head's remainder and, behind it, the headers and payloads of further queued
-  // receives: with the sizes agreed, the stream splits exactly at message boundaries, so a burst of
-  // small messages arrives in one recvmsg. When a header turns out to disagree, the bytes read
-  // behind it are garbage in a receive that fails anyway (the link is dead after that).
+Status TcpLink::recvOnce(int l, bool* more) {
+  *more = false;
+  Lane& ln = lanes_[l];
+  const uint64_t bit = 1ull << l;
+  // Ask for this lane's remainder of the first pending receive and, behind it, the headers (lane 0)
+  // and parts of further queued receives: with the sizes agreed, each lane's stream splits exactly
+  // at part boundaries, so a burst of small messages arrives in one recvmsg. When a header turns
+  // out to disagree, the bytes read behind it (and on the other lanes) are garbage in a receive
+  // that fails anyway (the link is dead after that).
   iovec iov[kMaxIov];
   RecvSlot slots[kMaxBatch];
   int niov = 0;
   int nslots = 0;
   size_t want = 0;
   for (Xfer* x = recvs_.front(); x != nullptr && nslots < kMaxBatch && want < chunk_; x = x->next) {
-    bool head = nslots == 0;
+    if ((x->tp[0] & bit) != 0) continue;
+    const bool head = nslots == 0;
     RecvSlot s{x, 0, 0};
-    if (!head || recvHdrDone_ < kTcpHeaderBytes) {
+    if (l == 0 && (!head || recvHdrDone_ < kTcpHeaderBytes)) {
       s.hdrWant = head ? kTcpHeaderBytes - recvHdrDone_ : kTcpHeaderBytes;
       char* h = head ? reinterpret_cast<char*>(&recvHdr_) + recvHdrDone_ : reinterpret_cast<char*>(&batchHdr_[nslots]);
       iov[niov++] = {h, s.hdrWant};
@@ -184,25 +385,28 @@ Status TcpLink::recvOnce(bool* more) {
     }
     // Only the head can have a partial element in staging; a reduce slot ends the batch, so a
     // later reduce slot sees an empty staging buffer.
-    size_t carry = head ? carry_ : 0;
-    size_t left = x->capacity - x->progressed - carry;
-    size_t room = x->reduce != nullptr ? chunk_ - carry : (chunk_ > want ? chunk_ - want : 0);
+    const size_t carry = head ? ln.carry : 0;
+    const size_t done = head ? ln.recvDone : 0;
+    size_t off = 0;
+    const size_t left = partOf(x->capacity, l, &off) - done - carry;
+    const size_t room = x->reduce != nullptr ? chunk_ - carry : (chunk_ > want ? chunk_ - want : 0);
     s.payWant = std::min(left, room);
     if (s.payWant > 0) {
-      char* dst = x->reduce != nullptr ? reinterpret_cast<char*>(staging_.get()) + carry
-                                       : static_cast<char*>(x->data) + x->progressed;
+      char* dst = x->reduce != nullptr ? reinterpret_cast<char*>(ln.staging.get()) + carry
+                                       : static_cast<char*>(x->data) + off + done;
       iov[niov++] = {dst, s.payWant};
       want += s.payWant;
     }
     slots[nslots++] = s;
     if (s.payWant < left || x->reduce != nullptr) break;
   }
+  if (nslots == 0) return okStatus();
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = static_cast<size_t>(niov);
   ssize_t n;
   do {
-    n = recvmsg(fd_.get(), &msg, MSG_DONTWAIT);
+    n = recvmsg(ln.fd.get(), &msg, MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   if (n == 0) return closedError();
   if (n < 0) {
@@ -213,41 +417,44 @@ Status TcpLink::recvOnce(bool* more) {
   size_t left = static_cast<size_t>(n);
   for (int k = 0; k < nslots; ++k) {
     const RecvSlot& s = slots[k];
-    Xfer* x = s.x;  // == recvs_.front(): the slots before it completed
+    Xfer* x = s.x;  // the lane's first pending receive: the slots before it finished their parts
     if (s.hdrWant > 0) {
-      size_t h = std::min(left, s.hdrWant);
-      // A later slot's header was read into batchHdr_; it is now the head's, so move it.
+      const size_t h = std::min(left, s.hdrWant);
+      // A later slot's header was read into batchHdr_; it is now the current one, so move it.
       if (k > 0 && h > 0) memcpy(&recvHdr_, &batchHdr_[k], h);
       recvHdrDone_ += h;
       left -= h;
       if (recvHdrDone_ < kTcpHeaderBytes) break;
       BRAID_TRY(checkHeader(recvHdr_, x));
     }
-    size_t p = std::min(left, s.payWant);
+    const size_t p = std::min(left, s.payWant);
     left -= p;
+    size_t off = 0;
+    const size_t part = partOf(x->capacity, l, &off);
     if (x->reduce != nullptr) {
       // Reduce whole elements; keep the tail of a partial element at the front of staging
       // (elements then always start at staging offset 0, keeping them aligned).
       const ReduceSpec& r = *x->reduce;
-      size_t avail = carry_ + p;
-      size_t count = avail / r.elemSize;
-      size_t whole = count * r.elemSize;
+      const size_t avail = ln.carry + p;
+      const size_t count = avail / r.elemSize;
+      const size_t whole = count * r.elemSize;
       if (count > 0) {
-        r.fn(static_cast<char*>(x->data) + x->progressed, static_cast<const char*>(x->local) + x->progressed,
-             staging_.get(), count, r.ctx);
-        x->progressed += whole;
-        if (avail > whole) memmove(staging_.get(), staging_.get() + whole, avail - whole);
+        const size_t at = off + ln.recvDone;
+        r.fn(static_cast<char*>(x->data) + at, static_cast<const char*>(x->local) + at, ln.staging.get(), count, r.ctx);
+        ln.recvDone += whole;
+        if (avail > whole) memmove(ln.staging.get(), ln.staging.get() + whole, avail - whole);
       }
-      carry_ = avail - whole;
+      ln.carry = avail - whole;
     } else {
-      x->progressed += p;
+      ln.recvDone += p;
     }
-    if (x->progressed < x->capacity) break;
-    recvs_.pop();
-    recvHdrDone_ = 0;
-    carry_ = 0;
-    x->complete = true;
+    if (ln.recvDone < part) break;
+    x->tp[0] |= bit;
+    ln.recvDone = 0;
+    ln.carry = 0;
+    if (l == 0) recvHdrDone_ = 0;
   }
+  completeDone(recvs_, &recvStriped_);
   // A short read means the socket is drained for now: asking again would only get EAGAIN.
   *more = static_cast<size_t>(n) == want && !recvs_.empty();
   return okStatus();

@@ -1,6 +1,9 @@
-// The tcp transport's data path: one nonblocking stream socket per pair of ranks carries both
-// directions. Each message on the wire is an 8-byte little-endian length followed by the payload, so
-// the receiver can check that the sender and the posted receive agree on the size.
+// The tcp transport's data path: BRAID_NSOCKS nonblocking stream sockets ("lanes") per pair of ranks,
+// each carrying both directions. Lane 0 carries every message's 8-byte little-endian length header,
+// so the receiver can check that the sender and the posted receive agree on the size, and the whole
+// of every small message. A large message is cut into at most one contiguous part per lane; the cut
+// is a pure function of the message length (stripeOf), which both sides know once the lengths agree,
+// so the parts on lanes 1.. need no header of their own.
 //
 // Threading: a TcpLink is driven by one thread at a time (the executor's lock); nothing here locks.
 #pragma once
@@ -12,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/base/socket.h"
 #include "src/base/status.h"
@@ -21,16 +25,47 @@ namespace braid {
 
 // Bytes of the length header in front of every message.
 inline constexpr size_t kTcpHeaderBytes = 8;
+// Most sockets per pair of ranks (BRAID_NSOCKS): the lanes' done-bits live in one Xfer word.
+inline constexpr int kTcpMaxLanes = 16;
 
 // Host memory only; a receive reduces each chunk from a staging buffer as it arrives.
 inline constexpr TransportCaps kTcpCaps{memTypeBit(MemType::kHost), true, false, false, 0};
 
+// How a message of `bytes` is cut across `lanes` sockets: lane i carries [i*stride, (i+1)*stride)
+// clipped to the message. Parts are whole multiples of kAlign (any element size of a reduce divides
+// it, so no element straddles two lanes) and at least kMinPart, below which another socket's extra
+// system calls cost more than its parallelism brings; smaller messages travel whole on lane 0.
+struct TcpStripe {
+  static constexpr size_t kAlign = 4096;
+  static constexpr size_t kMinPart = 64 * 1024;
+  size_t stride = 0;
+  int parts = 1;  // lanes with a nonempty part (lane 0 always takes part: it carries the header)
+};
+TcpStripe stripeOf(size_t bytes, int lanes);
+
+// Test-only shaping of the sends (BRAID_TCP_TEST_DELAY_US, BRAID_TCP_TEST_RATE): the netns test
+// bed's stand-in for netem, which this kernel lacks.
+struct TcpShaping {
+  int64_t delayNs = 0;     // a message is not sent before it was posted this long ago
+  double bytesPerSec = 0;  // 0 = no limit; else a token bucket shared by the link's lanes
+};
+
+// What a link does besides the plain path, decided at connect.
+struct TcpLinkOptions {
+  size_t chunkBytes = 0;  // BRAID_TCP_CHUNK
+  TcpShaping shaping;
+  // BRAID_TCP_ZEROCOPY: large sends with MSG_ZEROCOPY (the sockets have SO_ZEROCOPY set); a send
+  // completes only once the kernel has said it no longer reads the caller's pages.
+  bool zeroCopy = false;
+};
+
 class TcpLink final : public Link {
  public:
-  // `fd` is connected, nonblocking, with TCP_NODELAY and the socket buffers already set.
-  // `chunkBytes` (BRAID_TCP_CHUNK) caps the bytes of one socket call and sizes the reduce staging
-  // buffer; it must be at least kMinChunk.
-  TcpLink(Fd fd, int peerRank, std::string peerHost, size_t chunkBytes);
+  // Every fd in `fds` (lane order) is connected, nonblocking, with TCP_NODELAY and the socket
+  // buffers already set. `opt.chunkBytes` (BRAID_TCP_CHUNK) caps the bytes of one socket call and
+  // sizes each lane's reduce staging buffer; it must be at least kMinChunk.
+  TcpLink(std::vector<Fd> fds, int peerRank, std::string peerHost, const TcpLinkOptions& opt);
+  ~TcpLink() override;
 
   Status postSend(Xfer* x) override;
   Status postRecv(Xfer* x) override;
@@ -46,45 +81,93 @@ class TcpLink final : public Link {
   // queued messages, so a burst of small messages costs one system call instead of one each.
   static constexpr int kMaxIov = 32;
   static constexpr int kMaxBatch = kMaxIov / 2;
-  // Socket calls (of up to one chunk) each direction may make per progress() call, so that one
-  // busy link cannot keep the executor from the others (a fast peer could otherwise refill the
-  // socket as fast as we drain it, forever). Four 512 KiB chunks are ~0.5 ms on loopback.
+  // Socket calls (of up to one chunk) each direction of each lane may make per progress() call, so
+  // that one busy link cannot keep the executor from the others (a fast peer could otherwise refill
+  // the socket as fast as we drain it, forever). Four 512 KiB chunks are ~0.5 ms on loopback.
   static constexpr size_t kChunksPerProgress = 4;
+  // Zero-copy: only send calls of at least this much payload use it (below, pinning the pages
+  // and reading the notification cost more than the copy they save), and at most kMaxHeld parts
+  // per lane wait for their notification before the lane stops sending.
+  static constexpr size_t kZeroCopyMin = 64 * 1024;
+  static constexpr int kMaxHeld = 8;
 
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
   };
 
-  // One sendmsg / recvmsg of at most one chunk of payload; *more says whether another call could
-  // move more now (the call was not cut short and something is still queued).
-  Status sendOnce(bool* more);
-  Status recvOnce(bool* more);
+  // One socket and where it stands in each queue. A lane works on the first queued transfer whose
+  // done-bit (Xfer::tp[0], bit = lane) is clear; `sendDone`/`recvDone` count the payload bytes of
+  // that transfer's part it has moved (reduced, for a reduce receive).
+  struct Held {
+    Xfer* x;
+    uint32_t id;  // the last zero-copy send call of the lane when x's part was finished
+  };
+  struct Lane {
+    Fd fd;
+    size_t sendDone = 0;
+    // Zero-copy send calls: the kernel numbers them per socket from 0; `zcDone` is one past the
+    // highest it has reported done. Parts on the wire wait in `held` for theirs.
+    uint32_t zcIssued = 0;
+    uint32_t zcDone = 0;
+    int nheld = 0;
+    Held held[kMaxHeld] = {};
+    size_t recvDone = 0;
+    size_t carry = 0;                                 // bytes in staging waiting for the rest of an element
+    std::unique_ptr<uint8_t[], FreeDeleter> staging;  // chunk_ bytes, 64-byte aligned
+  };
+
+  // One sendmsg / recvmsg of at most one chunk of payload on lane `l`; *more says whether another
+  // call could move more now (the call was not cut short and something is still queued for it).
+  Status sendOnce(int l, bool* more);
+  Status recvOnce(int l, bool* more);
   Status checkHeader(uint64_t announced, Xfer* x);
+  // Zero-copy: a part of x whose bytes the socket took is done, or held for its notification.
+  void partSent(int l, Xfer* x);
+  // Reads lane l's zero-copy notifications and marks the held parts they release.
+  Status reapZeroCopy(int l);
+  // Completes the transfers at the front of q whose parts every lane has finished, in order.
+  void completeDone(XferQueue& q, size_t* striped);
+  // The part of lane l in a message of `bytes`: [*off, *off + return value).
+  size_t partOf(size_t bytes, int l, size_t* off) const;
+  // Marks, at post time, the lanes with nothing to do for x as done.
+  uint64_t initialMask(size_t bytes) const;
+  // How many bytes the shaping knobs let lane sends move now (SIZE_MAX without shaping); 0 = wait.
+  size_t shapedAllowance(const Xfer* first);
   // Records a fatal error; every later call returns it.
   Status fail(Status s);
   Status closedError();
   Status socketError(int err, const char* op);
 
-  Fd fd_;
+  std::vector<Lane> lanes_;
+  int nlanes_;
+  uint64_t allDone_;  // the done-mask of a transfer every lane has finished
   int peer_;
   std::string peerHost_;  // for error messages, built once at connect
   size_t chunk_;
+  TcpShaping shaping_;
+  bool zeroCopy_;
+  uint64_t zcCalls_ = 0;   // zero-copy send calls, and those the kernel copied anyway (loopback
+  uint64_t zcCopied_ = 0;  // always does): logged at INFO when the link closes
+  double tokens_ = 0;      // rate limit: bytes the bucket allows now
+  int64_t tokensAtNs_ = 0;
   Status error_;  // sticky: set once the link is broken
 
-  // Send queue. sendHdrDone_ is how much of the head's header the
-  // socket has taken; the header bytes themselves are the head's Xfer::bytes (little-endian
-  // size_t, see the static_assert in tcp_link.cc), so a send needs no header buffer.
+  // Send queue. sendHdrDone_ is how much of lane 0's current header the socket has taken; the
+  // header bytes themselves are the transfer's Xfer::bytes (little-endian size_t, see the
+  // static_assert in tcp_link.cc), so a send needs no header buffer. Xfer::tp[1] is the time the
+  // message may be sent (with a test delay); Xfer::progressed, while a send is queued, the mask of
+  // lanes whose part is on the wire but held for a zero-copy notification. sendStriped_ counts queued sends cut across
+  // lanes: while it is 0, lanes 1.. are not even looked at, so small messages cost what one socket costs.
   XferQueue sends_;
   size_t sendHdrDone_ = 0;
+  size_t sendStriped_ = 0;
 
-  // Receive queue. recvHdr_ holds the head's (possibly partial) header; the headers of messages
-  // read in the same batch land in batchHdr_ first. Xfer::progressed counts payload bytes placed
-  // (plain) or reduced (reduce); carry_ counts bytes waiting in staging_ for the rest of an element.
+  // Receive queue. recvHdr_ holds lane 0's current (possibly partial) header; the headers of
+  // messages read in the same batch land in batchHdr_ first.
   XferQueue recvs_;
   uint64_t recvHdr_ = 0;
   size_t recvHdrDone_ = 0;
-  size_t carry_ = 0;
-  std::unique_ptr<uint8_t[], FreeDeleter> staging_;  // chunk_ bytes, 64-byte aligned
+  size_t recvStriped_ = 0;
   uint64_t batchHdr_[kMaxBatch] = {};
 };
 

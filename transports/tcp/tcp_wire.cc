@@ -30,11 +30,13 @@ Status decodeHandshake(const uint8_t* data, size_t len, const HandshakeExpect& w
   if (hs.to != want.rank) return errorf(braidRemoteError, "handshake addressed to rank %d", hs.to);
   if (hs.from <= want.rank || hs.from >= want.nranks)
     return errorf(braidRemoteError, "handshake from unexpected rank %d", hs.from);
+  if (hs.lanes != want.lanes || hs.lane >= hs.lanes)
+    return errorf(braidRemoteError, "handshake for socket %u of %u (we use %u)", hs.lane, hs.lanes, want.lanes);
   *out = hs;
   return okStatus();
 }
 
-Handshake makeHandshake(uint64_t commId, const uint8_t* secret, int from, int to) {
+Handshake makeHandshake(uint64_t commId, const uint8_t* secret, int from, int to, uint32_t lane, uint32_t lanes) {
   Handshake hs{};
   hs.magic = kMagic;
   hs.version = kVersion;
@@ -42,15 +44,18 @@ Handshake makeHandshake(uint64_t commId, const uint8_t* secret, int from, int to
   hs.commId = commId;
   hs.from = from;
   hs.to = to;
+  hs.lane = lane;
+  hs.lanes = lanes;
   memcpy(hs.secret, secret, sizeof(hs.secret));
   return hs;
 }
 
-bool encodeAddrRecord(const SockAddr& addr, AddrRecord* rec) {
+bool encodeAddrRecord(const SockAddr& addr, AddrRecord* rec, uint32_t lanes) {
   if (addr.len > sizeof(rec->addr)) return false;
   AddrRecord r{};
   r.state = kListening;
   r.len = addr.len;
+  r.lanes = lanes;
   memcpy(r.addr, &addr.storage, addr.len);
   *rec = r;
   return true;

@@ -1,0 +1,203 @@
+// The tcp transport's own features: several sockets per pair (BRAID_NSOCKS) whose ends must agree,
+// the test-only shaping knobs the multi-host test bed uses in place of netem, and IPv6 from the
+// rendezvous to the data sockets. The Link contract and the collective sweeps also run over
+// striped links (meson tests mp-links-nsocks and mp-tcp-nsocks).
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "src/base/socket.h"
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+uint8_t pattern(int from, size_t msg, size_t off) { return static_cast<uint8_t>(from * 37 + msg * 101 + off * 13 + 5); }
+
+// Every rank sends `sizes` in order to every other rank and receives theirs, posted together in one
+// group; each received byte must be the sender's.
+int exchangeChecked(braidComm_t comm, int rank, int n, const std::vector<size_t>& sizes) {
+  std::vector<std::vector<uint8_t>> out, in;
+  CHECK_BRAID(rank, braidGroupStart());
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      std::vector<uint8_t>& o = out.emplace_back(sizes[m]);
+      for (size_t i = 0; i < sizes[m]; ++i) o[i] = pattern(rank, m, i);
+      std::vector<uint8_t>& r = in.emplace_back(sizes[m], static_cast<uint8_t>(0xEE));
+      CHECK_BRAID(rank, braidSend(o.data(), sizes[m], braidUint8, p, comm, nullptr));
+      CHECK_BRAID(rank, braidRecv(r.data(), sizes[m], braidUint8, p, comm, nullptr));
+    }
+  }
+  CHECK_BRAID(rank, braidGroupEnd());
+  size_t k = 0;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    for (size_t m = 0; m < sizes.size(); ++m, ++k)
+      for (size_t i = 0; i < sizes[m]; ++i)
+        if (in[k][i] != pattern(p, m, i))
+          return fail(rank, "message %zu (%zu bytes) from rank %d: byte %zu is %u, expected %u", m, sizes[m], p, i,
+                      in[k][i], pattern(p, m, i));
+  }
+  return 0;
+}
+
+// A float AllReduce of `count` elements (large enough to be cut across the sockets) that must give
+// the exact sum of every rank's values.
+int allReduceChecked(braidComm_t comm, int rank, int n, size_t count) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i % 1000) + rank);
+  CHECK_BRAID(rank, braidAllReduce(v.data(), v.data(), count, braidFloat32, braidSum, comm, nullptr));
+  for (size_t i = 0; i < count; ++i) {
+    const float want = static_cast<float>(n * (i % 1000) + n * (n - 1) / 2);
+    if (v[i] != want) return fail(rank, "element %zu is %g, expected %g", i, double(v[i]), double(want));
+  }
+  return 0;
+}
+
+// The descriptors of this process's TCP sockets (IPv4 ones also go to *v4 when given).
+std::vector<int> tcpSockets(std::vector<int>* v4) {
+  std::vector<int> fds;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return fds;
+  for (dirent* e = readdir(d); e != nullptr; e = readdir(d)) {
+    const int fd = atoi(e->d_name);
+    int type = 0;
+    socklen_t tlen = sizeof(type);
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    if (fd == dirfd(d) || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) continue;
+    if (a.ss_family != AF_INET && a.ss_family != AF_INET6) continue;
+    fds.push_back(fd);
+    if (a.ss_family == AF_INET && v4 != nullptr) v4->push_back(fd);
+  }
+  closedir(d);
+  return fds;
+}
+
+}  // namespace
+
+TEST_CASE("tcp: messages cut across several sockets arrive byte-exact and in order, with the test shaping on",
+          "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  const int lanes = GENERATE(2, 3, 16);
+  const bool shaped = GENERATE(false, true);
+  INFO("BRAID_NSOCKS " << lanes << (shaped ? " with BRAID_TCP_TEST_DELAY_US and _RATE" : ""));
+  Env env = {{"BRAID_TRANSPORTS", "tcp"},
+             {"BRAID_TIMEOUT", "60"},
+             {"BRAID_NSOCKS", std::to_string(lanes)},
+             {"BRAID_TCP_CHUNK", "4097"}};
+  if (shaped) {
+    env["BRAID_TCP_TEST_DELAY_US"] = "2000";
+    env["BRAID_TCP_TEST_RATE"] = "64M";
+  }
+  // Around the striping threshold (128K) and the 4K alignment of the parts, parts that leave the
+  // last sockets empty, and small messages between striped ones (which travel on socket 0 only).
+  const std::vector<size_t> sizes = {0,      131071,  131072, 131073, 5,      200003, 1, 0,
+                                     135168, 1048583, 262144, 64,     589825, 0,      3, 4096 * 33};
+  auto res = runComm(3, env, [&](braidComm_t comm, int rank, int size) {
+    if (exchangeChecked(comm, rank, size, sizes) != 0) return 1;
+    return allReduceChecked(comm, rank, size, 300007);
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("tcp: a message held back by BRAID_TCP_TEST_DELAY_US is not received until it is sent", "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  // Three seconds: far more than a receive posted right after init takes to be tested.
+  const Env env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_TCP_TEST_DELAY_US", "3000000"}};
+  auto res = runComm(2, env, [](braidComm_t comm, int rank, int) {
+    uint64_t v = rank == 0 ? 0x1234567890abcdefull : 0;
+    if (rank == 0) {
+      CHECK_BRAID(rank, braidSend(&v, 1, braidUint64, 1, comm, nullptr));
+      return 0;
+    }
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIRecv(&v, 1, braidUint64, 0, comm, nullptr, &req));
+    int done = 0;
+    CHECK_BRAID(rank, braidTest(req, &done));
+    if (done != 0) return fail(rank, "the receive completed while its message was still held back");
+    CHECK_BRAID(rank, braidWait(req));
+    return v == 0x1234567890abcdefull ? 0 : fail(rank, "received %llx", static_cast<unsigned long long>(v));
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("tcp: ranks that disagree on BRAID_NSOCKS fail init naming it, no hang", "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(
+      2, {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "30"}},
+      [&](int rank, int size) {
+        setenv("BRAID_NSOCKS", rank == 0 ? "2" : "3", 1);
+        braidComm_t comm = nullptr;
+        braidResult_t r = braidCommInitRank(&comm, size, id, rank);
+        if (r == braidSuccess) return fail(rank, "init succeeded with BRAID_NSOCKS differing between the ranks");
+        const std::string msg = braidGetLastError();
+        if (msg.find("BRAID_NSOCKS") == std::string::npos ||
+            msg.find("rank " + std::to_string(1 - rank)) == std::string::npos)
+          return fail(rank, "the error names neither BRAID_NSOCKS nor the peer: %s", msg.c_str());
+        return 0;
+      },
+      120);
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("tcp over IPv6: BRAID_ROOT=[::1]:port puts the rendezvous, the listeners and the data sockets on IPv6",
+          "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  {
+    braid::SockAddr probe;
+    braid::Fd fd;
+    braid::SockAddr bound;
+    if (!braid::parseHostPort("[::1]:0", &probe).ok() || !braid::listenOn(probe, 1, &fd, &bound).ok()) {
+      WARN("SKIPPED: this host has no IPv6 loopback (::1)");
+      return;
+    }
+  }
+  const int n = 2;
+  const std::string root = "[::1]:" + std::to_string(20000 + (getpid() * 17 + 7) % 20000);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const Env env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "60"},
+                     {"BRAID_NSOCKS", "2"},       {"BRAID_SOCKET_IFNAME", "lo"},
+                     {"BRAID_ROOT", root},        {"BRAID_RANK", std::to_string(r)},
+                     {"BRAID_WORLD_SIZE", "2"},   {"BRAID_JOB_ID", "ipv6-" + std::to_string(getpid())}};
+    pids.push_back(spawnProcess(env, [r, n] {
+      // Sockets the process had before init (inherited from the test runner) are not braid's.
+      const std::vector<int> before = tcpSockets(nullptr);
+      braidComm_t comm = nullptr;
+      CHECK_BRAID(r, braidCommInitFromEnv(&comm));
+      if (allReduceChecked(comm, r, n, 300007) != 0) return 1;
+      // Every TCP socket braid made, listening or connected: all must be IPv6.
+      std::vector<int> v4;
+      int v6 = 0;
+      for (int fd : tcpSockets(&v4)) v6 += std::find(before.begin(), before.end(), fd) == before.end() ? 1 : 0;
+      for (int fd : v4)
+        if (std::find(before.begin(), before.end(), fd) == before.end()) return fail(r, "socket %d is IPv4", fd);
+      // At least the two data sockets to the peer and this rank's own listener.
+      if (v6 < 3) return fail(r, "only %d IPv6 sockets", v6);
+      CHECK_BRAID(r, braidCommDestroy(comm));
+      return 0;
+    }));
+  }
+  std::vector<RankResult> res;
+  for (pid_t p : pids) res.push_back(waitProcess(p, 120));
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
