@@ -105,9 +105,17 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
     if (p == comm->rank) continue;
     for (size_t t = 0; t < nt && choice[p] < 0; ++t)
       if (comm->transports[t]->canConnect(endpoint(comm->rank, t), endpoint(p, t))) choice[p] = static_cast<int>(t);
-    if (choice[p] < 0)
-      return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s", list.c_str(),
-                    comm->rank, comm->describeRank(p).c_str());
+    if (choice[p] < 0) {
+      // Each transport's reason, so that "ibverbs: no RDMA device (...)" reaches the user.
+      std::string why;
+      for (size_t t = 0; t < nt; ++t) {
+        const std::string w = comm->transports[t]->whyNot(endpoint(comm->rank, t), endpoint(p, t));
+        if (!w.empty())
+          why.append(why.empty() ? ": " : "; ").append(comm->transports[t]->name()).append(": ").append(w);
+      }
+      return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s%s", list.c_str(),
+                    comm->rank, comm->describeRank(p).c_str(), why.c_str());
+    }
   }
   comm->links.resize(n);
   comm->transportOf = choice;
