@@ -213,6 +213,34 @@ TEST_CASE("chunk link: credits batch, and the sender resumes once the receiver f
   CHECK(p.b.creditMessages() >= 20 / 8);
 }
 
+TEST_CASE("chunk link: credits owed behind a full send queue keep the link busy until they go", "[unit][net]") {
+  // One send-queue entry: B's own staged send (complete at once) still holds it when B frees a slot.
+  Pair p(config(2, 8, 1, 1));
+  auto fromB = pattern(8, 11), fromA = pattern(8, 12);
+  std::vector<uint8_t> inA(8), inB(8);
+  Xfer sb = sendOf(fromB), sa = sendOf(fromA), ra = recvInto(inA), rb = recvInto(inB);
+  REQUIRE(p.b.postSend(&sb).ok());
+  REQUIRE(p.b.progress().ok());
+  CHECK(sb.complete);
+  CHECK(p.b.writesInFlight() == 1);
+  REQUIRE(p.a.postSend(&sa).ok());
+  REQUIRE(p.a.progress().ok());
+  REQUIRE(p.ab.deliver(0).ok());
+  CHECK(p.a.credits() == 1);
+  REQUIRE(p.b.postRecv(&rb).ok());
+  REQUIRE(p.b.progress().ok());
+  CHECK(rb.complete);
+  // The credit could not be posted (the queue is full), so B must still be progressed.
+  CHECK(p.b.writesInFlight() == 1);
+  CHECK(p.b.busy());
+  REQUIRE(p.a.postRecv(&ra).ok());
+  REQUIRE(p.run(Order::kFifo).ok());
+  CHECK(p.a.credits() == 2);
+  CHECK_FALSE(p.b.busy());
+  CHECK(inA == fromB);
+  CHECK(inB == fromA);
+}
+
 TEST_CASE("chunk link: zero-byte messages among others complete in order", "[unit][net]") {
   const Order order = GENERATE(Order::kFifo, Order::kShuffle);
   Pair p(config(3, 32, 2));
