@@ -155,7 +155,7 @@ class IbTransport final : public Transport {
   std::shared_ptr<ib::IbDevice> dev_;
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
-  bool armed_ = false;
+  bool armed_ = false;  // notification requested and no completion polled since: nothing can have fired
   std::vector<LinkEntry<IbLink>> links_;  // by link index (wr_id); owned by the communicator
   std::vector<ibv_mr*> mrs_;              // registrations still alive, deregistered at destruction
 };
@@ -305,26 +305,29 @@ Status IbTransport::rearm() {
   if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     return systemError(errno, "ibverbs: reading the completion channel");
   if (events > 0) ibv_ack_cq_events(cq_, static_cast<unsigned>(events));
-  if (events > 0 || !armed_) {
-    int rc = ibv_req_notify_cq(cq_, 0);
-    if (rc != 0) return systemError(rc, "ibverbs: ibv_req_notify_cq");
-    armed_ = true;
-  }
+  int rc = ibv_req_notify_cq(cq_, 0);
+  if (rc != 0) return systemError(rc, "ibverbs: ibv_req_notify_cq");
+  armed_ = true;
   return okStatus();
 }
 
 Status IbTransport::progress(int* failedPeer) {
   if (cq_ == nullptr) return okStatus();
   int got = kPollBatch;
-  for (int round = 0; round < kPollRounds && got == kPollBatch; ++round) BRAID_TRY(pollCq(failedPeer, &got));
-  if (got == 0) {
-    // Idle: the caller may sleep on waitFd next. An event (the channel readable) fires for the first
-    // completion after the queue was armed, and disarms it: consume the events, re-arm, then poll
-    // once more for completions that came in between. Then any later completion makes the
-    // descriptor readable again. Done only when idle, so a busy stream of completions costs no
-    // system call.
+  for (int round = 0; round < kPollRounds && got == kPollBatch; ++round) {
+    BRAID_TRY(pollCq(failedPeer, &got));
+    // A completion after the queue was armed fired an event and disarmed it (maybe: the event may
+    // still be on its way).
+    if (got > 0) armed_ = false;
+  }
+  if (got == 0 && !armed_) {
+    // Idle after completions: the caller may sleep on waitFd next. Consume the events, re-arm, then
+    // poll once more for completions that came in between; any later completion then makes the
+    // descriptor readable again. Idle passes with the queue still armed cost no system call, and
+    // neither does a busy stream of completions.
     BRAID_TRY(rearm());
     BRAID_TRY(pollCq(failedPeer, &got));
+    if (got > 0) armed_ = false;
   }
   return progressLinks(links_, failedPeer);
 }
