@@ -258,9 +258,17 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
   for (int p = 0; p < n; ++p) {
     if (p == comm->rank) continue;
     choice[p] = plan.next(comm->rank, p, -1);
-    if (choice[p] < 0)
-      return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s", list.c_str(),
-                    comm->rank, comm->describeRank(p).c_str());
+    if (choice[p] < 0) {
+      // Each transport's reason, so that "ibverbs: no RDMA device (...)" reaches the user.
+      std::string why;
+      for (size_t t = 0; t < plan.nt(); ++t) {
+        const std::string w = comm->transports[t]->whyNot(plan.endpoint(comm->rank, t), plan.endpoint(p, t));
+        if (!w.empty())
+          why.append(why.empty() ? ": " : "; ").append(comm->transports[t]->name()).append(": ").append(w);
+      }
+      return errorf(braidInvalidUsage, "no transport in BRAID_TRANSPORTS=%s can connect rank %d and %s%s", list.c_str(),
+                    comm->rank, comm->describeRank(p).c_str(), why.c_str());
+    }
     plan.notes[p] = plan.refusals(-1, choice[p]);
     pending.push_back(p);
   }

@@ -125,6 +125,7 @@ class FaultTransport final : public Transport {
   const TransportCaps& caps() const override { return inner_->caps(); }
   void localRecord(const PeerInfo& me, TransportRecord* out) const override { inner_->localRecord(me, out); }
   bool canConnect(const Endpoint& a, const Endpoint& b) const override { return inner_->canConnect(a, b); }
+  std::string whyNot(const Endpoint& a, const Endpoint& b) const override { return inner_->whyNot(a, b); }
   int waitFd() const override { return inner_->waitFd(); }
 
   Status connect(const TransportContext& ctx, const std::vector<int>& peers,

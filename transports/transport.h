@@ -175,6 +175,13 @@ class Transport {
   // symmetric and deterministic: every rank evaluates it for every pair and must reach the same
   // answer.
   virtual bool canConnect(const Endpoint& a, const Endpoint& b) const = 0;
+  // Why canConnect refuses the pair, in words for the init error when no transport can connect
+  // it ("rank 1: no RDMA device (...)"); empty when it accepts or has nothing to add.
+  virtual std::string whyNot(const Endpoint& a, const Endpoint& b) const {
+    (void)a;
+    (void)b;
+    return {};
+  }
   // Collective: called on every rank (also ranks with no peers for this transport: they still
   // take part in ctx.allGather the same number of times). Fills out[i] with the link to peers[i].
   // The transport keeps plain pointers to them for progress(); the caller owns them and destroys
@@ -223,7 +230,7 @@ struct LinkEntry {
 template <class L>
 Status progressLinks(const std::vector<LinkEntry<L>>& links, int* failedPeer) {
   for (const LinkEntry<L>& e : links) {
-    if (!e.link->busy()) continue;
+    if (e.link == nullptr || !e.link->busy()) continue;  // null: dropped, its entry kept (ibverbs)
     Status s = e.link->progress();
     if (!s.ok()) {
       *failedPeer = e.peer;
@@ -266,5 +273,6 @@ const std::vector<TransportEntry>& transportRegistry();
 // Factories, one per transport folder.
 std::unique_ptr<Transport> makeShmTransport();
 std::unique_ptr<Transport> makeTcpTransport();
+std::unique_ptr<Transport> makeIbverbsTransport();  // built when BRAID_HAVE_IBVERBS
 
 }  // namespace braid

@@ -111,6 +111,21 @@ const std::vector<ParamInfo> kParams = {
     integer("BRAID_TCP_TEST_DELAY_US", "0", 0, 1e7,
             "test knob: microseconds each tcp message waits after it is posted before it is sent (0 = off)"),
     bytes("BRAID_TCP_TEST_RATE", "0", 1, 1e15, "test knob: tcp send rate limit per peer in bytes/s (0 = off)", true),
+    // ibverbs (read once, when the transport is made at init).
+    text("BRAID_IB_HCA", "",
+         "RDMA device and optional port for ibverbs, e.g. mlx5_0:1 (default: the first device with an active port)"),
+    integer("BRAID_IB_GID_INDEX", "", 0, 1023,
+            "GID table index for ibverbs (default: InfiniBand 0; RoCE the first v2 GID of an IPv4 address, else the "
+            "first v2 GID)"),
+    oneOf("BRAID_IB_MTU", "", "256|512|1024|2048|4096", "cap on the ibverbs path MTU (default: the port's active MTU)"),
+    // The immediate of a write carries a chunk's bytes in 20 bits and its slot in 10: 512K and 1024
+    // keep both inside it. All rings of a rank are slots x slot size x 2 x peers of pinned memory.
+    bytes("BRAID_IB_SLOT_SIZE", "128K", 64, 512 * kKi, "bytes per ibverbs ring slot (one chunk), a multiple of 64"),
+    integer("BRAID_IB_SLOTS", "16", 2, 1024, "slots per ibverbs ring (one ring each way per peer): chunks in flight"),
+    // 4.096 us x 2^14 = 67 ms per try, 8 tries, up to 4x that by the spec: about 2 s to report a dead
+    // peer; lowered at connect when BRAID_TIMEOUT is shorter.
+    integer("BRAID_IB_TIMEOUT", "14", 1, 31, "ibverbs ACK timeout exponent: 4.096 us x 2^value per try"),
+    integer("BRAID_IB_RETRY_CNT", "7", 1, 7, "ibverbs retries of an unacknowledged write before the peer is failed"),
     // Topology, cost model and algorithm choice.
     text("BRAID_TOPO_FILE", "", "load the machine and cost constants from this regular file instead of detecting"),
     text("BRAID_TOPO_DUMP_FILE", "",

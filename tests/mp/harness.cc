@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -14,7 +15,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "braid_build_config.h"
 #include "src/api.h"
+#if BRAID_HAVE_IBVERBS
+#include <infiniband/verbs.h>
+#endif
 #include "src/reduce.h"
 #include "transports/transport.h"
 
@@ -139,6 +144,21 @@ const std::vector<std::string>& transportsUnderTest() {
     return usable;
   }();
   return kUsable;
+}
+
+std::string rdmaAbsence() {
+#if BRAID_HAVE_IBVERBS
+  int n = 0;
+  errno = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  std::string why;
+  if (list == nullptr) why = std::string("no RDMA device (ibv_get_device_list: ") + strerror(errno) + ")";
+  if (list != nullptr && n == 0) why = "no RDMA device (ibv_get_device_list: 0 devices)";
+  if (list != nullptr) ibv_free_device_list(list);
+  return why;
+#else
+  return "ibverbs is not built (meson found no libibverbs)";
+#endif
 }
 
 bool underTest(const char* name) {

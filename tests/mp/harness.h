@@ -46,6 +46,10 @@ const std::vector<std::string>& transportsUnderTest();
 // the suite), which print that they are skipped when it is not.
 bool underTest(const char* name);
 
+// "" when this machine has an RDMA device, else why not in the ibverbs transport's words ("no RDMA
+// device (ibv_get_device_list: ...)"), for the skip messages of the tests that need one.
+std::string rdmaAbsence();
+
 // True when every rank exited 0.
 bool allOk(const std::vector<RankResult>& r);
 std::string describe(const std::vector<RankResult>& r);

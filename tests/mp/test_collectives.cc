@@ -194,6 +194,17 @@ TEST_CASE("collectives over tcp: every type, op, count and placement", "[mp][tcp
   if (underTest("tcp")) sweepOn("tcp", n, n <= 4);
 }
 
+TEST_CASE("collectives over ibverbs: every type, op, count and placement", "[mp][ibverbs]") {
+  const int n = GENERATE(1, 2, 3, 4, 5, 8);
+  INFO("nranks " << n);
+  // Without an RDMA device only the refusal can be checked (tests/mp/test_ibverbs.cc).
+  if (underTest("ibverbs")) {
+    sweepOn("ibverbs", n, n <= 4);
+  } else {
+    WARN(rdmaAbsence() << ": SKIPPING the ibverbs sweep");
+  }
+}
+
 TEST_CASE("collectives across emulated hosts mix shm and tcp links", "[mp][hosts]") {
   const int n = GENERATE(4, 5);
   // Ranks 0..1 on one emulated host, the rest on another: shm inside, tcp across.
