@@ -14,12 +14,7 @@ REPS=${1:-3}
 OUT=${2:-$top/build/peers-$(date -u +%Y%m%dT%H%M%S)}
 ARGS=${ALLREDUCE_ARGS:-"-b 8 -e 256M -f 2"}
 BRAID_ITERS=${BRAID_ITERS:-"-n 100 -w 10"}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp -r "$top/../shared/peers" "$work/"
-cd "$work/peers" && ./build.sh >/dev/null || { echo "building the peers failed"; exit 1; }
-. ./lib_measure.sh
-mkdir -p "$OUT"
+. "$top/perf/peers_env.sh"
 NP=${NP:-2}
 OMPI="mpirun.openmpi --allow-run-as-root --mca pml ob1 -np $NP --oversubscribe"
 # braid from build folder $1, labelled $2, over transport $3
