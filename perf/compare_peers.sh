@@ -20,12 +20,7 @@ BRAID_ITERS=${BRAID_ITERS:-"-n 100 -w 10"}
 # Open MPI's own iteration count (its program picks up to 1000 per size within a byte budget); on a
 # loaded machine OMPI_ITERS="-n 100 -w 10" keeps its runs as short as braid's.
 OMPI_ITERS=${OMPI_ITERS:-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp -r "$top/../shared/peers" "$work/"
-cd "$work/peers" && ./build.sh >/dev/null || { echo "building the peers failed"; exit 1; }
-. ./lib_measure.sh
-mkdir -p "$OUT"
+. "$top/perf/peers_env.sh"
 NP=${NP:-2}
 OMPI="mpirun.openmpi --allow-run-as-root --mca pml ob1 -np $NP --oversubscribe"
 # braid from build folder $1, labelled $2, over transport $3, with more environment in $4...

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "src/base/config.h"
 #include "topology/select.h"
@@ -68,10 +69,11 @@ int printPlan(const topo::ClusterShape& cluster, const topo::CostParams& cost, c
   printf("# %s on %d ranks, %d host%s (up to %d ranks per host%s)\n", cn->name, cluster.nranks, cluster.nhosts,
          cluster.nhosts == 1 ? "" : "s", maxHost, cluster.oversubscribed() ? ", more ranks than cores" : "");
   printf(
-      "# cost: intra %.3g us + 1/%.4g GB/s, inter %.3g us + 1/%.4g GB/s, reduce %.4g GB/s, oversub %.3g us, chunk %.0f "
-      "B\n",
-      cost.intraAlphaUs, cost.intraGbps, cost.interAlphaUs, cost.interGbps, cost.reduceGbps, cost.oversubUs,
-      cost.chunkBytes);
+      "# cost: intra %.3g us + 1/%.4g GB/s, inter %.3g us + 1/%.4g GB/s (%s), reduce %.4g GB/s, oversub %.3g us, "
+      "chunk %.0f B\n",
+      cost.intraAlphaUs, cost.intraGbps, cost.interAlphaUs, cost.interGbps,
+      cost.interLinks > 0 ? ("links per host: " + std::to_string(cost.interLinks)).c_str() : "a link per rank",
+      cost.reduceGbps, cost.oversubUs, cost.chunkBytes);
   printf("%12s  %-18s %12s %10s %10s  %-18s %12s\n", "size", "algorithm", "time(us)", "algbw", "busbw", "runner-up",
          "time(us)");
   const double bus = cn->busFactor(cluster.nranks);

@@ -8,6 +8,16 @@
 // core's memory bandwidth and reduction throughput, and each message step waits on average for
 // (f - 1) other ranks to be scheduled: alpha grows by oversubUs * (f - 1).
 //
+// Sharing a host's links (BRAID_COST_INTER_LINKS = L > 0): a host's ranks whose steps cross hosts at the
+// same time share its L links, so an inter-host byte costs ceil(k / L) times beta, k being the most
+// ranks of one host that cross at once in that algorithm: the ring's edges that leave a host (1 when
+// ranks sit on hosts in blocks), the ranks whose recursive partner is elsewhere, every local rank in the
+// hierarchical algorithm's inter-host rings, and for the trees (whose edges do not follow hosts) all of
+// a host's ranks once their pipeline is full: a bound, reached when none of a host's tree edges stays
+// inside it (8 ranks on 4 hosts).
+// With L = 0 every rank has a link of its own. Measured on tests/netns (perf/results/2026-12-01-netns.md):
+// 4 hosts x 2 ranks on 1 Gbit/s links, where per-rank links predicted hierarchical and tree 2-3x too fast.
+//
 // Default constants were fitted on the development VM (2 cores, shared memory, TCP over loopback
 // for emulated hosts); the fit and the measurements it came from are in perf/results/. A topology
 // file's cost line replaces them, and BRAID_COST_* replaces both.
@@ -19,6 +29,7 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "src/base/config.h"
 
@@ -54,9 +65,26 @@ class Model {
         share_ = std::max(share_, static_cast<double>(c.hostSize[h]) / c.hostCores[h]);
   }
 
-  Rates rates(bool inter) const {
+  // `senders`: how many ranks of one host cross hosts at once in this step (see the top of the file).
+  Rates rates(bool inter, int senders = 1) const {
     const LinkCost l = p_.link(inter);
-    return Rates{l.alphaUs + p_.oversubUs * (share_ - 1.0), share_ / (l.gbps * 1e3), share_ / (p_.reduceGbps * 1e3)};
+    const double links = inter && p_.interLinks > 0 ? std::ceil(static_cast<double>(senders) / p_.interLinks) : 1.0;
+    return Rates{l.alphaUs + p_.oversubUs * (share_ - 1.0), share_ * std::max(1.0, links) / (l.gbps * 1e3),
+                 share_ / (p_.reduceGbps * 1e3)};
+  }
+  // The most ranks of one host whose partner peer(r) lives on another host.
+  template <class Peer>
+  int crossing(Peer peer) const {
+    std::vector<int> out(c_.nhosts, 0);
+    int most = 0;
+    for (int r = 0; r < c_.nranks; ++r) {
+      const int q = peer(r);
+      if (q >= 0 && q < c_.nranks && c_.hostOf[q] != c_.hostOf[r]) most = std::max(most, ++out[c_.hostOf[r]]);
+    }
+    return most;
+  }
+  int ringCrossing() const {
+    return crossing([this](int r) { return (r + 1) % c_.nranks; });
   }
   bool multiHost() const { return c_.nhosts > 1; }
   // Whether some rank's partner at distance `d` (XOR) lives on another host.
@@ -72,7 +100,8 @@ class Model {
 
   double ring(Coll coll, double S) const {
     const int p = n();
-    const Rates r = rates(multiHost());
+    // AllToAll goes pairwise, to every other rank: all of a host's ranks cross at once.
+    const Rates r = rates(multiHost(), coll == Coll::kAllToAll ? c_.maxHostSize() : ringCrossing());
     const double seg = S / p;
     switch (coll) {
       case Coll::kAllReduce:
@@ -99,16 +128,19 @@ class Model {
   // Two pipelined binary trees, half the data each; each rank is inner in at most one of them.
   double tree(Coll coll, double S) const {
     const int p = n();
-    const Rates r = rates(multiHost());
+    // Filling the pipeline moves one chunk down one edge at a time; once full, every edge carries
+    // chunks at once, and a host's ranks share its links (`s`).
+    const Rates r = rates(multiHost()), s = rates(multiHost(), c_.maxHostSize());
     const int d = std::max(1, ceilLog2(p + 1) - 1);  // depth of a binary tree of p nodes
     const double half = S / 2, k = std::max(1.0, std::ceil(half / chunk())), c = half / k;
     switch (coll) {
       case Coll::kAllReduce:  // up and down overlap: per chunk 4c in and out; 2d hops to fill
-        return 2 * d * (r.alphaUs + 2 * c * r.betaUs) + (k - 1) * (r.alphaUs + 4 * c * r.betaUs) + S * r.gammaUs;
+        return 2 * d * (r.alphaUs + 2 * c * r.betaUs) + (k - 1) * (s.alphaUs + 4 * c * s.betaUs) + S * r.gammaUs;
       case Coll::kBroadcast:
-        return (d + k - 1) * (r.alphaUs + 2 * c * r.betaUs);
+        return d * (r.alphaUs + 2 * c * r.betaUs) + (k - 1) * (s.alphaUs + 2 * c * s.betaUs);
       case Coll::kReduce:
-        return (d + k - 1) * (r.alphaUs + 2 * c * (r.betaUs + r.gammaUs));
+        return d * (r.alphaUs + 2 * c * (r.betaUs + r.gammaUs)) +
+               (k - 1) * (s.alphaUs + 2 * c * (s.betaUs + s.gammaUs));
       default:
         return kInf;
     }
@@ -126,7 +158,7 @@ class Model {
     const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
     double t = fold(S);
     for (int d = 1; d < pof2; d <<= 1) {
-      const Rates r = rates(crossesHosts(d));
+      const Rates r = rates(crossesHosts(d), crossing([d](int q) { return q ^ d; }));
       t += r.alphaUs + S * (r.betaUs + r.gammaUs);
     }
     return t;
@@ -139,7 +171,7 @@ class Model {
     double t = fold(S), piece = S;
     for (int d = 1; d < pof2; d <<= 1) {
       piece /= 2;
-      const Rates r = rates(crossesHosts(d));
+      const Rates r = rates(crossesHosts(d), crossing([d](int q) { return q ^ d; }));
       t += 2 * r.alphaUs + piece * (2 * r.betaUs + r.gammaUs);
     }
     return t;
@@ -153,7 +185,7 @@ class Model {
       big = std::max(big, s);
     }
     const int H = c_.nhosts;
-    const Rates in = rates(false), out = rates(true);
+    const Rates in = rates(false), out = rates(true, m);  // each of m local ranks runs a ring across hosts
     const double shard = S / m;
     double t = 2.0 * (m - 1) * (in.alphaUs + shard * in.betaUs) + (m - 1) * shard * in.gammaUs;  // RS + AG
     t += 2.0 * (H - 1) * (out.alphaUs + shard / H * out.betaUs) + (H - 1) * shard / H * out.gammaUs;
@@ -183,6 +215,7 @@ CostParams CostParams::defaults() {
     p.*(costFields()[i].member) = strtod(paramDefault(kEnvFields[i]), nullptr);
   p.chunkBytes = static_cast<double>(paramDefaultInt("BRAID_CHUNK_SIZE"));
   p.gossipRounds = static_cast<int>(paramDefaultInt("BRAID_GOSSIP_ROUNDS"));
+  p.interLinks = static_cast<int>(paramDefaultInt("BRAID_COST_INTER_LINKS"));
   return p;
 }
 
@@ -207,6 +240,11 @@ Status CostParams::applyEnv() {
     BRAID_TRY(paramInt("BRAID_GOSSIP_ROUNDS", &k));
     if (k < 0 || k > 64) return errorf(braidInvalidArgument, "BRAID_GOSSIP_ROUNDS=%lld: must be 0..64", (long long)k);
     next.gossipRounds = static_cast<int>(k);
+  }
+  if (paramIsSet("BRAID_COST_INTER_LINKS")) {
+    int64_t links = 0;
+    BRAID_TRY(paramInt("BRAID_COST_INTER_LINKS", &links));  // the table's range: 0..kMaxRanks
+    next.interLinks = static_cast<int>(links);
   }
   *this = next;
   return okStatus();

@@ -28,6 +28,9 @@ struct CostParams {
   double oversubUs = 0;   // extra per message step per extra rank sharing a core
   double chunkBytes = 0;  // pipelining chunk the algorithms use (BRAID_CHUNK_SIZE)
   int gossipRounds = 0;   // BRAID_GOSSIP_ROUNDS (not a cost; changes gossip's price)
+  // BRAID_COST_INTER_LINKS: inter-host links per host, each interGbps, shared by the host's ranks whose
+  // steps cross hosts at once; 0 = one link per rank (the ranks never share). Not in a file's cost line.
+  int interLinks = 0;
 
   LinkCost link(bool inter) const {
     return inter ? LinkCost{interAlphaUs, interGbps} : LinkCost{intraAlphaUs, intraGbps};

@@ -125,6 +125,51 @@ TEST_CASE("across hosts with a slow network, hierarchical keeps most bytes on th
   CHECK(ClusterShape::single(8, 2).oversubscribed());
 }
 
+// perf/results/2026-12-01-netns.md: 4 namespaces x 2 ranks on 1 Gbit/s links measured hierarchical and tree
+// 2-3x slower than per-rank links predicted, because a host's two ranks cross its one link at once.
+TEST_CASE("ranks that cross hosts at once share their host's links (BRAID_COST_INTER_LINKS)", "[unit][select]") {
+  CostParams own = CostParams::defaults();
+  own.interGbps = 0.125;
+  own.interAlphaUs = 0;  // bandwidth terms only: the ratios below are then exact
+  own.interLinks = 0;
+  CostParams one = own;
+  one.interLinks = 1;
+  CostParams two = own;
+  two.interLinks = 2;
+  const ClusterShape c = ClusterShape::blocks(8, 4, 8);  // 4 hosts x 2 ranks, in blocks
+  const uint64_t S = 1ull << 30;
+  auto t = [&](Algo a, const CostParams& p, const ClusterShape& cl = ClusterShape{}) {
+    return predictUs(Coll::kAllReduce, a, S, cl.nranks > 1 ? cl : c, p);
+  };
+  // The block ring leaves each host over one edge: one link is enough, nothing changes.
+  CHECK(t(Algo::kRing, one) == Approx(t(Algo::kRing, own)));
+  // Hierarchical: both local ranks run a ring across hosts, so its inter-host part costs twice as much on
+  // one link, and as before on two.
+  const double hierOwn = t(Algo::kHierarchical, own), hierOne = t(Algo::kHierarchical, one);
+  CHECK(hierOne > 1.8 * hierOwn);
+  CHECK(t(Algo::kHierarchical, two) == Approx(hierOwn));
+  // Trees and recursive halving: every rank of a host crosses at once.
+  CHECK(t(Algo::kTree, one) > 1.8 * t(Algo::kTree, own));
+  CHECK(t(Algo::kRabenseifner, one) > t(Algo::kRabenseifner, own));
+  // A ring whose ranks alternate between hosts sends every edge across: both ranks share the link.
+  ClusterShape alt = c;
+  for (int r = 0; r < 8; ++r) alt.hostOf[r] = r % 4;
+  CHECK(t(Algo::kRing, one, alt) == Approx(2 * t(Algo::kRing, own, alt)).epsilon(0.01));
+  // One host: no inter-host link to share.
+  const ClusterShape single = ClusterShape::single(8, 8);
+  CHECK(t(Algo::kTree, one, single) == Approx(t(Algo::kTree, own, single)));
+  // The knob is read by applyEnv, range-checked by the table.
+  CostParams p = CostParams::defaults();
+  CHECK(p.interLinks == 0);
+  setenv("BRAID_COST_INTER_LINKS", "1", 1);
+  REQUIRE(p.applyEnv().ok());
+  CHECK(p.interLinks == 1);
+  setenv("BRAID_COST_INTER_LINKS", "-1", 1);
+  CostParams q = CostParams::defaults();
+  CHECK_FALSE(q.applyEnv().ok());
+  unsetenv("BRAID_COST_INTER_LINKS");
+}
+
 TEST_CASE("cost overrides from the environment are validated", "[unit][select]") {
   CostParams p = CostParams::defaults();
   setenv("BRAID_COST_INTER_GBPS", "0", 1);
