@@ -9,6 +9,8 @@
 #   NSOCKS="1 4"  braid tcp once per BRAID_NSOCKS value, labelled braid_ns<N> (default: one run, labelled
 #                 braid, with the environment's setting); BASELINE runs once, as before
 #   OMPI_ITERS    arguments for Open MPI's program (e.g. "-n 100 -w 10")
+#   UCX=1         also braid's ucx transport and Open MPI's pml ucx, both over UCX's tcp on loopback
+#                 (UCX_TLS=tcp,self UCX_NET_DEVICES=lo), labelled braid_np2_ucx and ompi_np2_ucx
 #   NO_SHM=1, NO_TCP=1, NO_GLOO=1, NO_MPI=1  leave those configurations out
 # Needs: openmpi-bin libopenmpi-dev python3-torch (see ../shared/peers/README.md) and a built tree.
 set -uo pipefail
@@ -49,6 +51,11 @@ for r in $(seq 1 "$REPS"); do
     # An older build knows no BRAID_NSOCKS: it runs once, with its one socket.
     [ -n "${BASELINE:-}" ] && braid_run "$BASELINE" braid_base tcp
     [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_tcp.run$r.txt" $OMPI --mca btl self,tcp ./build/allreduce_ompi $ARGS $OMPI_ITERS
+  fi
+  if [ -n "${UCX:-}" ]; then
+    braid_run "$top/build" braid ucx UCX_TLS=tcp,self UCX_NET_DEVICES=lo
+    [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_ucx.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ucx \
+      -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo -np "$NP" --oversubscribe ./build/allreduce_ompi $ARGS $OMPI_ITERS
   fi
   [ -z "${NO_GLOO:-}" ] && measure "$OUT/gloo_np${NP}.run$r.txt" /usr/bin/python3 torch_gloo_allreduce_perf.py --np "$NP" $ARGS
 done
