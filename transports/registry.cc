@@ -2,14 +2,18 @@
 // one whose canConnect accepts a pair carries it; BRAID_TRANSPORTS restricts and reorders the
 // list by these names. A transport behind a build option (ucx, ibverbs, cuda) adds its row under
 // that option's #if, so a build knows exactly the transports it can make.
+#include "braid_build_config.h"
 #include "transports/transport.h"
 
 namespace braid {
 
 const std::vector<TransportEntry>& transportRegistry() {
   static const std::vector<TransportEntry> kRegistry = {
-      {"shm", makeShmTransport},
-      {"tcp", makeTcpTransport},
+    {"shm", makeShmTransport},
+#if BRAID_HAVE_UCX
+    {"ucx", makeUcxTransport},
+#endif
+    {"tcp", makeTcpTransport},
   };
   return kRegistry;
 }

@@ -260,5 +260,6 @@ const std::vector<TransportEntry>& transportRegistry();
 // Factories, one per transport folder.
 std::unique_ptr<Transport> makeShmTransport();
 std::unique_ptr<Transport> makeTcpTransport();
+std::unique_ptr<Transport> makeUcxTransport();  // only in builds with BRAID_HAVE_UCX
 
 }  // namespace braid

@@ -92,6 +92,11 @@ const std::vector<ParamInfo> kParams = {
     // 35 s with 1 byte): the kernel's default, or something that holds a few segments in flight.
     bytes("BRAID_TCP_SOCKBUF", "4M", 64 * kKi, kGi, "SO_SNDBUF/SO_RCVBUF of tcp data sockets (0 = kernel default)",
           true),
+    // Peer-failure reports rule out UCX's shared-memory transports; without them a dead peer can
+    // abort the survivors inside UCX (cma), hence auto: peer unless UCX_TLS allows shared memory only.
+    oneOf("BRAID_UCX_ERR_MODE", "auto", "auto|peer|none",
+          "ucx endpoints' error mode: peer = UCX reports a dead peer (no shared memory), none = shared memory allowed, "
+          "auto = peer, except between ranks of one host when UCX_TLS names shared-memory transports only"),
     // Topology, cost model and algorithm choice.
     text("BRAID_TOPO_FILE", "", "load the machine and cost constants from this regular file instead of detecting"),
     text("BRAID_TOPO_DUMP_FILE", "",
