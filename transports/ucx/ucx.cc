@@ -269,7 +269,7 @@ Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>
   BRAID_TRY(local);
 
   std::vector<std::unique_ptr<Link>> result(peers.size());
-  int acrossHosts = 0;
+  int withReports = 0;
   for (size_t i = 0; i < peers.size(); ++i) {
     const int p = peers[i];
     if (lens[p] == 0)
@@ -278,14 +278,14 @@ Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>
     states_.push_back(std::make_unique<UcxEndpointState>());
     auto link = std::make_unique<UcxLink>(worker_, states_.back().get(), ctx.rank, p, hostOf(ctx, p));
     const bool pe = peerErrors(ctx, p);
-    acrossHosts += pe ? 1 : 0;
+    withReports += pe ? 1 : 0;
     BRAID_TRY(link->open(reinterpret_cast<const ucp_address_t*>(addrs.data() + p * stride), pe));
     result[i] = std::move(link);
   }
   // Only once every link is up: a failed connect leaves no pointers to the links it dropped.
   for (size_t i = 0; i < peers.size(); ++i) links_.push_back({static_cast<UcxLink*>(result[i].get()), peers[i]});
   BRAID_INFO(kLogNet, "ucx: rank %d connected to %zu peers (%d with peer-failure reports) in %.1f ms, %s", ctx.rank,
-             peers.size(), acrossHosts, (nowNs() - startNs) / 1e6,
+             peers.size(), withReports, (nowNs() - startNs) / 1e6,
              efd_ >= 0 ? "wakes on the worker's event descriptor" : "polled");
   *out = std::move(result);
   return okStatus();

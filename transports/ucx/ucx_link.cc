@@ -155,35 +155,22 @@ Status UcxLink::progress() {
   return okStatus();
 }
 
-void UcxLink::dropRequests(XferQueue* q) {
-  while (!q->empty()) {
-    Xfer* x = q->pop();
-    void* r = reinterpret_cast<void*>(x->tp[0]);
-    x->tp[0] = 0;
-    if (r == nullptr) continue;
-    // A receive would otherwise wait for its message forever, and a send for a peer that is gone
-    // or gave up (the communicator failed). Freed now, UCX releases each once it completes.
-    ucp_request_cancel(worker_, r);
-    ucp_request_free(r);
-  }
-}
-
-// Teardown. Transfers still posted mean the communicator failed, and their buffers may be gone
-// already (the caller may have freed its own; the engine, destroyed before the links, took its
-// scratch along), while the data of a receive UCX has matched keeps landing at every
-// ucp_worker_progress, for this link or any other of the worker: even a forced close only
+// Teardown. Transfers still posted mean the communicator failed, and nothing of theirs may be
+// touched: the engine, destroyed before the links, took the Xfers (and its scratch) along, and the
+// caller may have freed its own buffers. Yet the data of a receive UCX has matched keeps landing at
+// every ucp_worker_progress, for this link or any other of the worker: even a forced close only
 // schedules the transport endpoints' teardown for later progress (a test crashed in
-// ucp_rndv_data_handler that way). So no link progresses the worker here: each starts its close
-// and leaves the request in its state, and the transport finishes them (ucx.cc), but only when no
-// link had anything posted. Per link:
+// ucp_rndv_data_handler that way). So no link progresses the worker here: each starts its close and
+// leaves the request in its state, and the transport finishes them (ucx.cc), but only when no link
+// had anything posted. Per link:
 //   - nothing posted: a flush close (nothing of ours is in flight);
-//   - something posted or failed: abandoned, with no more progress on the worker. In the
-//     peer-failure mode the endpoint is closed forcibly (allowed there, and it progresses nothing);
-//     without it the worker's destruction takes it down. UCX's log then names the requests that
-//     never returned to its pool: the price of memory safety after a failure.
+//   - something posted, or the link failed: abandoned, requests and all, with no more progress on
+//     the worker. In the peer-failure mode the endpoint is closed forcibly (allowed there, and it
+//     progresses nothing); without it the worker's destruction takes it down. UCX's log then names
+//     the requests that never returned to its pool: the price of memory safety after a failure.
 UcxLink::~UcxLink() {
   if (ep_ == nullptr) return;
-  const bool pending = busy() || !error_.ok();
+  const bool pending = busy() || !error_.ok();  // busy() reads the queues' heads, not the Xfers
   if (!pending || peerErrors_) {
     ucp_request_param_t p;
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -193,8 +180,6 @@ UcxLink::~UcxLink() {
   }
   state_->abandoned = pending;
   ep_ = nullptr;
-  dropRequests(&recvs_);
-  dropRequests(&sends_);
 }
 
 }  // namespace braid

@@ -47,8 +47,8 @@ class UcxLink final : public Link {
  public:
   // `state` outlives the link (the transport keeps it).
   UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost);
-  // Starts closing the endpoint (a flush when the link is healthy, forcibly when it failed) and
-  // drops the requests still posted; the transport finishes the close (see ucx_link.cc for why).
+  // Starts closing the endpoint (a flush when the link is healthy, forcibly when it failed and the
+  // error mode allows); the transport finishes the close (see ucx_link.cc for why).
   ~UcxLink() override;
   // Creates the endpoint to the peer's worker address. `peerErrors`: ask UCX to report the peer's
   // failure (UCP_ERR_HANDLING_MODE_PEER), which also keeps UCX to transports that can (no shared
@@ -70,8 +70,6 @@ class UcxLink final : public Link {
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   Status endpointFailed();
   Status requestError(ucs_status_t st, const char* op, const Xfer* x);
-  // Frees (or cancels and frees) every request still posted: the link is going away.
-  void dropRequests(XferQueue* q);
 
   ucp_worker_h worker_;
   UcxEndpointState* state_;
