@@ -13,6 +13,9 @@ const std::vector<TransportEntry>& transportRegistry() {
 #if BRAID_HAVE_IBVERBS
     {"ibverbs", makeIbverbsTransport},
 #endif
+#if BRAID_HAVE_UCX
+    {"ucx", makeUcxTransport},
+#endif
     {"tcp", makeTcpTransport},
   };
   return kRegistry;

@@ -126,6 +126,11 @@ const std::vector<ParamInfo> kParams = {
     // peer; lowered at connect when BRAID_TIMEOUT is shorter.
     integer("BRAID_IB_TIMEOUT", "14", 1, 31, "ibverbs ACK timeout exponent: 4.096 us x 2^value per try"),
     integer("BRAID_IB_RETRY_CNT", "7", 1, 7, "ibverbs retries of an unacknowledged write before the peer is failed"),
+    // Peer-failure reports rule out UCX's shared-memory transports; without them a dead peer can
+    // abort the survivors inside UCX (cma), hence auto: peer unless UCX_TLS allows shared memory only.
+    oneOf("BRAID_UCX_ERR_MODE", "auto", "auto|peer|none",
+          "ucx endpoints' error mode: peer = UCX reports a dead peer (no shared memory), none = shared memory allowed, "
+          "auto = peer, except between ranks of one host when UCX_TLS names shared-memory transports only"),
     // Topology, cost model and algorithm choice.
     text("BRAID_TOPO_FILE", "", "load the machine and cost constants from this regular file instead of detecting"),
     text("BRAID_TOPO_DUMP_FILE", "",

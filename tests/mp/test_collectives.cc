@@ -203,6 +203,13 @@ TEST_CASE("collectives over ibverbs: every type, op, count and placement", "[mp]
   } else {
     WARN(rdmaAbsence() << ": SKIPPING the ibverbs sweep");
   }
+// Over whichever UCX transports the environment allows: meson runs this as mp-ucx (UCX_TLS=tcp,self)
+// and mp-ucx-sm (shared memory). ucx cannot reduce on receive, so every reduction also runs through
+// the lowering pass here.
+TEST_CASE("collectives over ucx: every type, op, count and placement", "[mp][ucx]") {
+  const int n = GENERATE(1, 2, 3, 5);
+  INFO("nranks " << n);
+  if (underTest("ucx")) sweepOn("ucx", n, n <= 3);
 }
 
 TEST_CASE("collectives across emulated hosts mix shm and tcp links", "[mp][hosts]") {

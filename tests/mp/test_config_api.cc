@@ -128,7 +128,7 @@ TEST_CASE("a bad config is braidInvalidArgument naming the field, and changes no
     with("small size", "config->size", [](braidConfig_t& c) { c.size = 8; });
     with("large size", "config->size", [](braidConfig_t& c) { c.size += 8; });
     with("future version", "config->version", [](braidConfig_t& c) { c.version = BRAID_VERSION_CODE + 1; });
-    with("unknown transport", "config->transports", [](braidConfig_t& c) { c.transports = "shm,ucx"; });
+    with("unknown transport", "config->transports", [](braidConfig_t& c) { c.transports = "shm,pigeon"; });
     with("empty transports", "config->transports", [](braidConfig_t& c) { c.transports = " , "; });
     with("cuda memory", "config->memType", [](braidConfig_t& c) { c.memType = braidMemCuda; });
     with("bad memory type", "config->memType", [](braidConfig_t& c) { c.memType = 7; });

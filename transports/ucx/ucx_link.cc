@@ -1,0 +1,185 @@
+#include "transports/ucx/ucx_link.h"
+
+#include <utility>
+
+#include "src/base/log.h"
+
+namespace braid {
+
+namespace {
+
+// Every transfer is host memory (kUcxCaps): saying so spares UCX a memory-type lookup per message.
+constexpr uint32_t kHostMemAttr = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+
+}  // namespace
+
+UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost)
+    : worker_(worker),
+      state_(state),
+      peer_(peerRank),
+      peerHost_(std::move(peerHost)),
+      sendTagBase_(static_cast<uint64_t>(myRank) << kUcxSeqBits),
+      recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxSeqBits) {}
+
+Status UcxLink::open(const ucp_address_t* peerAddress, bool peerErrors) {
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.address = peerAddress;
+  p.err_mode = peerErrors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  if (peerErrors) {
+    p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.err_handler.cb = &UcxLink::onEndpointError;
+    p.err_handler.arg = state_;
+  }
+  ucs_status_t st = ucp_ep_create(worker_, &p, &ep_);
+  if (st != UCS_OK) {
+    ep_ = nullptr;
+    return errorf(braidSystemError, "ucx: cannot create the endpoint to peer rank %d (host %s): %s%s", peer_,
+                  peerHost_.c_str(), ucs_status_string(st),
+                  peerErrors ? " (peer-failure reports need a UCX transport that has them, such as tcp: see UCX_TLS "
+                               "and BRAID_UCX_ERR_MODE)"
+                             : "");
+  }
+  peerErrors_ = peerErrors;
+  return okStatus();
+}
+
+void UcxLink::onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+  static_cast<UcxEndpointState*>(arg)->error = status == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : status;
+}
+
+Status UcxLink::endpointFailed() {
+  return fail(errorf(braidRemoteError, "ucx: connection to peer rank %d (host %s) failed: %s", peer_, peerHost_.c_str(),
+                     ucs_status_string(state_->error)));
+}
+
+Status UcxLink::fail(Status s) {
+  if (error_.ok()) {
+    BRAID_WARN(kLogNet, "%s", s.message().c_str());
+    error_ = std::move(s);
+  }
+  return error_;
+}
+
+Status UcxLink::requestError(ucs_status_t st, const char* op, const Xfer* x) {
+  return fail(errorf(braidRemoteError, "ucx: %s of %zu bytes with peer rank %d (host %s) failed: %s", op,
+                     op[0] == 's' ? x->bytes : x->capacity, peer_, peerHost_.c_str(), ucs_status_string(st)));
+}
+
+Status UcxLink::postSend(Xfer* x) {
+  if (!error_.ok()) return error_;
+  if (x->data == nullptr && x->bytes > 0)
+    return errorf(braidInvalidArgument, "ucx send of %zu bytes from NULL", x->bytes);
+  x->progressed = 0;
+  x->complete = false;
+  ucp_request_param_t p;
+  p.op_attr_mask = kHostMemAttr;
+  p.memory_type = UCS_MEMORY_TYPE_HOST;
+  if (x->region != nullptr && x->region->key[0] != 0) {
+    // Registered by registerMemory: UCX can skip its own registration of the buffer.
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = reinterpret_cast<ucp_mem_h>(x->region->key[0]);
+  }
+  const uint64_t tag = sendTagBase_ | (sendSeq_++ & kUcxSeqMask);
+  void* r = ucp_tag_send_nbx(ep_, x->data, x->bytes, tag, &p);
+  if (UCS_PTR_IS_ERR(r)) return requestError(UCS_PTR_STATUS(r), "send", x);
+  // NULL: the message left at once (small and eager); completed in order by progress().
+  x->tp[0] = reinterpret_cast<uintptr_t>(r);
+  sends_.push(x);
+  return okStatus();
+}
+
+Status UcxLink::postRecv(Xfer* x) {
+  if (!error_.ok()) return error_;
+  if (x->data == nullptr && x->capacity > 0)
+    return errorf(braidInvalidArgument, "ucx receive of %zu bytes into NULL", x->capacity);
+  // kUcxCaps says no reduce on receive: the lowering pass never hands us one.
+  if (x->reduce != nullptr) return errorf(braidInternalError, "ucx link got a receive-reduce (it cannot reduce)");
+  x->progressed = 0;
+  x->complete = false;
+  ucp_request_param_t p;
+  // Always a request, even for a message already waiting: its length is read from the request in
+  // progress(), one path for every receive.
+  p.op_attr_mask = kHostMemAttr | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.memory_type = UCS_MEMORY_TYPE_HOST;
+  if (x->region != nullptr && x->region->key[0] != 0) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = reinterpret_cast<ucp_mem_h>(x->region->key[0]);
+  }
+  const uint64_t tag = recvTagBase_ | (recvSeq_++ & kUcxSeqMask);
+  void* r = ucp_tag_recv_nbx(worker_, x->data, x->capacity, tag, ~uint64_t{0}, &p);
+  if (UCS_PTR_IS_ERR(r)) return requestError(UCS_PTR_STATUS(r), "receive", x);
+  x->tp[0] = reinterpret_cast<uintptr_t>(r);
+  recvs_.push(x);
+  return okStatus();
+}
+
+Status UcxLink::progress() {
+  if (!error_.ok()) return error_;
+  if (state_->error != UCS_OK) return endpointFailed();
+  while (!sends_.empty()) {
+    Xfer* x = sends_.front();
+    if (x->tp[0] != 0) {
+      void* r = reinterpret_cast<void*>(x->tp[0]);
+      const ucs_status_t st = ucp_request_check_status(r);
+      if (st == UCS_INPROGRESS) break;
+      ucp_request_free(r);
+      x->tp[0] = 0;
+      if (st != UCS_OK) return requestError(st, "send", x);
+    }
+    sends_.pop();
+    x->progressed = x->bytes;
+    x->complete = true;
+  }
+  while (!recvs_.empty()) {
+    Xfer* x = recvs_.front();
+    void* r = reinterpret_cast<void*>(x->tp[0]);
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t st = ucp_tag_recv_request_test(r, &info);
+    if (st == UCS_INPROGRESS) break;
+    ucp_request_free(r);
+    x->tp[0] = 0;
+    if (st == UCS_ERR_MESSAGE_TRUNCATED)
+      return fail(errorf(braidRemoteError,
+                         "message from peer rank %d has %zu bytes, more than the %zu bytes the posted receive expects",
+                         peer_, info.length, x->capacity));
+    if (st != UCS_OK) return requestError(st, "receive", x);
+    if (info.length != x->capacity)
+      return fail(errorf(braidRemoteError, "message from peer rank %d has %zu bytes, the posted receive expects %zu",
+                         peer_, info.length, x->capacity));
+    recvs_.pop();
+    x->bytes = info.length;
+    x->progressed = info.length;
+    x->complete = true;
+  }
+  return okStatus();
+}
+
+// Teardown. Transfers still posted mean the communicator failed, and nothing of theirs may be
+// touched: the engine, destroyed before the links, took the Xfers (and its scratch) along, and the
+// caller may have freed its own buffers. Yet the data of a receive UCX has matched keeps landing at
+// every ucp_worker_progress, for this link or any other of the worker: even a forced close only
+// schedules the transport endpoints' teardown for later progress (a test crashed in
+// ucp_rndv_data_handler that way). So no link progresses the worker here: each starts its close and
+// leaves the request in its state, and the transport finishes them (ucx.cc), but only when no link
+// had anything posted. Per link:
+//   - nothing posted: a flush close (nothing of ours is in flight);
+//   - something posted, or the link failed: abandoned, requests and all, with no more progress on
+//     the worker. In the peer-failure mode the endpoint is closed forcibly (allowed there, and it
+//     progresses nothing); without it the worker's destruction takes it down. UCX's log then names
+//     the requests that never returned to its pool: the price of memory safety after a failure.
+UcxLink::~UcxLink() {
+  if (ep_ == nullptr) return;
+  const bool pending = busy() || !error_.ok();  // busy() reads the queues' heads, not the Xfers
+  if (!pending || peerErrors_) {
+    ucp_request_param_t p;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = pending ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* r = ucp_ep_close_nbx(ep_, &p);
+    if (UCS_PTR_IS_PTR(r)) state_->closing = r;
+  }
+  state_->abandoned = pending;
+  ep_ = nullptr;
+}
+
+}  // namespace braid
