@@ -203,6 +203,8 @@ TEST_CASE("collectives over ibverbs: every type, op, count and placement", "[mp]
   } else {
     WARN(rdmaAbsence() << ": SKIPPING the ibverbs sweep");
   }
+}
+
 // Over whichever UCX transports the environment allows: meson runs this as mp-ucx (UCX_TLS=tcp,self)
 // and mp-ucx-sm (shared memory). ucx cannot reduce on receive, so every reduction also runs through
 // the lowering pass here.
