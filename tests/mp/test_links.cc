@@ -195,17 +195,18 @@ TEST_CASE("link contract: a peer killed mid-transfer fails the survivors naming 
         CHECK_BRAID(rank, braidISend(buf.data(), kBytes, braidUint8, p, comm, nullptr, &r));
         reqs.push_back(r);
       }
-      // Let part of it travel (braidTest drives it; 64 MiB cannot finish in these few
-      // milliseconds), then die.
+      // Let part of it travel (braidTest drives it), then die. A fast transport on a quiet machine
+      // may move all 64 MiB in these milliseconds (ucx over loopback did): the survivors' second
+      // receive, which the victim never sends, fails then, so a death is always seen.
+      int done = 0;
       for (int i = 0; i < 20; ++i) {
-        int done = 0;
-        CHECK_BRAID(rank, braidTest(reqs.front(), &done));
-        if (done != 0) return fail(rank, "a 64 MiB send finished before the victim died");
+        if (done == 0) CHECK_BRAID(rank, braidTest(reqs.front(), &done));  // a done request is released
         usleep(1000);
       }
       raise(SIGKILL);
     }
     braidResult_t r = braidRecv(buf.data(), kBytes, braidUint8, victim, comm, nullptr);
+    if (r == braidSuccess) r = braidRecv(buf.data(), kBytes, braidUint8, victim, comm, nullptr);
     const std::string msg = braidGetLastError();
     braidCommAbort(comm);
     if (r != braidRemoteError) return fail(rank, "receive returned %s: %s", braidGetErrorString(r), msg.c_str());
