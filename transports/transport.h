@@ -274,6 +274,6 @@ const std::vector<TransportEntry>& transportRegistry();
 std::unique_ptr<Transport> makeShmTransport();
 std::unique_ptr<Transport> makeTcpTransport();
 std::unique_ptr<Transport> makeIbverbsTransport();  // built when BRAID_HAVE_IBVERBS
-std::unique_ptr<Transport> makeUcxTransport();  // only in builds with BRAID_HAVE_UCX
+std::unique_ptr<Transport> makeUcxTransport();      // only in builds with BRAID_HAVE_UCX
 
 }  // namespace braid
