@@ -55,6 +55,7 @@ for r in $(seq 1 "$REPS"); do
   if [ -n "${UCX:-}" ]; then
     braid_run "$top/build" braid ucx UCX_TLS=tcp,self UCX_NET_DEVICES=lo
     [ -z "${NO_MPI:-}" ] && measure "$OUT/ompi_np${NP}_ucx.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ucx \
+      --mca pml_ucx_tls any --mca pml_ucx_devices any \
       -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo -np "$NP" --oversubscribe ./build/allreduce_ompi $ARGS $OMPI_ITERS
   fi
   [ -z "${NO_GLOO:-}" ] && measure "$OUT/gloo_np${NP}.run$r.txt" /usr/bin/python3 torch_gloo_allreduce_perf.py --np "$NP" $ARGS
