@@ -326,15 +326,6 @@ Status gatherListeners(braidComm* comm, Deadline deadline) {
 
 }  // namespace
 
-uint64_t fnv1a(const std::string& s, uint64_t seed) {
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverrides& over, braidComm** out) {
   auto comm = std::make_unique<braidComm>();
   BRAID_TRY(readCommSettings(over, &comm->settings));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "src/base/hash.h"
 #include "src/bootstrap.h"
 #include "src/control_plane.h"
 #include "src/executor.h"
@@ -62,8 +63,6 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
 // Reads the launcher's environment (BRAID_*, torchrun, Open MPI, Slurm, PMI).
 Status commInitFromEnv(braidComm** out);
 Status commDestroy(braidComm* comm);
-// FNV-1a, for deriving or comparing agreed values from strings (not a cryptographic hash).
-uint64_t fnv1a(const std::string& s, uint64_t seed);
 // Gathers the ranks' hosts and machines and builds the selector (src/comm_topo.cc).
 Status setupTopology(braidComm* comm, Deadline deadline);
 void commAbort(braidComm* comm);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "src/base/config.h"
+#include "src/base/hash.h"
 
 namespace braid {
 
@@ -188,15 +189,6 @@ constexpr size_t kSumBytes = 8;
 constexpr int64_t kYieldNs = 2 * 1000 * 1000;
 constexpr long kSleepNs = 50 * 1000;
 
-uint64_t checksum(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 // The message `from` sends `to`: bytes that differ per pair, direction and communicator (so a
 // message delivered to the wrong peer or from another communicator shows), then their checksum.
 void fillProbe(uint8_t* buf, int from, int to, uint64_t commId) {
@@ -205,7 +197,7 @@ void fillProbe(uint8_t* buf, int from, int to, uint64_t commId) {
     x = x * 6364136223846793005ULL + 1442695040888963407ULL;
     buf[i] = static_cast<uint8_t>(x >> 56);
   }
-  const uint64_t sum = checksum(buf, kProbeBytes - kSumBytes);
+  const uint64_t sum = fnv1a(buf, kProbeBytes - kSumBytes);
   memcpy(buf + kProbeBytes - kSumBytes, &sum, kSumBytes);
 }
 
@@ -231,7 +223,7 @@ std::string verify(const Probe& p, int peer, int rank, uint64_t commId) {
   fillProbe(want, peer, rank, commId);
   uint64_t sum = 0;
   memcpy(&sum, p.in + kProbeBytes - kSumBytes, kSumBytes);
-  const bool sumOk = sum == checksum(p.in, kProbeBytes - kSumBytes);
+  const bool sumOk = sum == fnv1a(p.in, kProbeBytes - kSumBytes);
   for (size_t i = 0; i < kProbeBytes; ++i) {
     if (p.in[i] == want[i]) continue;
     char buf[128];

@@ -48,6 +48,11 @@ Status Transport::deregisterMemory(const Region* region) {
   return errorf(braidInvalidArgument, "transport %s did not register this region", name());
 }
 
+void Transport::releaseRegions() {
+  for (const auto& r : regions_) deregisterRegion(r.get());
+  regions_.clear();
+}
+
 ScratchBuffer::~ScratchBuffer() { std::free(data_); }
 
 Status ScratchBuffer::reserve(size_t bytes, MemType memType) {

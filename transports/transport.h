@@ -215,6 +215,10 @@ class Transport {
     return okStatus();
   }
   virtual void deregisterRegion(Region* region) { (void)region; }
+  // Deregisters every region still registered. A transport whose regions hold keys of a device
+  // context calls it in its destructor, before the context goes: the base destructor cannot, since
+  // deregisterRegion is virtual.
+  void releaseRegions();
 
  private:
   std::vector<std::unique_ptr<Region>> regions_;  // registration is setup, not hot path: a scan is fine

@@ -163,12 +163,11 @@ class IbTransport final : public Transport {
   ibv_cq* cq_ = nullptr;
   bool armed_ = false;  // notification requested and no completion polled since: nothing can have fired
   std::vector<LinkEntry<IbLink>> links_;  // by link index (wr_id); owned by the communicator
-  std::vector<ibv_mr*> mrs_;              // registrations still alive, deregistered at destruction
 };
 
 IbTransport::~IbTransport() {
   // The communicator destroyed the links (and their queue pairs) already.
-  for (ibv_mr* mr : mrs_) ibv_dereg_mr(mr);
+  releaseRegions();
   if (cq_ != nullptr) ibv_destroy_cq(cq_);
   if (channel_ != nullptr) ibv_destroy_comp_channel(channel_);
 }
@@ -347,7 +346,6 @@ Status IbTransport::registerRegion(Region* region) {
     return systemError(errno,
                        "ibverbs: ibv_reg_mr of %zu bytes at %p (is the locked-memory limit, ulimit -l, too low?)",
                        region->bytes, region->base);
-  mrs_.push_back(mr);
   // key[0] finds the registration again; key[1] holds lkey (low half) and rkey (high half).
   region->key[0] = reinterpret_cast<uint64_t>(mr);
   region->key[1] = static_cast<uint64_t>(mr->lkey) | (static_cast<uint64_t>(mr->rkey) << 32);
@@ -355,11 +353,10 @@ Status IbTransport::registerRegion(Region* region) {
 }
 
 void IbTransport::deregisterRegion(Region* region) {
-  ibv_mr* mr = reinterpret_cast<ibv_mr*>(region->key[0]);
-  auto it = std::find(mrs_.begin(), mrs_.end(), mr);
-  if (it == mrs_.end()) return;
+  auto* mr = reinterpret_cast<ibv_mr*>(region->key[0]);
+  if (mr == nullptr) return;
   ibv_dereg_mr(mr);
-  mrs_.erase(it);
+  region->key[0] = 0;
 }
 
 }  // namespace

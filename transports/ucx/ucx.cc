@@ -140,7 +140,6 @@ class UcxTransport final : public Transport {
   bool armed_ = false;                     // efd_ will be signalled by the next event
   int64_t idleSince_ = 0;                  // when the worker last stopped progressing; 0 while it progresses
   std::vector<LinkEntry<UcxLink>> links_;  // owned by the communicator, which destroys them first
-  std::vector<ucp_mem_h> mapped_;          // regions still mapped, unmapped before the context goes
   std::vector<std::unique_ptr<UcxEndpointState>> states_;  // one per endpoint made, kept to the end
 };
 
@@ -208,7 +207,7 @@ UcxTransport::~UcxTransport() {
   }
   for (const auto& st : states_)
     if (st->closing != nullptr) ucp_request_free(st->closing);
-  for (ucp_mem_h m : mapped_) ucp_mem_unmap(context_, m);
+  releaseRegions();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucp_cleanup(context_);
 }
@@ -331,7 +330,6 @@ Status UcxTransport::registerRegion(Region* region) {
   if (st != UCS_OK)
     return errorf(braidSystemError, "ucx: ucp_mem_map of %zu bytes at %p: %s", region->bytes, region->base,
                   ucs_status_string(st));
-  mapped_.push_back(memh);
   region->key[0] = reinterpret_cast<uintptr_t>(memh);
   return okStatus();
 }
@@ -339,8 +337,6 @@ Status UcxTransport::registerRegion(Region* region) {
 void UcxTransport::deregisterRegion(Region* region) {
   auto memh = reinterpret_cast<ucp_mem_h>(region->key[0]);
   if (memh == nullptr) return;
-  auto it = std::find(mapped_.begin(), mapped_.end(), memh);
-  if (it != mapped_.end()) mapped_.erase(it);
   ucp_mem_unmap(context_, memh);
   region->key[0] = 0;
 }
