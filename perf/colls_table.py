@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Tables of perf/compare_colls.sh: braid beside Open MPI per ranks x transport x collective.
+
+Usage: perf/colls_table.py OUTDIR "NPS" "TRANSPORTS" "COLLS"
+Reads OUTDIR/{braid,ompi}_np<N>_<transport>_<coll>.run<R>.txt and OUTDIR/limit.run<R>.txt. Per size
+it prints the median out-of-place time of each side over the rounds, Open MPI's / braid's (> 1: braid
+is faster; the ratio of the medians), the median busbw of each, and for the 2-rank AllReduce braid's
+busbw over the limit's (the better of its plain and non-temporal stores, median over the rounds).
+Sizes that only one side measured are left out. Closes with the sizes where braid is behind.
+"""
+import glob
+import os
+import re
+import statistics
+import sys
+
+
+def rows(path):
+    """size -> (out-of-place time us, busbw GB/s) from either side's output."""
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if line.startswith("#") or not f or not f[0].isdigit():
+            continue
+        if len(f) == 13:  # nccl-tests' columns: braid's *_perf and allreduce_ompi
+            out[int(f[0])] = (float(f[5]), float(f[7]))
+        elif len(f) == 4:  # coll_ompi: size time algbw busbw
+            out[int(f[0])] = (float(f[1]), float(f[3]))
+    return out
+
+
+def limit_rows(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) == 3 and f[0].isdigit():
+            out[int(f[0])] = max(float(f[1]), float(f[2]))
+    return out
+
+
+def medians(files, parse):
+    runs = [parse(f) for f in files]
+    sizes = set().union(*[r.keys() for r in runs]) if runs else set()
+    med = {}
+    for s in sizes:
+        vals = [r[s] for r in runs if s in r]
+        if isinstance(vals[0], tuple):
+            med[s] = tuple(statistics.median(v[i] for v in vals) for i in range(len(vals[0])))
+        else:
+            med[s] = statistics.median(vals)
+    return med
+
+
+def human(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def runs_of(d, name):
+    return sorted(glob.glob(os.path.join(d, name + ".run*.txt")), key=lambda p: int(re.findall(r"run(\d+)", p)[-1]))
+
+
+def main():
+    d, nps, transports, colls = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
+    limit = medians(runs_of(d, "limit"), limit_rows)
+    behind = []
+    for np in nps:
+        for t in transports:
+            for c in colls:
+                name = f"np{np}_{t}_{c}"
+                b, o = medians(runs_of(d, "braid_" + name), rows), medians(runs_of(d, "ompi_" + name), rows)
+                if not b or not o:
+                    print(f"### {c}, {np} ranks, {t}\n\n(no data: braid {len(b)} sizes, Open MPI {len(o)})\n")
+                    continue
+                share = c == "allreduce" and np == "2" and limit
+                nruns = len(runs_of(d, "braid_" + name))
+                print(f"### {c}, {np} ranks, {t} (medians of {nruns} rounds; Open MPI {'vader' if t == 'shm' else 'tcp'})\n")
+                head = "| size | braid us | Open MPI us | OMPI/braid | braid busbw | OMPI busbw |"
+                rule = "|---:|---:|---:|---:|---:|---:|"
+                if share:
+                    head += " braid/limit |"
+                    rule += "---:|"
+                print(head)
+                print(rule)
+                for s in sorted(set(b) & set(o)):
+                    (bt, bb), (ot, ob) = b[s], o[s]
+                    ratio = ot / bt if bt > 0 else float("nan")
+                    line = f"| {human(s)} | {bt:.2f} | {ot:.2f} | {ratio:.2f} | {bb:.3f} | {ob:.3f} |"
+                    if share:
+                        line += f" {bb / limit[s]:.2f} |" if limit.get(s) else " |"
+                    print(line)
+                    if ratio < 1:
+                        behind.append(f"{c} {np} ranks {t} {human(s)}: {ratio:.2f}")
+                print()
+    print(f"braid behind Open MPI at {len(behind)} points" + (":" if behind else ""))
+    for b in behind:
+        print(f"- {b}")
+
+
+if __name__ == "__main__":
+    main()

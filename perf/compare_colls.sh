@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Every collective of braid beside Open MPI's, on one host: AllReduce, AllGather, ReduceScatter,
+# AllToAll, Broadcast and Reduce (float, sum, root 0, out of place), 2 and 4 ranks, over shared memory
+# (braid shm / Open MPI vader) and TCP on loopback (braid tcp / Open MPI btl tcp), interleaved in one
+# run so the machine's drift hits everyone alike, and the 2-rank AllReduce limit of the machine
+# (../shared/peers/limits/ideal_allreduce.c) once per round. Sizes and bus bandwidths follow
+# nccl-tests on both sides (../shared/peers/mpi_coll_perf.c says how). Prints one table per ranks x
+# transport x collective with the median times, Open MPI's time / braid's (> 1: braid is faster)
+# and, for the 2-rank AllReduce, braid's busbw as a share of the limit; perf/colls_table.py does that.
+# Usage: perf/compare_colls.sh [reps] [outdir]
+#   NPS="2 4"  TRANSPORTS="shm tcp"  COLLS="allreduce allgather reducescatter alltoall bcast reduce"
+#   SIZES="-b 16 -e 256M -f 4"  BRAID_ITERS="-n 50 -w 5"  OMPI_ITERS=""  (Open MPI's programs pick
+#   their iterations per size from a byte budget unless told; on a loaded machine OMPI_ITERS="-n 50
+#   -w 5" keeps their runs as short as braid's)  NO_LIMIT=1 leaves the limit program out
+# Needs: openmpi-bin libopenmpi-dev (see ../shared/peers/README.md) and a built tree (build/).
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+REPS=${1:-3}
+OUT=${2:-$top/build/colls-$(date -u +%Y%m%dT%H%M%S)}
+NPS=${NPS:-"2 4"}
+TRANSPORTS=${TRANSPORTS:-"shm tcp"}
+COLLS=${COLLS:-"allreduce allgather reducescatter alltoall bcast reduce"}
+SIZES=${SIZES:-"-b 16 -e 256M -f 4"}
+BRAID_ITERS=${BRAID_ITERS:-"-n 50 -w 5"}
+OMPI_ITERS=${OMPI_ITERS:-}
+. "$top/perf/peers_env.sh"
+
+# braid's *_perf program for a collective, and Open MPI's program and its -c name.
+braid_prog() {
+  case $1 in
+    allreduce) echo all_reduce_perf ;; allgather) echo all_gather_perf ;;
+    reducescatter) echo reduce_scatter_perf ;; alltoall) echo alltoall_perf ;;
+    bcast) echo broadcast_perf ;; reduce) echo reduce_perf ;;
+    *) echo "compare_colls.sh: unknown collective '$1'" >&2; exit 2 ;;
+  esac
+}
+ompi_prog() {
+  if [ "$1" = allreduce ]; then echo ./build/allreduce_ompi; else echo "./build/coll_ompi -c $1"; fi
+}
+btl() { if [ "$1" = shm ]; then echo self,vader; else echo self,tcp; fi; }
+
+for r in $(seq 1 "$REPS"); do
+  echo "round $r of $REPS"
+  [ -z "${NO_LIMIT:-}" ] && measure "$OUT/limit.run$r.txt" ./build/ideal 3
+  for np in $NPS; do
+    for t in $TRANSPORTS; do
+      for c in $COLLS; do
+        # shellcheck disable=SC2086  # the argument lists are words
+        measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" \
+          "$top/build/tools/braidrun" -n "$np" "$top/build/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS -z 1
+        # shellcheck disable=SC2086,SC2046
+        measure "$OUT/ompi_np${np}_${t}_$c.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ob1 \
+          --mca btl "$(btl "$t")" -np "$np" --oversubscribe $(ompi_prog "$c") $SIZES $OMPI_ITERS
+      done
+    done
+  done
+done
+python3 "$top/perf/colls_table.py" "$OUT" "$NPS" "$TRANSPORTS" "$COLLS" | tee "$OUT/summary.md"
