@@ -11,7 +11,7 @@ namespace braid {
 
 // The shape of a call, everything a plan depends on. Counts are in elements, as in the API:
 // AllReduce/Broadcast/Reduce: the buffer; AllGather: per rank (sendcount); ReduceScatter: per rank
-// (recvcount); AllToAll: per peer.
+// (recvcount); AllToAll: per peer; Gather/Scatter: per rank (the root's buffer holds nranks blocks).
 struct CollArgs {
   Coll coll = Coll::kAllReduce;
   Algo algo = Algo::kRing;
@@ -43,6 +43,10 @@ void buildChainReduce(const CollArgs& a, Plan* plan);
 void buildTreeReduce(const CollArgs& a, Plan* plan);
 void buildPairwiseAllToAll(const CollArgs& a, Plan* plan);
 void buildDisseminationBarrier(const CollArgs& a, Plan* plan);
+void buildLinearGather(const CollArgs& a, Plan* plan);
+void buildTreeGather(const CollArgs& a, Plan* plan);
+void buildLinearScatter(const CollArgs& a, Plan* plan);
+void buildTreeScatter(const CollArgs& a, Plan* plan);
 
 // Builds the plan of a.algo for a.coll (which must be available: algoAvailable) and finalizes it.
 void buildPlan(const CollArgs& a, Plan* plan);

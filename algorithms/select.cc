@@ -28,6 +28,8 @@ void buildPlan(const CollArgs& a, Plan* plan) {
         case Algo::kGossip:
           buildGossipAllReduce(a, plan);
           break;
+        case Algo::kLinear:
+          break;  // not available (algoAvailable)
       }
       break;
     case Coll::kBroadcast:
@@ -53,6 +55,18 @@ void buildPlan(const CollArgs& a, Plan* plan) {
       break;
     case Coll::kBarrier:
       buildDisseminationBarrier(a, plan);
+      break;
+    case Coll::kGather:
+      if (a.algo == Algo::kTree)
+        buildTreeGather(a, plan);
+      else
+        buildLinearGather(a, plan);
+      break;
+    case Coll::kScatter:
+      if (a.algo == Algo::kTree)
+        buildTreeScatter(a, plan);
+      else
+        buildLinearScatter(a, plan);
       break;
     case Coll::kSendRecv:
       break;  // built per call from the group's records (src/api_coll.cc)

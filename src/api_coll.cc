@@ -51,7 +51,8 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
   const int n = a.comm->nranks, rank = a.comm->rank;
   const bool reducing = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
   if (reducing && !validRedop(a.op)) return errorf(braidInvalidArgument, "op %d is not a braidRedOp_t", a.op);
-  const bool rooted = a.coll == Coll::kBroadcast || a.coll == Coll::kReduce;
+  const bool rooted =
+      a.coll == Coll::kBroadcast || a.coll == Coll::kReduce || a.coll == Coll::kGather || a.coll == Coll::kScatter;
   if (rooted && (a.root < 0 || a.root >= n))
     return errorf(braidInvalidArgument, "root %d is out of range [0, %d)", a.root, n);
   const size_t es = dtypeSize(a.dtype);
@@ -60,11 +61,15 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
   if (a.coll == Coll::kAllGather) recvMul = n;
   if (a.coll == Coll::kReduceScatter) sendMul = n;
   if (a.coll == Coll::kAllToAll) sendMul = recvMul = n;
+  if (a.coll == Coll::kGather) recvMul = n;
+  if (a.coll == Coll::kScatter) sendMul = n;
   const size_t limit = static_cast<size_t>(PTRDIFF_MAX) / es / static_cast<size_t>(n);
   if (a.count > limit) return errorf(braidInvalidArgument, "count %zu overflows the buffer size", a.count);
   size_t sendBytes = a.count * sendMul * es, recvBytes = a.count * recvMul * es;
   if (a.coll == Coll::kBroadcast && rank != a.root) sendBytes = 0;  // only read on the root
   if (a.coll == Coll::kReduce && rank != a.root) recvBytes = 0;     // only written on the root
+  if (a.coll == Coll::kGather && rank != a.root) recvBytes = 0;     // only written on the root
+  if (a.coll == Coll::kScatter && rank != a.root) sendBytes = 0;    // only read on the root
   if (a.coll == Coll::kBarrier) sendBytes = recvBytes = 0;
   if (sendBytes > 0 && a.send == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
   if (recvBytes > 0 && a.recv == nullptr) return errorf(braidInvalidArgument, "recvbuff is NULL");
@@ -77,6 +82,12 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
       break;
     case Coll::kReduceScatter:
       inPlace = r != nullptr && r == s + rank * a.count * es;
+      break;
+    case Coll::kGather:  // the root's own block already in its place; the other ranks have no layout
+      inPlace = rank == a.root && s != nullptr && s == r + rank * a.count * es;
+      break;
+    case Coll::kScatter:
+      inPlace = rank == a.root && r != nullptr && r == s + rank * a.count * es;
       break;
     default:
       inPlace = s == r && s != nullptr;
@@ -293,6 +304,24 @@ braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count, 
 braidResult_t braidIAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
                              braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
   BRAID_COLL(__func__, true, Coll::kAllToAll, sendbuff, recvbuff, count, datatype, braidSum, 0, comm);
+}
+braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                          braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kGather, sendbuff, recvbuff, count, datatype, braidSum, root, comm);
+}
+braidResult_t braidIGather(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                           braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kGather, sendbuff, recvbuff, count, datatype, braidSum, root, comm);
+}
+braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                           braidComm_t comm, braidStream_t stream) {
+  braidRequest_t* request = nullptr;
+  BRAID_COLL(__func__, false, Coll::kScatter, sendbuff, recvbuff, count, datatype, braidSum, root, comm);
+}
+braidResult_t braidIScatter(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                            braidComm_t comm, braidStream_t stream, braidRequest_t* request) {
+  BRAID_COLL(__func__, true, Coll::kScatter, sendbuff, recvbuff, count, datatype, braidSum, root, comm);
 }
 braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream) {
   braidRequest_t* request = nullptr;

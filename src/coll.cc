@@ -22,13 +22,17 @@ const char* collName(Coll c) {
       return "SendRecv";
     case Coll::kBarrier:
       return "Barrier";
+    case Coll::kGather:
+      return "Gather";
+    case Coll::kScatter:
+      return "Scatter";
   }
   return "?";
 }
 
 namespace {
-constexpr const char* kAlgoNames[kNumAlgos] = {"ring",         "tree",  "rabenseifner", "recursive_doubling",
-                                               "hierarchical", "gossip"};
+constexpr const char* kAlgoNames[kNumAlgos] = {"ring",         "tree",   "rabenseifner", "recursive_doubling",
+                                               "hierarchical", "gossip", "linear"};
 }
 
 const char* algoName(Algo a) {
@@ -55,7 +59,7 @@ bool parseAlgo(const char* name, Algo* out) {
 bool algoAvailable(Coll coll, Algo a) {
   switch (coll) {
     case Coll::kAllReduce:
-      return true;
+      return a != Algo::kLinear;
     case Coll::kBroadcast:
     case Coll::kReduce:
       return a == Algo::kRing || a == Algo::kTree;
@@ -65,6 +69,9 @@ bool algoAvailable(Coll coll, Algo a) {
     case Coll::kBarrier:
     case Coll::kSendRecv:
       return a == Algo::kRing;
+    case Coll::kGather:
+    case Coll::kScatter:
+      return a == Algo::kLinear || a == Algo::kTree;
   }
   return false;
 }

@@ -17,12 +17,16 @@ enum class Coll : uint8_t {
   kAllToAll,
   kSendRecv,
   kBarrier,
+  kGather,  // after the others: the values travel in call headers (BRAID_CHECK_MISMATCH)
+  kScatter,
 };
+constexpr int kNumColls = 10;
 const char* collName(Coll c);  // "AllReduce", ...
 
 // The algorithms a caller can choose (BRAID_ALGO, `-A`, braid-topo). Not every collective has every
 // algorithm: algoAvailable() says which pairs exist. AllToAll (pairwise exchange) and Barrier
-// (dissemination) have one algorithm each, reported under the name kRing.
+// (dissemination) have one algorithm each, reported under the name kRing. Gather and Scatter have
+// kLinear and kTree (a binomial tree).
 enum class Algo : uint8_t {
   kRing,               // ring (AllReduce/AllGather/ReduceScatter), pipelined chain (Broadcast/Reduce)
   kTree,               // double binary tree, pipelined (AllReduce/Broadcast/Reduce)
@@ -30,8 +34,9 @@ enum class Algo : uint8_t {
   kRecursiveDoubling,  // log2(n) full-buffer exchanges (AllReduce)
   kHierarchical,       // intra-host reduce-scatter, inter-host allreduce of shards, intra-host all-gather
   kGossip,             // K rounds of one-peer exponential averaging (AllReduce avg, approximate comms)
+  kLinear,             // the root exchanges with every rank directly (Gather/Scatter)
 };
-constexpr int kNumAlgos = 6;
+constexpr int kNumAlgos = 7;
 const char* algoName(Algo a);                 // "ring", "tree", ...
 const char* algoNameFor(Coll c, Algo a);      // as algoName, but "pairwise"/"dissemination" for AllToAll/Barrier
 bool parseAlgo(const char* name, Algo* out);  // exact lower-case names above

@@ -26,15 +26,22 @@ struct CollName {
       case Coll::kAllGather:
       case Coll::kReduceScatter:
       case Coll::kAllToAll:
+      case Coll::kGather:
+      case Coll::kScatter:
         return static_cast<double>(n - 1) / n;
       default:
         return 1.0;
     }
   }
 };
-const CollName kColls[] = {
-    {"allreduce", Coll::kAllReduce}, {"broadcast", Coll::kBroadcast},         {"reduce", Coll::kReduce},
-    {"allgather", Coll::kAllGather}, {"reducescatter", Coll::kReduceScatter}, {"alltoall", Coll::kAllToAll}};
+const CollName kColls[] = {{"allreduce", Coll::kAllReduce},
+                           {"broadcast", Coll::kBroadcast},
+                           {"reduce", Coll::kReduce},
+                           {"allgather", Coll::kAllGather},
+                           {"reducescatter", Coll::kReduceScatter},
+                           {"alltoall", Coll::kAllToAll},
+                           {"gather", Coll::kGather},
+                           {"scatter", Coll::kScatter}};
 
 std::string sizeText(uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -55,7 +62,8 @@ int printPlan(const topo::ClusterShape& cluster, const topo::CostParams& cost, c
     if (collText == c.name) cn = &c;
   if (cn == nullptr) {
     fprintf(stderr,
-            "braid-topo: unknown collective '%s' (allreduce, broadcast, reduce, allgather, reducescatter, alltoall)\n",
+            "braid-topo: unknown collective '%s' (allreduce, broadcast, reduce, allgather, reducescatter, alltoall, "
+            "gather, scatter)\n",
             collText.c_str());
     return 2;
   }

@@ -24,6 +24,7 @@
 #include "topology/cost.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
@@ -120,9 +121,33 @@ class Model {
       case Coll::kBarrier:
         return ceilLog2(p) * r.alphaUs;
       case Coll::kSendRecv:
+      case Coll::kGather:
+      case Coll::kScatter:
         return kInf;
     }
     return kInf;
+  }
+
+  // Gather/Scatter (S: the root's whole buffer), linear: the root takes or gives the n - 1 blocks one
+  // message after another, while every other rank of a host sends or receives at once.
+  double linear(double S) const {
+    const int p = n();
+    const Rates r = rates(multiHost(), c_.maxHostSize());
+    return (p - 1) * (r.alphaUs + S / p * r.betaUs);
+  }
+
+  // Gather/Scatter, binomial tree: ceil(log2 n) message steps on the critical path, and the root
+  // still moves all n - 1 blocks. A block whose rank sits at depth d (the popcount of its distance
+  // from the root) is forwarded d - 1 times by interior ranks; those copies compete with the root's
+  // blocks for the host's memory bandwidth (shared memory) or its links (across hosts), so they are
+  // priced as bytes through the root. Hence the tree wins by its fewer message steps for small blocks
+  // and loses by its forwarding for large ones.
+  double binomial(double S) const {
+    const int p = n();
+    const Rates r = rates(multiHost());
+    double forwarded = 0;
+    for (int v = 1; v < p; ++v) forwarded += std::popcount(static_cast<unsigned>(v)) - 1;
+    return ceilLog2(p) * r.alphaUs + (p - 1 + forwarded) * (S / p) * r.betaUs;
   }
 
   // Two pipelined binary trees, half the data each; each rank is inner in at most one of them.
@@ -141,6 +166,9 @@ class Model {
       case Coll::kReduce:
         return d * (r.alphaUs + 2 * c * (r.betaUs + r.gammaUs)) +
                (k - 1) * (s.alphaUs + 2 * c * (s.betaUs + s.gammaUs));
+      case Coll::kGather:
+      case Coll::kScatter:
+        return binomial(S);
       default:
         return kInf;
     }
@@ -305,6 +333,8 @@ double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, co
       return coll == Coll::kAllReduce ? m.hierarchical(S) : kInf;
     case Algo::kGossip:
       return coll == Coll::kAllReduce ? m.gossip(S, p.gossipRounds) : kInf;
+    case Algo::kLinear:
+      return coll == Coll::kGather || coll == Coll::kScatter ? m.linear(S) : kInf;
   }
   return kInf;
 }

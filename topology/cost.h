@@ -71,7 +71,7 @@ struct ClusterShape {
 };
 
 // Predicted microseconds for `coll` of `bytes` (the call's buffer: AllReduce/Broadcast/Reduce the
-// whole buffer, AllGather/ReduceScatter the gathered total, AllToAll the per-rank total) with `algo`;
+// whole buffer, AllGather/ReduceScatter/Gather/Scatter the gathered total, AllToAll the per-rank total) with `algo`;
 // +infinity when the algorithm does not apply (algoAvailable false, or gossip on an exact comm).
 double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, const CostParams& p);
 

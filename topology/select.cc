@@ -26,9 +26,11 @@ const CollName kCollNames[] = {
     {"reduce_scatter", Coll::kReduceScatter},
     {"alltoall", Coll::kAllToAll},
     {"barrier", Coll::kBarrier},
+    {"gather", Coll::kGather},
+    {"scatter", Coll::kScatter},
 };
-constexpr Coll kTabled[] = {Coll::kAllReduce,     Coll::kBroadcast, Coll::kReduce, Coll::kAllGather,
-                            Coll::kReduceScatter, Coll::kAllToAll,  Coll::kBarrier};
+constexpr Coll kTabled[] = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce, Coll::kAllGather, Coll::kReduceScatter,
+                            Coll::kAllToAll,  Coll::kBarrier,   Coll::kGather, Coll::kScatter};
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
@@ -63,10 +65,10 @@ std::string sizeText(double bytes) {
 
 }  // namespace
 
-Status parseAlgoSpec(const std::string& spec, std::array<Algo, 8>* algo, std::array<bool, 8>* set) {
+Status parseAlgoSpec(const std::string& spec, std::array<Algo, kNumColls>* algo, std::array<bool, kNumColls>* set) {
   set->fill(false);
-  std::array<Algo, 8> perColl{};
-  std::array<bool, 8> perSet{};
+  std::array<Algo, kNumColls> perColl{};
+  std::array<bool, kNumColls> perSet{};
   size_t pos = 0;
   while (pos <= spec.size()) {
     size_t end = spec.find_first_of(";,", pos);
@@ -98,7 +100,7 @@ Status parseAlgoSpec(const std::string& spec, std::array<Algo, 8>* algo, std::ar
     if (found == nullptr)
       return errorf(braidInvalidArgument,
                     "BRAID_ALGO: unknown collective '%s' (known: allreduce, broadcast, reduce, allgather, "
-                    "reducescatter, alltoall, barrier)",
+                    "reducescatter, alltoall, barrier, gather, scatter)",
                     collText.c_str());
     if (!algoAvailable(found->coll, a))
       return errorf(braidInvalidArgument, "BRAID_ALGO: %s has no algorithm '%s' (it has: %s)", found->name,
@@ -106,7 +108,7 @@ Status parseAlgoSpec(const std::string& spec, std::array<Algo, 8>* algo, std::ar
     perColl[static_cast<int>(found->coll)] = a;
     perSet[static_cast<int>(found->coll)] = true;
   }
-  for (int i = 0; i < 8; ++i)  // per-collective entries win over a global name, wherever written
+  for (int i = 0; i < kNumColls; ++i)  // per-collective entries win over a global name, wherever written
     if (perSet[i]) {
       (*algo)[i] = perColl[i];
       (*set)[i] = true;
@@ -116,8 +118,8 @@ Status parseAlgoSpec(const std::string& spec, std::array<Algo, 8>* algo, std::ar
 
 Status Selector::init(const ClusterShape& cluster, const CostParams& cost, const std::string& algoSpec,
                       bool approximate) {
-  std::array<Algo, 8> forcedAlgo{};
-  std::array<bool, 8> forced{};
+  std::array<Algo, kNumColls> forcedAlgo{};
+  std::array<bool, kNumColls> forced{};
   BRAID_TRY(parseAlgoSpec(algoSpec, &forcedAlgo, &forced));
   const int ar = static_cast<int>(Coll::kAllReduce);
   if (forced[ar] && forcedAlgo[ar] == Algo::kGossip && !approximate)

@@ -46,7 +46,7 @@ class Selector {
     Algo exact = Algo::kRing;
     Algo avgFloat = Algo::kRing;
   };
-  static constexpr int kColls = 8;
+  static constexpr int kColls = kNumColls;
   std::array<std::array<Entry, kMaxLog2 + 1>, kColls> table_{};
   std::array<bool, kColls> forced_{};
   ClusterShape cluster_;
@@ -55,6 +55,6 @@ class Selector {
 };
 
 // Parses BRAID_ALGO into per-collective choices (index = Coll); `set` says which were given.
-Status parseAlgoSpec(const std::string& spec, std::array<Algo, 8>* algo, std::array<bool, 8>* set);
+Status parseAlgoSpec(const std::string& spec, std::array<Algo, kNumColls>* algo, std::array<bool, kNumColls>* set);
 
 }  // namespace braid::topo

@@ -341,11 +341,11 @@ ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int ro
 ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
                           cudaStream_t stream);
 /* Root's recvbuff gets block i from rank i (count elements each); in place when
- * sendbuff == recvbuff + root * count elements. Built from grouped sends and receives. */
+ * sendbuff == recvbuff + root * count elements. braidGather. */
 ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                         ncclComm_t comm, cudaStream_t stream);
 /* Rank i gets block i of root's sendbuff; in place on root when recvbuff == sendbuff + root * count
- * elements. Built from grouped sends and receives. */
+ * elements. braidScatter. */
 ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream);
 /* Point to point; messages between two ranks match in issue order. A send and a receive between

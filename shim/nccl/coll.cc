@@ -1,7 +1,6 @@
 // Collectives and point to point: each call checks what braid cannot check for it (the stream,
-// NCCL's datatype and op values), then calls braid's function of the same name. Gather and Scatter,
-// which braid lacks, are grouped sends and receives. PreMulSum ops scale a scratch copy of the
-// input, then sum it.
+// NCCL's datatype and op values), then calls braid's function of the same name. PreMulSum ops scale
+// a scratch copy of the input, then sum it.
 #include <cstdint>
 #include <cstring>
 
@@ -67,56 +66,6 @@ Status prepareReduction(ncclComm_t comm, const void* sendbuff, size_t count, siz
 Status finishReduction(braidResult_t r, Reduction* red) {
   if (r == braidSuccess && red->scratch && inGroup()) keepUntilGroupEnd(std::move(red->scratch));
   return fromBraid(r);
-}
-
-Status checkRooted(int root, int n, size_t count, braidDataType_t type) {
-  if (root < 0 || root >= n) return errorf(braidInvalidArgument, "root %d is out of range [0, %d)", root, n);
-  if (count > static_cast<size_t>(PTRDIFF_MAX) / dtypeSize(type) / static_cast<size_t>(n))
-    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
-  return okStatus();
-}
-
-// One group of sends and receives for Gather (root receives block r from rank r) or Scatter
-// (root sends block r to rank r). Root's own block is a send/receive pair to itself (a copy in
-// braid), left out when it is already in place. Arguments are checked before anything is
-// recorded, so a failure leaves no half-recorded group behind.
-Status rootedExchange(bool gather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t dt, int root,
-                      ncclComm_t comm, cudaStream_t stream) {
-  braidComm_t b = nullptr;
-  BRAID_TRY(prologue(comm, stream, &b));
-  braidDataType_t t;
-  BRAID_TRY(moveType(dt, &t));
-  int rank = 0, n = 0;
-  BRAID_TRY(rankAndSize(b, &rank, &n));
-  BRAID_TRY(checkRooted(root, n, count, t));
-  if (count == 0) return okStatus();
-  const bool isRoot = rank == root;
-  if (sendbuff == nullptr && (gather || isRoot)) return errorf(braidInvalidArgument, "sendbuff is NULL");
-  if (recvbuff == nullptr && (!gather || isRoot)) return errorf(braidInvalidArgument, "recvbuff is NULL");
-  const size_t bytes = count * dtypeSize(t);
-  // The root's blocked buffer and its own single block.
-  char* blocks = static_cast<char*>(gather ? recvbuff : const_cast<void*>(sendbuff));
-  char* own = static_cast<char*>(gather ? const_cast<void*>(sendbuff) : recvbuff);
-  BRAID_TRY(fromBraid(braidGroupStart()));
-  Status s;
-  if (!isRoot) {
-    s = fromBraid(gather ? braidSend(sendbuff, count, t, root, b, nullptr)
-                         : braidRecv(recvbuff, count, t, root, b, nullptr));
-  } else {
-    for (int r = 0; r < n && s.ok(); ++r) {
-      char* block = blocks + static_cast<size_t>(r) * bytes;
-      if (r != rank) {
-        s = fromBraid(gather ? braidRecv(block, count, t, r, b, nullptr) : braidSend(block, count, t, r, b, nullptr));
-      } else if (block != own) {
-        const void* from = gather ? own : block;
-        void* to = gather ? block : own;
-        s = fromBraid(braidSend(from, count, t, rank, b, nullptr));
-        if (s.ok()) s = fromBraid(braidRecv(to, count, t, rank, b, nullptr));
-      }
-    }
-  }
-  Status ended = fromBraid(braidGroupEnd());
-  return s.ok() ? ended : s;
 }
 
 }  // namespace
@@ -211,13 +160,16 @@ NCCL_SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff,
 
 NCCL_SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                          int root, ncclComm_t comm, cudaStream_t stream) {
-  return guard(__func__, [&] { return rootedExchange(true, sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidGather(sendbuff, recvbuff, count, t, root, b, nullptr);
+  });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                           int root, ncclComm_t comm, cudaStream_t stream) {
-  return guard(__func__,
-               [&] { return rootedExchange(false, sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidScatter(sendbuff, recvbuff, count, t, root, b, nullptr);
+  });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,

@@ -89,8 +89,12 @@ BRAID_ALGO=allreduce:nope run --plan --ranks 4
 check "bad BRAID_ALGO: exit 2" '[[ $rc == 2 ]] && grep -q "unknown algorithm" $TMP/err'
 run --plan
 check "--plan without a cluster: exit 2" '[[ $rc == 2 ]] && grep -q "ranks" $TMP/err'
-run --plan --ranks 4 --coll gather
-check "--plan with an unknown collective: exit 2" '[[ $rc == 2 ]] && grep -q "gather" $TMP/err'
+run --plan --ranks 4 --coll scan
+check "--plan with an unknown collective: exit 2" '[[ $rc == 2 ]] && grep -q "scan" $TMP/err'
+run --plan --ranks 8 --coll gather
+check "plan for gather: binomial tree for small blocks, linear for large" '[[ $rc == 0 ]] && grep -qE "^ +8 B +tree " $TMP/out && grep -qE "^ +1 GiB +linear " $TMP/out'
+BRAID_ALGO=scatter:linear run --plan --ranks 8 --coll scatter
+check "plan for scatter follows BRAID_ALGO" '[[ $rc == 0 ]] && [[ $(grep -cE "^ +[0-9]+ (B|KiB|MiB|GiB) +linear " $TMP/out) == 28 ]]'
 
 echo "braid-topo: $passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -165,6 +165,22 @@ static int gathers(ncclComm_t comm, int rank, int n) {
   for (int i = 0; i < n * 4; ++i) gall[i] = rank == 0 ? 7 * i : -1;
   CHECK_NCCL(ncclScatter(gall, g, 4, ncclFloat64, 0, comm, NULL));
   for (int i = 0; i < 4; ++i) EXPECT(g[i] == 7 * (rank * 4 + i), "scatter [%d]: %g", i, g[i]);
+  /* Scatter in place from the last rank (its block stays where it is), and a Gather and a Scatter
+   * grouped together. */
+  for (int i = 0; i < n * 4; ++i) gall[i] = rank == root ? 3 * i : -1;
+  double* dst = rank == root ? gall + root * 4 : g;
+  CHECK_NCCL(ncclScatter(gall, dst, 4, ncclFloat64, root, comm, NULL));
+  for (int i = 0; i < 4; ++i) EXPECT(dst[i] == 3 * (rank * 4 + i), "scatter in place [%d]: %g", i, dst[i]);
+  double h[4], hall[64 * 4];
+  for (int i = 0; i < 4; ++i) h[i] = 100 * rank + i;
+  for (int i = 0; i < n * 4; ++i) gall[i] = 5 * i, hall[i] = -1;
+  CHECK_NCCL(ncclGroupStart());
+  CHECK_NCCL(ncclGather(h, hall, 4, ncclFloat64, 0, comm, NULL));
+  CHECK_NCCL(ncclScatter(gall, g, 4, ncclFloat64, root, comm, NULL));
+  CHECK_NCCL(ncclGroupEnd());
+  if (rank == 0)
+    for (int i = 0; i < n * 4; ++i) EXPECT(hall[i] == 100 * (i / 4) + i % 4, "grouped gather [%d]: %g", i, hall[i]);
+  for (int i = 0; i < 4; ++i) EXPECT(g[i] == 5 * (rank * 4 + i), "grouped scatter [%d]: %g", i, g[i]);
   return 0;
 }
 

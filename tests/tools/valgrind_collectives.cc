@@ -3,7 +3,7 @@
 // more ranks; uses the public API only. Each call's result is checked, so that a run that "passes"
 // with wrong data cannot hide behind a clean leak report. Exits 0 when every call succeeded.
 //
-// Covered: AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send/Recv (group and
+// Covered: AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Gather, Scatter, Send/Recv (group and
 // nonblocking), Barrier, the nonblocking form of each collective with braidWait / braidWaitAll /
 // braidTest, a gossip graph (NeighborAllReduce), braidCommSplit, braidCommShrink, destroy. Then the
 // handles that are no longer live: a destroyed communicator and graph, released requests, a request
@@ -84,6 +84,14 @@ int blocking(braidComm_t comm, int rank, int n) {
 
   CHECK(braidAllToAll(send.data(), recv.data(), kCount, braidFloat32, comm, nullptr));
   for (int r = 0; r < n; ++r) EXPECT(all(recv, r * kCount, (r + 1) * kCount, r + 1.f), "alltoall");
+
+  std::fill(recv.begin(), recv.end(), -1.f);
+  CHECK(braidGather(send.data(), rank == n - 1 ? recv.data() : nullptr, kCount, braidFloat32, n - 1, comm, nullptr));
+  if (rank == n - 1)
+    for (int r = 0; r < n; ++r) EXPECT(all(recv, r * kCount, (r + 1) * kCount, r + 1.f), "gather");
+  std::fill(recv.begin(), recv.end(), -1.f);
+  CHECK(braidScatter(rank == 0 ? send.data() : nullptr, recv.data(), kCount, braidFloat32, 0, comm, nullptr));
+  EXPECT(all(recv, 0, kCount, 1.f) && all(recv, kCount, kCount * n, -1.f), "scatter");
 
   // Ring exchange: send to the next rank, receive from the previous one, as one group.
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;

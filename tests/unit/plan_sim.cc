@@ -28,13 +28,26 @@ Sim simulate(const CollArgs& proto, bool lowered) {
     if (coll == Coll::kAllGather) recvLen = count * n;
     if (coll == Coll::kReduceScatter) sendLen = count * n;
     if (coll == Coll::kAllToAll) sendLen = recvLen = count * n;
+    // Gather and Scatter: only the root's gathered side exists (the others' pointer may be NULL).
+    if (coll == Coll::kGather) recvLen = r == proto.root ? count * n : 0;
+    if (coll == Coll::kScatter) sendLen = r == proto.root ? count * n : 0;
     s.send.assign(sendLen, Cell(1) << r);
+    if (coll == Coll::kScatter)  // block j is for rank j: tag it as AllToAll does
+      for (uint64_t i = 0; i < sendLen; ++i) s.send[i] |= Cell(1) << (16 + i / count);
     if (coll == Coll::kAllToAll)
       for (int j = 0; j < n; ++j)
         for (uint64_t i = 0; i < count; ++i) s.send[j * count + i] = (Cell(1) << r) | (Cell(1) << (16 + j));
     s.recv.assign(coll == Coll::kBarrier ? 0 : recvLen, 0);
     s.scratch.assign(s.plan.scratchBytes, 0);
-    if (proto.inPlace && coll == Coll::kReduceScatter) {
+    const bool rootOnly = coll == Coll::kGather || coll == Coll::kScatter;  // in place on the root only
+    if (proto.inPlace && rootOnly && r != proto.root) {
+      // nothing aliases
+    } else if (proto.inPlace && coll == Coll::kScatter) {
+      s.recvAlias = r * count;  // recv = send + r*count
+    } else if (proto.inPlace && coll == Coll::kGather) {
+      for (uint64_t i = 0; i < s.send.size(); ++i) s.recv[r * count + i] = s.send[i];
+      s.sendAlias = r * count;  // send = recv + r*count
+    } else if (proto.inPlace && coll == Coll::kReduceScatter) {
       s.recvAlias = r * count;  // recv = send + r*count
     } else if (proto.inPlace) {
       uint64_t alias = coll == Coll::kAllGather ? r * count : 0;

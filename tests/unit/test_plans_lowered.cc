@@ -24,8 +24,8 @@ int countKind(const Plan& p, StepKind k) {
 }  // namespace
 
 TEST_CASE("lowered plans of every algorithm deliver what the fused plans deliver", "[unit][plan][lower]") {
-  const Coll colls[] = {Coll::kAllReduce,     Coll::kBroadcast, Coll::kReduce, Coll::kAllGather,
-                        Coll::kReduceScatter, Coll::kAllToAll,  Coll::kBarrier};
+  const Coll colls[] = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce, Coll::kAllGather, Coll::kReduceScatter,
+                        Coll::kAllToAll,  Coll::kBarrier,   Coll::kGather, Coll::kScatter};
   int hostOf[9];
   for (int i = 0; i < 9; ++i) hostOf[i] = i / 3;  // three hosts of three ranks (hierarchical)
   int lowered = 0;

@@ -22,8 +22,8 @@ Selector make(const ClusterShape& c, const std::string& spec = "", bool approxim
 }  // namespace
 
 TEST_CASE("BRAID_ALGO: a global name, per-collective entries, and clear errors", "[unit][select]") {
-  std::array<Algo, 8> algo{};
-  std::array<bool, 8> set{};
+  std::array<Algo, kNumColls> algo{};
+  std::array<bool, kNumColls> set{};
   const int ar = static_cast<int>(Coll::kAllReduce), bc = static_cast<int>(Coll::kBroadcast),
             ag = static_cast<int>(Coll::kAllGather), rd = static_cast<int>(Coll::kReduce);
 

@@ -9,13 +9,9 @@
 
 namespace braid_torch {
 
-namespace {
-
-[[noreturn]] void throwBraid(const char* what, int rank) {
+void throwBraid(const char* what, int rank) {
   TORCH_CHECK(false, "braid ", what, " failed on rank ", rank, ": ", braidGetLastError());
 }
-
-}  // namespace
 
 ProcessGroupBraid::ProcessGroupBraid(std::shared_ptr<Comm> comm, int rank, int size, std::chrono::milliseconds timeout)
     : GroupBase(rank, size), comm_(std::move(comm)), completer_(std::make_shared<Completer>()), timeout_(timeout) {
@@ -59,13 +55,6 @@ at::Tensor ProcessGroupBraid::stage(BraidWork& work, const at::Tensor& t, bool o
   if (output && !buffer.is_same(t)) work.copyBack(t, buffer);
   work.keep(buffer);
   return buffer;
-}
-
-template <class Fn>
-void ProcessGroupBraid::post(BraidWork& work, const char* name, Fn&& fn) {
-  braidRequest_t request = nullptr;
-  if (fn(&request) != braidSuccess) throwBraid(name, rank_);
-  work.addRequest(request);
 }
 
 template <class Fn>

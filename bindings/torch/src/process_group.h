@@ -35,6 +35,9 @@ using GroupBase = c10d::Backend;
 using GroupBase = c10d::ProcessGroup;
 #endif
 
+// Raises braid's last error as a torch error naming the call and the rank.
+[[noreturn]] void throwBraid(const char* what, int rank);
+
 class ProcessGroupBraid : public GroupBase {
  public:
   ProcessGroupBraid(std::shared_ptr<Comm> comm, int rank, int size, std::chrono::milliseconds timeout);
@@ -76,6 +79,15 @@ class ProcessGroupBraid : public GroupBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
+  // process_group_gather.cc: braidGather / braidScatter, and one AllGather per tensor.
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+
  private:
   c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* name, std::chrono::milliseconds opTimeout);
   // A contiguous buffer with t's data: t itself, or a copy; for an output, the copy goes back into
@@ -92,11 +104,21 @@ class ProcessGroupBraid : public GroupBase {
   void exchange(BraidWork& work, const at::Tensor& output, const at::Tensor& input,
                 const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
   braidComm_t comm() const { return comm_->get(); }
+  // The root's checks of gather's outputs / scatter's inputs: one list of size_ tensors shaped as `like`.
+  void checkRootList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, const char* op,
+                     const char* what) const;
 
   std::shared_ptr<Comm> comm_;
   // Destroyed first: it finishes the Works it watches while the group still holds the communicator.
   std::shared_ptr<Completer> completer_;
   std::chrono::milliseconds timeout_;
 };
+
+template <class Fn>
+void ProcessGroupBraid::post(BraidWork& work, const char* name, Fn&& fn) {
+  braidRequest_t request = nullptr;
+  if (fn(&request) != braidSuccess) throwBraid(name, rank_);
+  work.addRequest(request);
+}
 
 }  // namespace braid_torch

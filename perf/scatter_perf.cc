@@ -1,0 +1,43 @@
+// scatter_perf: braidScatter. size = the root's whole send buffer (nranks blocks of count elements);
+// busbw = algbw * (n-1)/n, the share of it that crosses to other ranks (nccl-tests' scatter).
+// Every rank fills a whole send buffer with data of its own, so a block from the wrong rank (or a
+// rank that kept its own in place) shows.
+#include "common.h"
+
+namespace braid::perf {
+namespace {
+
+double busFactor(int n) { return static_cast<double>(n - 1) / n; }
+
+Sizes sizes(const Ctx& ctx, size_t bytes) {
+  const auto n = static_cast<size_t>(ctx.nranks);
+  size_t count = bytes / (n * ctx.eltSize);
+  // In place, recvbuff is this rank's block of sendbuff (significant on the root only).
+  return Sizes{count, n * count, count, n * count * ctx.eltSize, 0, static_cast<size_t>(ctx.rank) * count};
+}
+
+void post(const Ctx& c, const void* send, void* recv, Requests* reqs) {
+  if (reqs == nullptr) {
+    PERF_CHECK(braidScatter(send, recv, c.count, c.type, c.root, c.comm, nullptr));
+  } else {
+    PERF_CHECK(braidIScatter(send, recv, c.count, c.type, c.root, c.comm, nullptr, reqs->add()));
+  }
+}
+
+// Block j of rank r's send buffer carries stream r*n + j.
+uint64_t stream(const Ctx& ctx, size_t from, size_t to) { return from * static_cast<size_t>(ctx.nranks) + to; }
+
+double input(const Ctx& ctx, int rank, size_t index) {
+  return copyValue(stream(ctx, static_cast<size_t>(rank), index / ctx.count), index % ctx.count);
+}
+
+Expect expect(const Ctx& ctx, bool /*inPlace*/, size_t index) {
+  return Expect::Value(copyValue(stream(ctx, static_cast<size_t>(ctx.root), static_cast<size_t>(ctx.rank)), index));
+}
+
+constexpr CollDesc kDesc{"scatter", /*reduces=*/false, /*rooted=*/true, 1, busFactor, sizes, post, input, expect};
+
+}  // namespace
+}  // namespace braid::perf
+
+int main(int argc, char** argv) { return braid::perf::benchMain(argc, argv, braid::perf::kDesc); }
