@@ -239,7 +239,9 @@ Status ChunkLink::postChunks() {
     } else {
       uint8_t* stage = staging_ + static_cast<size_t>(slot) * cfg_.slotBytes;
       if (bytes > 0) memcpy(stage, from, bytes);
-      s = wire_->postWrite(stage, nullptr, bytes, slot, imm, kUntracked);
+      const bool track = cfg_.sendsAwaitWrites;
+      s = wire_->postWrite(stage, nullptr, bytes, slot, imm, track ? reinterpret_cast<uint64_t>(x) : kUntracked);
+      if (s.ok() && track) ++x->tp[0];
     }
     if (!s.ok()) return fail(s);
     --credits_;
