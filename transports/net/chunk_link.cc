@@ -146,6 +146,14 @@ Status ChunkLink::onWriteDone(uint64_t wrId) {
   return okStatus();
 }
 
+Status ChunkLink::deliverArrived(bool* transfersLeft) {
+  if (!error_.ok()) return error_;
+  BRAID_TRY(consumeArrivals());
+  completeSends();
+  *transfersLeft = !sends_.empty() || !recvs_.empty();
+  return okStatus();
+}
+
 Status ChunkLink::consumeArrivals() {
   while (!recvs_.empty() && arrived_[recvSlot_] != kEmpty) {
     const uint32_t imm = static_cast<uint32_t>(arrived_[recvSlot_]);

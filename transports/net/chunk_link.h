@@ -110,6 +110,10 @@ class ChunkLink {
   Status onWriteDone(uint64_t wrId);
   // Breaks the link with `s` (the wire saw an error); every later call returns it.
   Status fail(Status s);
+  // For a wire whose peer is gone: delivers the chunks that arrived before it went into the posted
+  // receives (completing them), posting nothing; then says whether transfers are still posted, which
+  // the peer's departure fails (a peer that finished and left fails nothing).
+  Status deliverArrived(bool* transfersLeft);
   const Status& error() const { return error_; }
 
   // Observers for tests and logs.

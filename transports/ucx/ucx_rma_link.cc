@@ -51,13 +51,13 @@ Status UcxRmaLink::open(const ucp_address_t* peerAddress, bool peerErrors, const
 }
 
 // Teardown. UCX never writes into a caller's buffer on this path (puts land in the transport's
-// rings, receives copy out of them), so the worker may drain after a failure too, unless a put from
-// a caller's registered buffer is still under way (UCX would read memory its owner may have freed):
-// only then is the worker abandoned, as the tag path abandons it for any posted receive. Requests
-// still under way are released to UCX (which completes them internally); their buffers (rings,
-// active-message slots) belong to the transport and outlive the drain. The rkey goes before the
-// endpoint, as UCX asks, but only when no put that uses it is left; else it is left to the worker's
-// destruction, the price of a failure.
+// rings or are copied there by onMessage, receives copy out of them), so the worker may drain after
+// a failure too, unless a write from a caller's registered buffer is still under way (UCX would
+// read memory its owner may have freed): only then is the worker abandoned, as the tag path
+// abandons it for any posted receive. Requests still under way are released to UCX (which
+// completes them internally); their buffers (rings, active-message slots) belong to the transport
+// and outlive the drain. The rkey goes before the endpoint, as UCX asks, but only when no put that
+// uses it is left; else it is left to the worker's destruction, the price of a failure.
 UcxRmaLink::~UcxRmaLink() {
   state_->rma = nullptr;
   if (ep_ == nullptr) return;
@@ -76,7 +76,7 @@ UcxRmaLink::~UcxRmaLink() {
   if (rkey_ != nullptr && !putsLeft && !state_->closed) ucp_rkey_destroy(rkey_);
   const bool pending = putsLeft || amUsed_ > 0 || !proto_->error().ok() || state_->error != UCS_OK;
   if (!state_->closed) closeUcxEndpoint(ep_, state_, pending, peerErrors_);
-  state_->abandoned = directPuts_ > 0;
+  state_->abandoned = directWrites_ > 0;
   ep_ = nullptr;
 }
 
@@ -100,6 +100,7 @@ UcxAmSlot* UcxRmaLink::takeAmSlot() {
   s->msg.rank = static_cast<uint32_t>(myRank_);
   s->msg.count = 0;
   s->req = nullptr;
+  s->direct = false;
   return s;
 }
 
@@ -123,6 +124,10 @@ Status UcxRmaLink::postWrite(const void* src, const Region* srcRegion, size_t by
     s->msg.count = 1;
     s->msg.imm[0] = imm;
     s->wrId[0] = wrId;
+    if (srcRegion != nullptr && bytes > 0) {
+      s->direct = true;
+      ++directWrites_;
+    }
     return sendAm(s, src, bytes);
   }
   if (putSeq_ - announced_ >= cfg_.maxWrites)
@@ -142,7 +147,7 @@ Status UcxRmaLink::postWrite(const void* src, const Region* srcRegion, size_t by
   if (r != nullptr) ucp_request_free(r);
   pend_[putSeq_ % cfg_.maxWrites] = {imm, wrId, srcRegion != nullptr};
   ++putSeq_;
-  if (srcRegion != nullptr) ++directPuts_;
+  if (srcRegion != nullptr) ++directWrites_;
   return okStatus();
 }
 
@@ -175,7 +180,7 @@ Status UcxRmaLink::announce(uint64_t end) {
       const PendingPut& pp = pend_[announced_ % cfg_.maxWrites];
       s->msg.imm[s->msg.count] = pp.imm;
       s->wrId[s->msg.count] = pp.wrId;
-      if (pp.direct) --directPuts_;  // flushed: UCX reads the caller's buffer no more
+      if (pp.direct) --directWrites_;  // flushed: UCX reads the caller's buffer no more
       ++s->msg.count;
       ++announced_;
     }
@@ -214,6 +219,7 @@ Status UcxRmaLink::reapAms() {
     }
     amHead_ = (amHead_ + 1) % cfg_.maxWrites;
     --amUsed_;
+    if (s.direct) --directWrites_;
     for (uint32_t i = 0; i < s.msg.count; ++i) BRAID_TRY(proto_->onWriteDone(s.wrId[i]));
   }
   return okStatus();
@@ -221,7 +227,14 @@ Status UcxRmaLink::reapAms() {
 
 Status UcxRmaLink::progress() {
   if (!proto_->error().ok()) return proto_->error();
-  if (state_->error != UCS_OK) return endpointFailed();
+  if (state_->error != UCS_OK) {
+    // A peer that finished and left closes its endpoint, and UCX may report that in the same
+    // worker progress that delivered its last messages: those still complete our receives, and
+    // only a transfer left waiting makes the departure an error.
+    bool left = true;
+    BRAID_TRY(proto_->deliverArrived(&left));
+    return left ? endpointFailed() : okStatus();
+  }
   // Completions first (they free writes for the protocol), then the protocol's pass (arrivals into
   // receives, credits, new chunks), then one flush for the puts of this pass, announced at once
   // when it completed on the spot (shared memory).

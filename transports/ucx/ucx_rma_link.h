@@ -73,6 +73,7 @@ struct UcxAmSlot {
   UcxAmMsg msg;
   uint64_t wrId[kUcxImmsPerAm] = {};
   void* req = nullptr;  // UCX's request; null once complete
+  bool direct = false;  // its data is a caller's registered buffer (UCX reads it until completion)
 };
 
 // Where the link writes: the peer's ring for this rank, and the key to it.
@@ -152,7 +153,9 @@ class UcxRmaLink final : public Link, public net::Wire {
   };
   std::unique_ptr<PendingPut[]> pend_;
   uint64_t putSeq_ = 0, flushed_ = 0, announced_ = 0;
-  uint32_t directPuts_ = 0;  // puts from a caller's registered buffer whose flush has not completed
+  // Writes whose bytes UCX may still read from a caller's registered buffer: puts until their flush
+  // completed, chunks in active messages until the message did.
+  uint32_t directWrites_ = 0;
   // Flushes under way, oldest first: each one's request and the sequence number it covers up to.
   struct Flush {
     void* req;
