@@ -131,6 +131,22 @@ const std::vector<ParamInfo> kParams = {
     oneOf("BRAID_UCX_ERR_MODE", "auto", "auto|peer|none",
           "ucx endpoints' error mode: peer = UCX reports a dead peer (no shared memory), none = shared memory allowed, "
           "auto = peer, except between ranks of one host when UCX_TLS names shared-memory transports only"),
+    // rma runs the chunk/credit protocol of transports/net/ (the one ibverbs runs) over ucp_put_nbx
+    // into ucp_mem_map'ed rings; same immediate limits as ibverbs (20-bit chunk, 10-bit slot).
+    oneOf("BRAID_UCX_PROTO", "tag", "tag|rma",
+          "ucx data path: tag = tagged messages; rma = chunks put into the peer's registered ring, announced by an "
+          "active message (every rank must use the same)"),
+    bytes("BRAID_UCX_RMA_SLOT_SIZE", "256K", 64, 512 * kKi,
+          "bytes per ucx rma ring slot (one chunk, one put), a multiple of 64"),
+    integer("BRAID_UCX_RMA_SLOTS", "16", 2, 1024, "slots per ucx rma ring (one per peer each way): chunks in flight"),
+    // UCX's eager messages over tcp and shared memory hold 8K in one piece.
+    bytes("BRAID_UCX_RMA_INLINE", "8K", 0, 8 * kKi,
+          "ucx rma chunks up to this size travel inside their active message instead of a put and a flush"),
+    // UCX 1.13 emulates puts over tcp with active messages whose handler aborts the process when the
+    // putting peer has died (transports/ucx/ucx_rma_link.h).
+    oneOf("BRAID_UCX_RMA_WRITE", "auto", "auto|put|am",
+          "how ucx rma chunks travel: put = ucp_put_nbx into the peer's ring (RDMA fabrics, shared memory), am = in "
+          "the active message that announces them; auto = put when UCX_TLS names shared-memory transports only"),
     // Topology, cost model and algorithm choice.
     text("BRAID_TOPO_FILE", "", "load the machine and cost constants from this regular file instead of detecting"),
     text("BRAID_TOPO_DUMP_FILE", "",

@@ -126,7 +126,18 @@ std::vector<RankResult> runComm(int n, const Env& env, const std::function<int(b
 const std::vector<std::string>& transportsUnderTest() {
   static const std::vector<std::string> kUsable = [] {
     std::vector<std::string> usable;
+    const char* only = getenv("BRAIDTEST_TRANSPORTS");
+    std::vector<std::string> keep;
+    if (only != nullptr) {
+      std::stringstream list(only);
+      for (std::string item; std::getline(list, item, ',');) keep.push_back(item);
+    }
     for (const braid::TransportEntry& t : braid::transportRegistry()) {
+      if (only != nullptr && std::find(keep.begin(), keep.end(), t.name) == keep.end()) {
+        fprintf(stderr, "harness: transport %s is left out by BRAIDTEST_TRANSPORTS=%s: SKIPPING its tests\n", t.name,
+                only);
+        continue;
+      }
       // A real communicator over this transport alone, with one AllReduce through its links.
       auto res =
           runComm(2, {{"BRAID_TRANSPORTS", t.name}, {"BRAID_TIMEOUT", "30"}}, [](braidComm_t comm, int rank, int) {

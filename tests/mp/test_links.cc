@@ -21,13 +21,16 @@ namespace {
 
 // shm slots of 192 bytes (a multiple of 64, not a power of two), tcp socket calls of 4097 bytes
 // (odd: a reduce receive then carries a partial element from one read into the next), ibverbs rings
-// of four 192-byte slots (credits run out within every large message), and collective chunks large
-// enough that a collective's messages span many of those pieces.
+// of four 192-byte slots (credits run out within every large message), ucx rma rings of four
+// 4160-byte slots with chunks up to 1000 bytes inline (so a message's chunks mix puts and inline
+// ones), and collective chunks large enough that a collective's messages span many of those pieces.
 Env linkEnv(const std::string& transport, const char* forceLowering = "0") {
-  return {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "60"},
-          {"BRAID_SHM_SLOT_SIZE", "192"},  {"BRAID_TCP_CHUNK", "4097"},
-          {"BRAID_IB_SLOT_SIZE", "192"},   {"BRAID_IB_SLOTS", "4"},
-          {"BRAID_CHUNK_SIZE", "1M"},      {"BRAID_FORCE_LOWERING", forceLowering}};
+  return {{"BRAID_TRANSPORTS", transport},        {"BRAID_TIMEOUT", "60"},
+          {"BRAID_SHM_SLOT_SIZE", "192"},         {"BRAID_TCP_CHUNK", "4097"},
+          {"BRAID_IB_SLOT_SIZE", "192"},          {"BRAID_IB_SLOTS", "4"},
+          {"BRAID_UCX_RMA_SLOT_SIZE", "4160"},    {"BRAID_UCX_RMA_SLOTS", "4"},
+          {"BRAID_UCX_RMA_INLINE", "1000"},       {"BRAID_CHUNK_SIZE", "1M"},
+          {"BRAID_FORCE_LOWERING", forceLowering}};
 }
 
 // Byte `off` of message `msg` from rank `from`: differs between neighbouring bytes, messages and

@@ -486,6 +486,55 @@ TEST_CASE("chunk link: a staged send completes once copied, and later writes nev
   CHECK(i3 == m3);
 }
 
+TEST_CASE("chunk link: with sendsAwaitWrites a staged send completes only when its writes are done", "[unit][net]") {
+  // The ucx wire announces a write only after a flush that needs this side's progress: a send that
+  // completed at its post would let the executor stop progressing with the announcement unsent.
+  ChunkLinkConfig cfg = config(4, 8, 8, 1);
+  cfg.sendsAwaitWrites = true;
+  Pair p(cfg);
+  auto out = pattern(20, 11);  // 3 chunks, all staged
+  std::vector<uint8_t> in(20, 0);
+  Xfer s = sendOf(out), r = recvInto(in);
+  REQUIRE(p.a.postSend(&s).ok());
+  REQUIRE(p.b.postRecv(&r).ok());
+  REQUIRE(p.a.progress().ok());
+  CHECK(p.ab.pending.size() == 3);
+  CHECK(p.ab.directWrites == 0);  // staged, not the caller's buffer
+  CHECK_FALSE(s.complete);
+  CHECK(p.a.busy());
+  REQUIRE(p.ab.deliver(0).ok());
+  REQUIRE(p.ab.deliver(0).ok());
+  REQUIRE(p.a.progress().ok());
+  CHECK_FALSE(s.complete);  // one write still not done
+  REQUIRE(p.run(Order::kFifo).ok());
+  CHECK(s.complete);
+  CHECK(r.complete);
+  CHECK(in == out);
+}
+
+TEST_CASE("chunk link: after the peer went, what arrived still completes receives, posting nothing", "[unit][net]") {
+  Pair p(config(4, 8, 8, 1));
+  auto out = pattern(20, 12);  // 3 chunks
+  std::vector<uint8_t> in(20, 0), in2(5, 0);
+  Xfer s = sendOf(out), r = recvInto(in), r2 = recvInto(in2);
+  REQUIRE(p.a.postSend(&s).ok());
+  REQUIRE(p.a.progress().ok());
+  while (!p.ab.pending.empty()) REQUIRE(p.ab.deliver(0).ok());
+  // The peer is gone now; the receive is posted only after its chunks arrived.
+  REQUIRE(p.b.postRecv(&r).ok());
+  bool left = true;
+  REQUIRE(p.b.deliverArrived(&left).ok());
+  CHECK(r.complete);
+  CHECK(in == out);
+  CHECK_FALSE(left);
+  CHECK(p.ba.pending.empty());  // no credit went out to the departed peer
+  // A receive nothing arrived for is left waiting: the departure fails it.
+  REQUIRE(p.b.postRecv(&r2).ok());
+  REQUIRE(p.b.deliverArrived(&left).ok());
+  CHECK_FALSE(r2.complete);
+  CHECK(left);
+}
+
 TEST_CASE("chunk link: configurations outside what the immediate carries are refused", "[unit][net]") {
   CHECK(ChunkLink::check(config(4, 64)).ok());
   CHECK_FALSE(ChunkLink::check(config(1, 64)).ok());

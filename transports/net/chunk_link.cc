@@ -146,6 +146,14 @@ Status ChunkLink::onWriteDone(uint64_t wrId) {
   return okStatus();
 }
 
+Status ChunkLink::deliverArrived(bool* transfersLeft) {
+  if (!error_.ok()) return error_;
+  BRAID_TRY(consumeArrivals());
+  completeSends();
+  *transfersLeft = !sends_.empty() || !recvs_.empty();
+  return okStatus();
+}
+
 Status ChunkLink::consumeArrivals() {
   while (!recvs_.empty() && arrived_[recvSlot_] != kEmpty) {
     const uint32_t imm = static_cast<uint32_t>(arrived_[recvSlot_]);
@@ -239,7 +247,9 @@ Status ChunkLink::postChunks() {
     } else {
       uint8_t* stage = staging_ + static_cast<size_t>(slot) * cfg_.slotBytes;
       if (bytes > 0) memcpy(stage, from, bytes);
-      s = wire_->postWrite(stage, nullptr, bytes, slot, imm, kUntracked);
+      const bool track = cfg_.sendsAwaitWrites;
+      s = wire_->postWrite(stage, nullptr, bytes, slot, imm, track ? reinterpret_cast<uint64_t>(x) : kUntracked);
+      if (s.ok() && track) ++x->tp[0];
     }
     if (!s.ok()) return fail(s);
     --credits_;

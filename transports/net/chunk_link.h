@@ -16,7 +16,10 @@
 // Arrivals are consumed in ring order even if the wire reports them out of order, so messages
 // complete in posting order per direction, whatever the completion order. A staging slot is
 // reused only after its credit came back, which means the peer has the bytes: the staged copy
-// needs no write completion of its own.
+// needs no write completion of its own. A wire that needs this side's progress to finish a write
+// (ucx: the write is announced only after a flush completes here) sets sendsAwaitWrites, so that a
+// staged send completes only once its writes are done and the executor keeps progressing until
+// then.
 //
 // Threading: driven by one thread at a time (the executor's lock, through Transport::progress());
 // nothing here locks. Nothing on the per-message path allocates.
@@ -72,10 +75,11 @@ class Wire {
 };
 
 struct ChunkLinkConfig {
-  uint32_t slots = 0;        // slots per ring, 2..Imm::kMaxSlots
-  size_t slotBytes = 0;      // bytes per slot, 1..Imm::kMaxChunkBytes
-  uint32_t maxWrites = 0;    // writes (and credits) posted but not done, at most (the send queue's depth)
-  uint32_t creditBatch = 0;  // freed slots returned in one credit, 1..slots (0 = a quarter of the ring)
+  uint32_t slots = 0;             // slots per ring, 2..Imm::kMaxSlots
+  size_t slotBytes = 0;           // bytes per slot, 1..Imm::kMaxChunkBytes
+  uint32_t maxWrites = 0;         // writes (and credits) posted but not done, at most (the send queue's depth)
+  uint32_t creditBatch = 0;       // freed slots returned in one credit, 1..slots (0 = a quarter of the ring)
+  bool sendsAwaitWrites = false;  // a staged send completes when its writes are done, not when posted
 };
 
 class ChunkLink {
@@ -106,6 +110,10 @@ class ChunkLink {
   Status onWriteDone(uint64_t wrId);
   // Breaks the link with `s` (the wire saw an error); every later call returns it.
   Status fail(Status s);
+  // For a wire whose peer is gone: delivers the chunks that arrived before it went into the posted
+  // receives (completing them), posting nothing; then says whether transfers are still posted, which
+  // the peer's departure fails (a peer that finished and left fails nothing).
+  Status deliverArrived(bool* transfersLeft);
   const Status& error() const { return error_; }
 
   // Observers for tests and logs.
@@ -137,9 +145,9 @@ class ChunkLink {
   Status error_;  // sticky
 
   // Send side. sends_ holds every posted send not yet complete; sendCursor_ is the first whose
-  // chunks are not all posted (it may be behind the head: a send from a registered buffer stays at
-  // the head until its writes are done). Per send: progressed = bytes posted, tp[0] = direct writes
-  // not yet done, tp[1] = 1 once its last chunk is posted.
+  // chunks are not all posted (it may be behind the head: a send from a registered buffer, or any
+  // send under sendsAwaitWrites, stays at the head until its writes are done). Per send: progressed = bytes posted,
+  // tp[0] = tracked writes not yet done, tp[1] = 1 once its last chunk is posted.
   XferQueue sends_;
   Xfer* sendCursor_ = nullptr;
   uint32_t credits_ = 0;   // free slots in the peer's ring

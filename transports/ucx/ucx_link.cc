@@ -11,6 +11,18 @@ namespace {
 // Every transfer is host memory (kUcxCaps): saying so spares UCX a memory-type lookup per message.
 constexpr uint32_t kHostMemAttr = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
 
+// The endpoint's error callback (peer-failure mode): the peer is gone or unreachable. Runs inside
+// ucp_worker_progress, so in the thread that drives the worker; the link's progress() turns it into
+// its error.
+void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* state = static_cast<UcxEndpointState*>(arg);
+  state->error = status == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : status;
+  if (state->closeOnError && !state->closed) {
+    closeUcxEndpoint(ep, state, true, true);
+    state->closed = true;
+  }
+}
+
 }  // namespace
 
 UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost)
@@ -21,31 +33,43 @@ UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int p
       sendTagBase_(static_cast<uint64_t>(myRank) << kUcxSeqBits),
       recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxSeqBits) {}
 
-Status UcxLink::open(const ucp_address_t* peerAddress, bool peerErrors) {
+Status openUcxEndpoint(ucp_worker_h worker, UcxEndpointState* state, const ucp_address_t* peerAddress, bool peerErrors,
+                       int peer, const std::string& peerHost, ucp_ep_h* out) {
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   p.address = peerAddress;
   p.err_mode = peerErrors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   if (peerErrors) {
     p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    p.err_handler.cb = &UcxLink::onEndpointError;
-    p.err_handler.arg = state_;
+    p.err_handler.cb = &onEndpointError;
+    p.err_handler.arg = state;
   }
-  ucs_status_t st = ucp_ep_create(worker_, &p, &ep_);
-  if (st != UCS_OK) {
-    ep_ = nullptr;
-    return errorf(braidSystemError, "ucx: cannot create the endpoint to peer rank %d (host %s): %s%s", peer_,
-                  peerHost_.c_str(), ucs_status_string(st),
+  ucp_ep_h ep = nullptr;
+  ucs_status_t st = ucp_ep_create(worker, &p, &ep);
+  if (st != UCS_OK)
+    return errorf(braidSystemError, "ucx: cannot create the endpoint to peer rank %d (host %s): %s%s", peer,
+                  peerHost.c_str(), ucs_status_string(st),
                   peerErrors ? " (peer-failure reports need a UCX transport that has them, such as tcp: see UCX_TLS "
                                "and BRAID_UCX_ERR_MODE)"
                              : "");
-  }
-  peerErrors_ = peerErrors;
+  *out = ep;
   return okStatus();
 }
 
-void UcxLink::onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
-  static_cast<UcxEndpointState*>(arg)->error = status == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : status;
+void closeUcxEndpoint(ucp_ep_h ep, UcxEndpointState* state, bool pending, bool peerErrors) {
+  if (!pending || peerErrors) {
+    ucp_request_param_t p;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = pending ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* r = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(r)) state->closing = r;
+  }
+}
+
+Status UcxLink::open(const ucp_address_t* peerAddress, bool peerErrors) {
+  BRAID_TRY(openUcxEndpoint(worker_, state_, peerAddress, peerErrors, peer_, peerHost_, &ep_));
+  peerErrors_ = peerErrors;
+  return okStatus();
 }
 
 Status UcxLink::endpointFailed() {
@@ -171,13 +195,7 @@ Status UcxLink::progress() {
 UcxLink::~UcxLink() {
   if (ep_ == nullptr) return;
   const bool pending = busy() || !error_.ok();  // busy() reads the queues' heads, not the Xfers
-  if (!pending || peerErrors_) {
-    ucp_request_param_t p;
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = pending ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    void* r = ucp_ep_close_nbx(ep_, &p);
-    if (UCS_PTR_IS_PTR(r)) state_->closing = r;
-  }
+  closeUcxEndpoint(ep_, state_, pending, peerErrors_);
   state_->abandoned = pending;
   ep_ = nullptr;
 }

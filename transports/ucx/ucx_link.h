@@ -15,6 +15,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "src/base/status.h"
@@ -33,6 +34,12 @@ inline constexpr TransportCaps kUcxCaps{memTypeBit(MemType::kHost), false, false
 inline constexpr int kUcxSeqBits = 40;
 inline constexpr uint64_t kUcxSeqMask = (uint64_t{1} << kUcxSeqBits) - 1;
 
+class UcxRmaLink;
+struct UcxAmSlot;
+struct UcxAmSlotsDeleter {
+  void operator()(UcxAmSlot* p) const;  // ucx_rma_link.cc
+};
+
 // What the endpoint's error callback writes: owned by the transport, not the link, because UCX may
 // still call back after the link has closed its endpoint (while the worker drains at teardown).
 struct UcxEndpointState {
@@ -41,7 +48,28 @@ struct UcxEndpointState {
   // the worker must not progress again.
   bool abandoned = false;
   void* closing = nullptr;  // the endpoint's close request, for the transport to finish
+  // rma mode (ucx_rma_link.h): the link that takes this peer's active messages (null once it is
+  // gone, so late ones are dropped), and the buffers of its outgoing active messages, which UCX may
+  // still read while the worker drains after the link is gone.
+  UcxRmaLink* rma = nullptr;
+  std::unique_ptr<UcxAmSlot[], UcxAmSlotsDeleter> amSlots;
+  // rma mode asks the error callback to close the endpoint at once (forcibly, as UCX allows there):
+  // UCX 1.13 emulates puts over tcp with active messages, and the handler of a put from a peer
+  // that has died meanwhile aborts the process when its acknowledgement fails on the failed
+  // endpoint ("ucp_request.inl: Fatal: unexpected error"), unless the endpoint is closed, which
+  // makes UCX drop the put. `closed`: the callback did so; the link must not touch the endpoint.
+  bool closeOnError = false;
+  bool closed = false;
 };
+
+// Creates the endpoint to `peerAddress` on `worker`; `peerErrors` asks for UCX's peer-failure reports
+// (UCP_ERR_HANDLING_MODE_PEER), which land in `state`. Shared by both data paths.
+Status openUcxEndpoint(ucp_worker_h worker, UcxEndpointState* state, const ucp_address_t* peerAddress, bool peerErrors,
+                       int peer, const std::string& peerHost, ucp_ep_h* out);
+// Starts closing `ep` (see ~UcxLink for the rules): a flush close unless `pending`; a forced one when
+// pending and `peerErrors`; none otherwise (the worker's destruction takes it down). The close request
+// goes into state->closing for the transport to finish.
+void closeUcxEndpoint(ucp_ep_h ep, UcxEndpointState* state, bool pending, bool peerErrors);
 
 class UcxLink final : public Link {
  public:
@@ -65,9 +93,6 @@ class UcxLink final : public Link {
  private:
   // Records a fatal error; every later call returns it.
   Status fail(Status s);
-  // The endpoint's error callback (peer-failure mode): the peer is gone or unreachable. Runs inside
-  // ucp_worker_progress, so in the thread that drives the worker; progress() turns it into error_.
-  static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   Status endpointFailed();
   Status requestError(ucs_status_t st, const char* op, const Xfer* x);
 
