@@ -6,6 +6,8 @@
 Any init_method works (tcp://, env://, file://): the ranks find each other through the process
 group's store. CPU tensors only for now.
 """
+import atexit
+
 import torch
 import torch.distributed as dist  # registers c10d's classes, which the extension builds on
 
@@ -33,3 +35,8 @@ def _register():
 
 
 _register()
+# At interpreter exit, end braid's communicators before Python tears down the objects holding them:
+# a rank that leaves with an operation pending (an irecv never matched, a collective abandoned by
+# an exception) aborts it, and its peers get an error naming it at once instead of waiting for
+# BRAID_TIMEOUT. Registered after torch.distributed's import, so it runs before torch's handlers.
+atexit.register(_C._end_all)
