@@ -133,7 +133,7 @@ void Comm::end(bool abort) {
   orphans_.clear();
 }
 
-void Comm::endAll() {
+void Comm::endAll(bool abort) {
   std::vector<std::shared_ptr<Comm>> comms;
   {
     OpenComms& open = openComms();
@@ -142,7 +142,7 @@ void Comm::endAll() {
       if (auto c = it->lock()) comms.push_back(std::move(c));
     open.comms.clear();
   }
-  for (auto& c : comms) c->end();
+  for (auto& c : comms) c->end(abort);
 }
 
 BraidWork::BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> completer, int rank, c10d::OpType type,

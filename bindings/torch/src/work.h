@@ -50,8 +50,9 @@ class Comm {
 
   // Ends every communicator still open, newest first (the same order on every rank, so that no
   // two ranks wait for each other to leave two communicators): braid_torch runs it at interpreter
-  // exit, before Python tears down the objects that could still hold them.
-  static void endAll();
+  // exit, before Python tears down the objects that could still hold them. `abort`: abort them all
+  // (the program ends with an uncaught exception).
+  static void endAll(bool abort);
 
   // A Work dropped before its requests finished leaves them here with the buffers braid still
   // uses, instead of blocking its destructor (and with it the Python thread that dropped it) until
