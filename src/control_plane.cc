@@ -341,7 +341,7 @@ void ControlPlane::heartbeat(int64_t now) {
     if (gone_[r] || now - lastHeard_[r] <= allowed()) continue;
     gone_[r] = 1;
     fail(errorf(braidTimeout,
-                "%s stopped answering: no heartbeat for %.1f s (BRAID_HEARTBEAT_MS=%lld x "
+                "%s stopped answering: Timed out with no heartbeat for %.1f s (BRAID_HEARTBEAT_MS=%lld x "
                 "BRAID_HEARTBEAT_MISSES); it is stopped, hung or unreachable",
                 comm_->describeRank(r).c_str(), (now - lastHeard_[r]) / 1e9,
                 static_cast<long long>(heartbeatNs_ / 1000000)),

@@ -485,8 +485,9 @@ void Engine::checkDeadline() {
   }
   std::string who = waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn) : "with no peer pending";
   // The notice reaches every rank, the awaited one included: it names the waiter too, or the
-  // awaited rank would read that it was waiting for itself.
-  control_.fail(errorf(braidTimeout, "%s #%llu on %s timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
+  // awaited rank would read that it was waiting for itself. " Timed out " is the phrase that
+  // PyTorch's tests and users match timeouts on (Gloo's wording), so braid says it that way.
+  control_.fail(errorf(braidTimeout, "%s #%llu on %s: Timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
                        static_cast<unsigned long long>(op->seq), comm_->describeRank(comm_->rank).c_str(), timeoutSec_,
                        who.c_str()),
                 waitingOn, true);
@@ -603,9 +604,9 @@ bool Engine::driveUntil(Done done, Deadline backstop) {
 
 // A wait past its backstop: fails the communicator, which completes every running operation.
 void Engine::failStuckWait(const char* what) {
-  control_.fail(
-      errorf(braidTimeout, "rank %d: %s did not end within BRAID_TIMEOUT (%.0f s)", comm_->rank, what, timeoutSec_), -1,
-      true);
+  control_.fail(errorf(braidTimeout, "rank %d: Timed out %s: it did not end within BRAID_TIMEOUT (%.0f s)", comm_->rank,
+                       what, timeoutSec_),
+                -1, true);
   lock();
   failAll();
   unlock();

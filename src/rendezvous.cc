@@ -126,7 +126,7 @@ Status Server::timedOut() const {
     missing.append(" ").append(std::to_string(r));
   }
   return errorf(braidTimeout,
-                "rendezvous: timed out with %d of %d ranks joined (missing ranks:%s; %llu strange connections "
+                "rendezvous: Timed out with %d of %d ranks joined (missing ranks:%s; %llu strange connections "
                 "refused)",
                 joined_, nranks_, missing.c_str(), static_cast<unsigned long long>(door_.refusals().total()));
 }
@@ -273,8 +273,8 @@ Status joinRendezvous(const UniqueIdData& id, int rank, int nranks, const PeerIn
       return okStatus();
     }
     if (s.code() == braidTimeout || deadline.expired())
-      return errorf(braidTimeout, "rank %d: rendezvous at %s did not complete before the deadline (%s)", rank,
-                    root.c_str(), s.message().c_str());
+      return errorf(braidTimeout, "rank %d: rendezvous at %s: Timed out before the deadline (%s)", rank, root.c_str(),
+                    s.message().c_str());
     if (!closed) return s;  // refused, or not a braid rank 0
     if (welcomed)
       return errorf(braidRemoteError,

@@ -231,8 +231,8 @@ static int peer_failure(int rank, int n, const ncclUniqueId* ids, int abort_it) 
   for (int i = 0; i < 100 && r == ncclSuccess; ++i) r = ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, NULL);
   EXPECT(r == ncclRemoteError, "allreduce after rank %d %s: %d (%s): %s", n - 1, abort_it ? "aborted" : "died", (int)r,
          ncclGetErrorString(r), ncclGetLastError(NULL));
-  EXPECT(strstr(ncclGetLastError(NULL), "timed out") == NULL, "the failure was found by the deadline: %s",
-         ncclGetLastError(NULL));
+  EXPECT(strstr(ncclGetLastError(NULL), "Timed out") == NULL && strstr(ncclGetLastError(NULL), "timed out") == NULL,
+         "the failure was found by the deadline: %s", ncclGetLastError(NULL));
   ncclResult_t async = ncclSuccess;
   CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
   EXPECT(async == ncclRemoteError, "ncclCommGetAsyncError: %d", (int)async);

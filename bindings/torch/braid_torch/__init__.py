@@ -6,6 +6,9 @@
 Any init_method works (tcp://, env://, file://): the ranks find each other through the process
 group's store. CPU tensors only for now.
 """
+import atexit
+import sys
+
 import torch
 import torch.distributed as dist  # registers c10d's classes, which the extension builds on
 
@@ -33,3 +36,28 @@ def _register():
 
 
 _register()
+
+# At interpreter exit, end braid's communicators before Python tears down the objects holding them:
+# a rank that leaves with an operation pending (an irecv never matched, a collective abandoned by
+# an exception) aborts it, and its peers get an error naming it at once instead of waiting for
+# BRAID_TIMEOUT. A program that ends with an uncaught exception aborts them all: its peers may be
+# waiting in a call it will never make (a destroy would have rank 0 wait for them to leave).
+# Registered after torch.distributed's import, so it runs before torch's handlers.
+_crashed = False
+_previous_excepthook = sys.excepthook
+
+
+def _excepthook(kind, value, traceback):
+    global _crashed
+    # An interactive session goes on after an uncaught exception: nothing ends there.
+    if not hasattr(sys, "ps1") and not sys.flags.interactive:
+        _crashed = True
+    _previous_excepthook(kind, value, traceback)
+
+
+def _at_exit():
+    _C._end_all(abort=_crashed)
+
+
+sys.excepthook = _excepthook
+atexit.register(_at_exit)

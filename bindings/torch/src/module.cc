@@ -23,6 +23,12 @@ PYBIND11_MODULE(_C, m) {
         "Joins the braid communicator of a process group: rank 0 publishes a braid unique id in the store, "
         "the others read it. Blocks until every rank joined.");
 
+  // braid_torch/__init__.py registers it with atexit: it runs before Python tears down the objects
+  // (process groups, Works) that still hold communicators, in whatever order it would do that.
+  m.def("_end_all", &braid_torch::Comm::endAll, py::arg("abort") = false,
+        "Ends every braid communicator still open: destroyed when nothing is pending, aborted (the peers get "
+        "an error naming this rank) when an operation still waits for a peer, or when abort is true.");
+
   int version = 0;
   (void)braidGetVersion(&version);
   m.attr("braid_version") = version;

@@ -39,15 +39,23 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::create(const c10::intru
   }
   braidComm_t handle = nullptr;
   if (braidCommInitRank(&handle, size, id, rank) != braidSuccess) throwBraid("braidCommInitRank", rank);
-  auto comm = std::make_shared<Comm>(handle);
+  auto comm = Comm::adopt(handle);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   return c10::make_intrusive<ProcessGroupBraid>(std::move(comm), rank, size, ms);
 }
 
+ProcessGroupBraid::~ProcessGroupBraid() {
+  // Before the members go: the Completer waits for the Works it watches, which end with the
+  // communicator when their peers never come.
+  comm_->end();
+}
+
 c10::intrusive_ptr<BraidWork> ProcessGroupBraid::newWork(c10d::OpType type, const char* name,
                                                          std::chrono::milliseconds opTimeout) {
-  return c10::make_intrusive<BraidWork>(comm_, completer_, rank_, type, name,
-                                        opTimeout > std::chrono::milliseconds(0) ? opTimeout : timeout_);
+  auto work = c10::make_intrusive<BraidWork>(comm_, completer_, rank_, type, name,
+                                             opTimeout > std::chrono::milliseconds(0) ? opTimeout : timeout_);
+  comm_->track(work);
+  return work;
 }
 
 at::Tensor ProcessGroupBraid::stage(BraidWork& work, const at::Tensor& t, bool output) {
@@ -90,6 +98,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {
+  if (!tensors.empty() && tensors[0].defined() && tensors[0].layout() == c10::kSparse)
+    return allreduceSparse(tensors, opts);
   const at::Tensor& t = onlyTensor(tensors, "allreduce");
   const braidDataType_t type = toBraidType(t, "allreduce");
   const braidRedOp_t op = toBraidOp(opts.reduceOp, t.scalar_type(), "allreduce");

@@ -48,7 +48,18 @@ class ProcessGroupBraid : public GroupBase {
   static c10::intrusive_ptr<ProcessGroupBraid> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                       std::chrono::duration<float> timeout);
 
+  // Ends the communicator (Comm::end): destroy_process_group and the last reference going.
+  ~ProcessGroupBraid() override;
+
   const std::string getBackendName() const override { return "braid"; }
+
+#if TORCH_VERSION_MAJOR >= 2
+  // torch 2.x's destroy_process_group and abort hooks (torch 2.6 and later declare them virtual in
+  // c10d::Backend; without `override`, these still compile against releases that lack them).
+  // Both end the communicator as the destructor does: pending operations are aborted.
+  void shutdown() { comm_->end(); }
+  void abort() { comm_->end(true); }
+#endif
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
@@ -103,6 +114,8 @@ class ProcessGroupBraid : public GroupBase {
   // blocks are dim-0 rows counted by the splits (each split list has one entry per rank).
   void exchange(BraidWork& work, const at::Tensor& output, const at::Tensor& input,
                 const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
+  // allreduce of a sparse COO tensor (sparse.cc): gathered and summed, SUM only, as gloo does.
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
   braidComm_t comm() const { return comm_->get(); }
   // The root's checks of gather's outputs / scatter's inputs: one list of size_ tensors shaped as `like`.
   void checkRootList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, const char* op,

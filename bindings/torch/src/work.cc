@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -27,12 +28,121 @@ void pause(int idle) {
   std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 
+// Runs fn with the GIL released when this thread holds it: braid may block (rank 0 waits for the
+// others to leave), and threads that run Python callbacks (the Completer) need the GIL meanwhile.
+template <class Fn>
+void withoutGil(Fn&& fn) {
+  if (Py_IsInitialized() == 0 || PyGILState_Check() == 0) {
+    fn();
+    return;
+  }
+  PyThreadState* state = PyEval_SaveThread();
+  fn();
+  PyEval_RestoreThread(state);
+}
+
+// Every Comm still open, for Comm::endAll at interpreter exit; never destroyed itself, so it is
+// still there whatever order static destructors run in at process exit.
+struct OpenComms {
+  std::mutex mu;
+  std::vector<std::weak_ptr<Comm>> comms;  // in creation order
+};
+
+OpenComms& openComms() {
+  static auto* open = new OpenComms;
+  return *open;
+}
+
 }  // namespace
 
-Comm::~Comm() {
-  // Waits for this rank's pending operations; rank 0 also waits for the others to leave.
-  if (braidCommDestroy(handle_) != braidSuccess)
-    std::fprintf(stderr, "braid_torch: destroying the communicator: %s\n", braidGetLastError());
+std::shared_ptr<Comm> Comm::adopt(braidComm_t handle) {
+  std::shared_ptr<Comm> comm(new Comm(handle));
+  OpenComms& open = openComms();
+  std::lock_guard<std::mutex> g(open.mu);
+  auto dead = [](const std::weak_ptr<Comm>& c) { return c.expired(); };
+  open.comms.erase(std::remove_if(open.comms.begin(), open.comms.end(), dead), open.comms.end());
+  open.comms.push_back(comm);
+  return comm;
+}
+
+Comm::~Comm() { end(); }
+
+void Comm::track(const c10::intrusive_ptr<BraidWork>& work) {
+  work->tracked_ = true;
+  unfinished_.fetch_add(1, std::memory_order_acq_rel);
+  std::lock_guard<std::mutex> g(mu_);
+  if (works_.size() >= pruneAt_) {
+    auto dead = [](const c10::weak_intrusive_ptr<BraidWork>& w) { return w.expired(); };
+    works_.erase(std::remove_if(works_.begin(), works_.end(), dead), works_.end());
+    pruneAt_ = std::max<size_t>(64, 2 * works_.size());  // amortized: prune again once it doubled
+  }
+  works_.emplace_back(work);
+}
+
+bool Comm::adoptOrphan(std::vector<braidRequest_t> requests, std::vector<at::Tensor> buffers) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (ended_) return false;
+  orphans_.push_back(Orphan{std::move(requests), std::move(buffers)});
+  (void)reapOrphans();  // also releases earlier orphans that finished meanwhile
+  return true;
+}
+
+bool Comm::reapOrphans() {
+  size_t kept = 0;
+  for (size_t i = 0; i < orphans_.size(); ++i) {
+    Orphan& o = orphans_[i];
+    size_t next = 0;
+    for (; next < o.requests.size(); ++next) {
+      int done = 0;
+      // An error also releases the request (or braid refused it): either way it is over.
+      if (braidTest(o.requests[next], &done) == braidSuccess && done == 0) break;
+    }
+    o.requests.erase(o.requests.begin(), o.requests.begin() + static_cast<long>(next));
+    if (o.requests.empty()) continue;
+    if (kept != i) orphans_[kept] = std::move(o);  // (a self-move would empty it)
+    ++kept;
+  }
+  orphans_.resize(kept);
+  return kept == 0;
+}
+
+void Comm::end(bool abort) {
+  std::vector<c10::intrusive_ptr<BraidWork>> live;
+  bool orphansDone = true;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (ended_) return;
+    ended_ = true;
+    for (auto& w : works_)
+      if (auto strong = w.lock()) live.push_back(std::move(strong));
+    works_.clear();
+    orphansDone = reapOrphans();
+  }
+  // A Work nobody polled since its operation finished is finished too: poll concludes it. What is
+  // still unfinished after that waits for a peer.
+  for (auto& w : live) (void)w->poll();
+  const bool pending = abort || !orphansDone || unfinished_.load(std::memory_order_acquire) > 0;
+  braidResult_t r = braidSuccess;
+  withoutGil([&] { r = pending ? braidCommAbort(handle_) : braidCommDestroy(handle_); });
+  if (r != braidSuccess)
+    std::fprintf(stderr, "braid_torch: %s the communicator: %s\n", pending ? "aborting" : "destroying",
+                 braidGetLastError());
+  // braidCommAbort released the requests, so the orphans' buffers are free now; the Works still
+  // pending fail at their next poll (braid refuses their requests).
+  std::lock_guard<std::mutex> g(mu_);
+  orphans_.clear();
+}
+
+void Comm::endAll(bool abort) {
+  std::vector<std::shared_ptr<Comm>> comms;
+  {
+    OpenComms& open = openComms();
+    std::lock_guard<std::mutex> g(open.mu);
+    for (auto it = open.comms.rbegin(); it != open.comms.rend(); ++it)
+      if (auto c = it->lock()) comms.push_back(std::move(c));
+    open.comms.clear();
+  }
+  for (auto& c : comms) c->end(abort);
 }
 
 BraidWork::BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> completer, int rank, c10d::OpType type,
@@ -43,14 +153,39 @@ BraidWork::BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> comple
       name_(name),
       timeout_(timeout) {}
 
-BraidWork::~BraidWork() {
+BraidWork::~BraidWork() { abandon(); }
+
+// c10's intrusive_ptr calls this instead of the destructor when the last reference goes while weak
+// ones remain (Comm::track keeps one): the destructor then only runs once those go too.
+void BraidWork::release_resources() {
+  abandon();
+  // What is left until the weak references go (Comm::track prunes them) is the object itself: not
+  // its communicator, nor the caller's tensors.
+  comm_.reset();
+  outputs_.clear();
+  std::lock_guard<std::mutex> g(futureMu_);
+  future_.reset();
+}
+
+void BraidWork::abandon() {
+  if (!comm_) return;  // release_resources ran already
   // Dropped without a successful wait (or never posted, when issuing it failed): the caller's
-  // tensors are left alone. braid may still write into the buffers this Work keeps alive, so wait
-  // for the requests (every braid operation ends by BRAID_TIMEOUT at the latest).
+  // tensors are left alone. braid may still write into the buffers this Work keeps alive: the
+  // communicator takes the unfinished requests and those buffers over (it releases them when they
+  // finish, or when it ends), so that dropping a Work whose peer never comes does not block.
   {
     std::lock_guard<std::mutex> g(pollMu_);
     copies_.clear();
+    if (!concluded_ && next_ < requests_.size()) {
+      std::vector<braidRequest_t> rest(requests_.begin() + static_cast<long>(next_), requests_.end());
+      if (comm_->adoptOrphan(std::move(rest), std::move(keep_))) {
+        next_ = requests_.size();
+        keep_.clear();
+        conclude(std::make_exception_ptr(std::runtime_error("dropped")));  // nobody can see it now
+      }
+    }
   }
+  // Finished, adopted, or the communicator ended already (braid then refuses the requests at once).
   for (int idle = 0; !poll(); ++idle) pause(idle);
 }
 
@@ -119,6 +254,7 @@ void BraidWork::conclude(std::exception_ptr failure) {
   concluded_ = true;
   copies_.clear();
   keep_.clear();
+  if (tracked_) comm_->workFinished();
   finish(failure);
 }
 
@@ -144,9 +280,10 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   for (int idle = 0; !poll(); ++idle) {
     if (limit > kNoTimeout && std::chrono::steady_clock::now() - start > limit)
+      // " Timed out " as Gloo says it: PyTorch's tests and users match timeouts on those words.
       throw std::runtime_error("braid " + std::string(name_) + " on rank " + std::to_string(rank_) +
                                " did not complete within " + std::to_string(limit.count()) +
-                               " ms (the wait timed out; the operation is still pending)");
+                               " ms: Timed out waiting for it (the operation is still pending)");
     pause(idle);
   }
   std::lock_guard<std::mutex> g(mutex_);
@@ -185,13 +322,9 @@ Completer::~Completer() {
   // A future's callback that dropped the last owner of the group would run this on the thread itself.
   if (thread_.get_id() == std::this_thread::get_id()) {
     thread_.detach();
-  } else if (PyGILState_Check() != 0) {
-    // Python dropped the group: callbacks chained in Python take the GIL on the thread we join.
-    PyThreadState* state = PyEval_SaveThread();
-    thread_.join();
-    PyEval_RestoreThread(state);
   } else {
-    thread_.join();
+    // Python dropped the group: callbacks chained in Python take the GIL on the thread we join.
+    withoutGil([this] { thread_.join(); });
   }
 }
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <braid/braid.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -18,20 +19,65 @@
 
 namespace braid_torch {
 
+class BraidWork;
 class Completer;
 
 // Owns the communicator: the process group and every Work it handed out share it, so a Work that
-// outlives its group can still be waited on. The last owner destroys the communicator.
+// outlives its group can still be waited on. The communicator ends when the process group is
+// destroyed (destroy_process_group), at interpreter exit (endAll), or with its last owner.
 class Comm {
  public:
-  explicit Comm(braidComm_t handle) : handle_(handle) {}
+  // A new owner of `handle`, listed for endAll().
+  static std::shared_ptr<Comm> adopt(braidComm_t handle);
   ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
+  // After end(), braid refuses the handle (and the requests on it) with an error.
   braidComm_t get() const { return handle_; }
 
+  // Remembers a Work handed out on this communicator, so that end() can see whether any is
+  // unfinished. Weak: a Work dropped by everyone else is not kept alive.
+  void track(const c10::intrusive_ptr<BraidWork>& work);
+
+  // Ends the communicator, once (later calls return at once). When every Work handed out has
+  // finished, braidCommDestroy: the peers see this rank leave, and an operation of theirs that
+  // still needs it fails naming it (rank 0 waits for the others to leave first, as braid's
+  // failure notices go through it). When one has not (an irecv never matched, an operation
+  // abandoned by an exception), braidCommAbort: the pending operations fail here and on every
+  // peer at once, with an error naming this rank, instead of waiting for BRAID_TIMEOUT. Any
+  // thread; the GIL is released while braid blocks. `abort` aborts in any case.
+  void end(bool abort = false);
+
+  // Ends every communicator still open, newest first (the same order on every rank, so that no
+  // two ranks wait for each other to leave two communicators): braid_torch runs it at interpreter
+  // exit, before Python tears down the objects that could still hold them. `abort`: abort them all
+  // (the program ends with an uncaught exception).
+  static void endAll(bool abort);
+
+  // A Work dropped before its requests finished leaves them here with the buffers braid still
+  // uses, instead of blocking its destructor (and with it the Python thread that dropped it) until
+  // they end. False when the communicator has ended already: the caller finishes them itself.
+  bool adoptOrphan(std::vector<braidRequest_t> requests, std::vector<at::Tensor> buffers);
+  // A tracked Work finished (BraidWork::conclude, once per Work).
+  void workFinished() { unfinished_.fetch_sub(1, std::memory_order_acq_rel); }
+
  private:
-  braidComm_t handle_;
+  struct Orphan {
+    std::vector<braidRequest_t> requests;  // unfinished ones, in issue order
+    std::vector<at::Tensor> buffers;
+  };
+
+  explicit Comm(braidComm_t handle) : handle_(handle) {}
+  // Tests the orphans' requests, releasing those that finished; true when none is left. Under mu_.
+  bool reapOrphans();
+
+  const braidComm_t handle_;
+  std::atomic<int> unfinished_{0};  // tracked Works not yet concluded, dying ones included
+  std::mutex mu_;
+  bool ended_ = false;                                     // under mu_
+  std::vector<c10::weak_intrusive_ptr<BraidWork>> works_;  // under mu_; expired ones pruned in track()
+  size_t pruneAt_ = 64;                                    // under mu_
+  std::vector<Orphan> orphans_;                            // under mu_
 };
 
 class BraidWork : public c10d::Work {
@@ -41,6 +87,7 @@ class BraidWork : public c10d::Work {
   BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> completer, int rank, c10d::OpType type,
             const char* name, std::chrono::milliseconds timeout);
   ~BraidWork() override;
+  void release_resources() override;
 
   // Set up by the process group before the Work is returned (one thread, no locking needed).
   void addRequest(braidRequest_t request) { requests_.push_back(request); }
@@ -69,14 +116,20 @@ class BraidWork : public c10d::Work {
   bool poll();
 
  private:
+  // The end of the Work's last reference: hands unfinished requests and their buffers to the
+  // communicator, or waits for them where it has ended (braid then refuses them at once).
+  void abandon();
   // Marks future_ from the Work's outcome, once; called without pollMu_ (callbacks run inline).
   void completeFuture();
   // Called with pollMu_ held, once: releases the remaining requests and finishes the Work.
   void conclude(std::exception_ptr error);
   std::exception_ptr error(const std::string& what) const;
 
+  friend class Comm;  // sets tracked_
+
   std::shared_ptr<Comm> comm_;
   std::weak_ptr<Completer> completer_;
+  bool tracked_ = false;  // counted in comm_'s unfinished Works until concluded
   const char* name_;
   std::chrono::milliseconds timeout_;
 

@@ -1,0 +1,103 @@
+"""A rank that leaves while the others wait for it: they get an error naming it, promptly, as with
+gloo. Forked ranks leaving through the interpreter's real exit (test_parity_exit.py's machinery),
+BRAID_TIMEOUT=60; times are printed, a generous 30 s is asserted.
+
+1. Rank 1 exits (sys.exit(3)) while the others wait for it, 2 and 3 ranks: once cleanly while they
+   wait in an all_reduce it never joins, once with a receive of its own pending while they wait to
+   receive from it.
+2. Rank 0 ends with an uncaught exception while the others wait in an all_reduce (braid on 2 and 3
+   ranks, gloo on 2 for comparison). (Rank 0 ending cleanly would wait for the others to leave:
+   braid's failure notices go through it; see the README.)
+"""
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from test_parity_exit import _init, _mark, check_exits, run
+
+
+def peer_leaves(rank, world, backend, path, out, pending):
+    _init(backend, rank, world, path)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 1:
+        time.sleep(0.5)  # the others wait for rank 1 by then
+        if pending:
+            # Never matched, and dropped at once (nobody keeps the Work). (Not while the others are
+            # in a collective: braid matches a pair's messages in issue order, so a receive from
+            # rank 0 would take rank 0's part of that collective.)
+            dist.irecv(torch.zeros(4), src=0)
+        _mark(out, rank, what="exit")
+        sys.exit(3)
+    try:
+        if pending:
+            dist.recv(torch.zeros(4), src=1)  # rank 1 sends nothing, it leaves with its receive pending
+        else:
+            dist.all_reduce(t)  # needs rank 1, which leaves instead
+        _mark(out, rank, what="error", error=None)
+    except RuntimeError as exc:
+        _mark(out, rank, what="error", error=str(exc))
+    _mark(out, rank, what="exit")
+
+
+def root_raises(rank, world, backend, path, out):
+    _init(backend, rank, world, path)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 0:
+        time.sleep(0.5)  # the others wait in the next all_reduce by then
+        _mark(out, rank, what="exit")
+        raise RuntimeError("rank 0 gives up (an uncaught exception: the test wants it)")
+    try:
+        dist.all_reduce(t)  # rank 0 never joins it
+        _mark(out, rank, what="error", error=None)
+    except RuntimeError as exc:
+        _mark(out, rank, what="error", error=str(exc))
+    _mark(out, rank, what="exit")
+
+
+def main():
+    failed = 0
+    for world in (2, 3):
+        for pending in (False, True):
+            what = f"rank 1 exits {'with operations pending' if pending else 'cleanly'} while {world - 1} wait"
+            res = run(peer_leaves, world, "braid", pending)
+            failed += check_exits(res, what, {1: 3})
+            left = next((m["t"] for m in res[1][1] if m["what"] == "exit"), None)
+            for rank in range(world):
+                if rank == 1:
+                    continue
+                errs = [m for m in res[rank][1] if m["what"] == "error"]
+                msg = errs[0]["error"] if errs else None
+                if not msg or "rank 1" not in msg:
+                    print(f"FAIL {what}: rank {rank} got no error naming rank 1: {msg!r}")
+                    failed += 1
+                elif left is not None:
+                    print(f"     {what}: rank {rank} raised {errs[0]['t'] - left:.2f} s after rank 1 left: "
+                          f"{msg.splitlines()[0][:200]}")
+
+    for world in (2, 3):
+        for backend in ("braid", "gloo") if world == 2 else ("braid",):
+            what = f"rank 0 raises while {world - 1} wait, {backend}"
+            res = run(root_raises, world, backend)
+            failed += check_exits(res, what, {0: 1}, strict=backend == "braid")
+            left = next((m["t"] for m in res[0][1] if m["what"] == "exit"), None)
+            for rank in range(1, world):
+                errs = [m for m in res[rank][1] if m["what"] == "error"]
+                msg = errs[0]["error"] if errs else None
+                named = msg and ("rank 0" in msg if backend == "braid" else True)
+                if not named:
+                    print(f"{'FAIL' if backend == 'braid' else 'note'} {what}: rank {rank} got no error naming rank 0: "
+                          f"{msg!r}")
+                    failed += backend == "braid"
+                elif left is not None:
+                    print(f"     {what}: rank {rank} raised {errs[0]['t'] - left:.2f} s after rank 0 left: "
+                          f"{msg.splitlines()[0][:200]}")
+
+    print("ok   leave parity" if failed == 0 else f"FAIL leave parity: {failed} problem(s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
