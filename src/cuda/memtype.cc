@@ -174,4 +174,6 @@ void forgetPointerKinds(const void* base, size_t bytes) {
 
 PtrKindStats pointerKindStats() { return tCache.stats; }
 
+uint64_t pointerKindEpoch() { return gEpoch.load(std::memory_order_acquire); }
+
 }  // namespace braid

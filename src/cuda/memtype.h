@@ -62,5 +62,7 @@ struct PtrKindStats {
   uint64_t misses = 0;
 };
 PtrKindStats pointerKindStats();
+// How many times forgetPointerKinds ran in this process (for tests of who calls it).
+uint64_t pointerKindEpoch();
 
 }  // namespace braid

@@ -10,6 +10,7 @@
 #include "braid_build_config.h"
 #include "src/cuda/memtype.h"
 #include "src/cuda/runtime.h"
+#include "src/regions.h"
 
 namespace braid {
 namespace {
@@ -63,6 +64,31 @@ TEST_CASE("memory types: malloc'ed, stack and braidMemAlloc memory are host memo
   }
   REQUIRE(braidMemFree(mem) == braidSuccess);
   free(raw);
+}
+
+TEST_CASE("memory types: braidMemFree and the last deregistration of a range forget what was cached",
+          "[unit][memtype]") {
+  void* mem = nullptr;
+  REQUIRE(braidMemAlloc(&mem, 4096) == braidSuccess);
+  uint64_t epoch = pointerKindEpoch();
+  REQUIRE(braidMemFree(mem) == braidSuccess);
+  CHECK(pointerKindEpoch() > epoch);
+  // A refused free forgets nothing.
+  epoch = pointerKindEpoch();
+  CHECK(braidMemFree(mem) == braidInvalidArgument);
+  CHECK(pointerKindEpoch() == epoch);
+
+  RegionTable table;
+  char buf[256];
+  void* first = nullptr;
+  void* second = nullptr;
+  REQUIRE(table.add(buf, sizeof(buf), &first).ok());
+  REQUIRE(table.add(buf, sizeof(buf), &second).ok());  // the same range: one more reference
+  epoch = pointerKindEpoch();
+  REQUIRE(table.remove(first).ok());
+  CHECK(pointerKindEpoch() == epoch);  // still registered once
+  REQUIRE(table.remove(second).ok());
+  CHECK(pointerKindEpoch() > epoch);
 }
 
 TEST_CASE("memory types map onto the transports' MemType and have names", "[unit][memtype]") {
