@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "src/reduce_internal.h"
+#include "src/reduce_ops.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -37,25 +38,6 @@ constexpr const char* kSimdLevelNames[kNumSimdLevels] = {"scalar", "avx2", "avx5
 
 // ---- Scalar kernels ------------------------------------------------------------------------------
 
-template <braidRedOp_t kOp, class T>
-inline T applyOp(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    // Wrap around: compute in an unsigned type at least as wide as unsigned int, so that neither
-    // signed overflow nor promotion of small types to int can happen.
-    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-    if constexpr (kOp == braidSum) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    if constexpr (kOp == braidProd) return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-    if constexpr (kOp == braidMin) return a < b ? a : b;
-    if constexpr (kOp == braidMax) return a > b ? a : b;
-  } else {
-    if constexpr (kOp == braidSum) return a + b;
-    if constexpr (kOp == braidProd) return a * b;
-    // `a != a` is the NaN test; see the file comment for why `a` wins.
-    if constexpr (kOp == braidMin) return (a != a) ? a : (a < b ? a : b);
-    if constexpr (kOp == braidMax) return (a != a) ? a : (a > b ? a : b);
-  }
-}
-
 template <class T, braidRedOp_t kOp>
 void scalarKernel(void* out, const void* a, const void* b, size_t count) {
   T* o = static_cast<T*>(out);
@@ -64,16 +46,6 @@ void scalarKernel(void* out, const void* a, const void* b, size_t count) {
   // Element i is read before it is written, so out == a or out == b is fine.
   for (size_t i = 0; i < count; ++i) o[i] = applyOp<kOp>(x[i], y[i]);
 }
-
-struct HalfCodec {
-  static float widen(uint16_t v) { return halfToFloat(v); }
-  static uint16_t narrow(float f) { return floatToHalf(f); }
-};
-
-struct Bf16Codec {
-  static float widen(uint16_t v) { return bf16ToFloat(v); }
-  static uint16_t narrow(float f) { return floatToBf16(f); }
-};
 
 template <class Codec, braidRedOp_t kOp>
 void scalarHalfKernel(void* out, const void* a, const void* b, size_t count) {
@@ -160,29 +132,15 @@ bool initKernels() {
 // ---- scaleDivide ---------------------------------------------------------------------------------
 
 template <class T>
-void divideInts(void* buf, size_t count, int divisor) {
-  // Divide in a type wide enough for both the element and the divisor; C++ division truncates
-  // toward zero. The quotient's magnitude is at most the element's, so the cast back is exact.
-  using Wide = std::conditional_t<std::is_signed_v<T>, std::conditional_t<(sizeof(T) <= 4), int32_t, int64_t>,
-                                  std::conditional_t<(sizeof(T) <= 4), uint32_t, uint64_t>>;
+void divideEach(void* buf, size_t count, int divisor) {
   T* p = static_cast<T*>(buf);
-  const Wide d = static_cast<Wide>(divisor);
-  for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(static_cast<Wide>(p[i]) / d);
-}
-
-template <class T>
-void divideFloats(void* buf, size_t count, int divisor) {
-  T* p = static_cast<T*>(buf);
-  const T d = static_cast<T>(divisor);
-  for (size_t i = 0; i < count; ++i) p[i] /= d;
+  for (size_t i = 0; i < count; ++i) p[i] = divideElem(p[i], divisor);
 }
 
 template <class Codec>
-void divideNarrow(void* buf, size_t count, int divisor) {
-  // fp32 division then rounding to fp16/bf16 is correctly rounded (fp32 has >= 2p+2 bits).
+void divideNarrowEach(void* buf, size_t count, int divisor) {
   uint16_t* p = static_cast<uint16_t*>(buf);
-  const float d = static_cast<float>(divisor);
-  for (size_t i = 0; i < count; ++i) p[i] = Codec::narrow(Codec::widen(p[i]) / d);
+  for (size_t i = 0; i < count; ++i) p[i] = divideNarrowElem<Codec>(p[i], divisor);
 }
 
 // ---- Weighted steps (gossip) ---------------------------------------------------------------------
@@ -194,11 +152,7 @@ void weightFloats(void* dst, const void* src, size_t count, double weight) {
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
   const T w = static_cast<T>(weight);
-  if constexpr (kAccumulate) {
-    for (size_t i = 0; i < count; ++i) d[i] = d[i] + w * s[i];
-  } else {
-    for (size_t i = 0; i < count; ++i) d[i] = w * s[i];
-  }
+  for (size_t i = 0; i < count; ++i) d[i] = weightFloat<T, kAccumulate>(d[i], s[i], w);
 }
 
 #if defined(__x86_64__)
@@ -262,32 +216,14 @@ void weightNarrow(void* dst, const void* src, size_t count, double weight) {
                                          : weightBf16Avx2<kAccumulate>(d, s, count, w);
   }
 #endif
-  for (; i < count; ++i) {
-    const float x = w * Codec::widen(s[i]);
-    d[i] = Codec::narrow(kAccumulate ? Codec::widen(d[i]) + x : x);
-  }
+  for (; i < count; ++i) d[i] = weightNarrowElem<Codec, kAccumulate>(d[i], s[i], w);
 }
 
 template <class T, bool kAccumulate>
 void weightInts(void* dst, const void* src, size_t count, double weight) {
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
-  // Clamped in double before the conversion: converting an out-of-range double is undefined. The
-  // bounds of 64-bit types round up to 2^63 / 2^64 in double, hence the >= test for the top.
-  constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-  constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
-  for (size_t i = 0; i < count; ++i) {
-    double v = weight * static_cast<double>(s[i]);
-    if constexpr (kAccumulate) v += static_cast<double>(d[i]);
-    v = std::nearbyint(v);
-    if (!(v > lo)) {  // NaN cannot happen (finite weights, integer inputs); it would land here too
-      d[i] = std::numeric_limits<T>::min();
-    } else if (v >= hi) {
-      d[i] = std::numeric_limits<T>::max();
-    } else {
-      d[i] = static_cast<T>(v);
-    }
-  }
+  for (size_t i = 0; i < count; ++i) d[i] = weightInt<T, kAccumulate>(d[i], s[i], weight);
 }
 
 template <bool kAccumulate>
@@ -349,25 +285,25 @@ void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor) {
   if (divisor <= 1) return;
   switch (dt) {
     case braidInt8:
-      return divideInts<int8_t>(buf, count, divisor);
+      return divideEach<int8_t>(buf, count, divisor);
     case braidUint8:
-      return divideInts<uint8_t>(buf, count, divisor);
+      return divideEach<uint8_t>(buf, count, divisor);
     case braidInt32:
-      return divideInts<int32_t>(buf, count, divisor);
+      return divideEach<int32_t>(buf, count, divisor);
     case braidUint32:
-      return divideInts<uint32_t>(buf, count, divisor);
+      return divideEach<uint32_t>(buf, count, divisor);
     case braidInt64:
-      return divideInts<int64_t>(buf, count, divisor);
+      return divideEach<int64_t>(buf, count, divisor);
     case braidUint64:
-      return divideInts<uint64_t>(buf, count, divisor);
+      return divideEach<uint64_t>(buf, count, divisor);
     case braidFloat16:
-      return divideNarrow<HalfCodec>(buf, count, divisor);
+      return divideNarrowEach<HalfCodec>(buf, count, divisor);
     case braidBfloat16:
-      return divideNarrow<Bf16Codec>(buf, count, divisor);
+      return divideNarrowEach<Bf16Codec>(buf, count, divisor);
     case braidFloat32:
-      return divideFloats<float>(buf, count, divisor);
+      return divideEach<float>(buf, count, divisor);
     case braidFloat64:
-      return divideFloats<double>(buf, count, divisor);
+      return divideEach<double>(buf, count, divisor);
     case braidNumTypes:
       break;
   }

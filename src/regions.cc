@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <unordered_map>
 
+#include "src/cuda/memtype.h"
 #include "src/handles.h"
 
 namespace braid {
@@ -52,6 +53,8 @@ Status RegionTable::remove(void* handle) {
     return errorf(braidInvalidArgument, "region %p was deregistered", handle);
   Region* r = it->get();
   if (--r->refs > 0) return okStatus();
+  // The application may free the memory now: what braid learned about its kind goes too.
+  forgetPointerKinds(reinterpret_cast<void*>(r->base), r->size);
   regionHandles().remove(r->slot, HandleEnd::kReleased);
   regions_.erase(it);
   return okStatus();
@@ -107,6 +110,7 @@ Status hostFree(void* ptr) {
     len = it->second;
     a.live.erase(it);
   }
+  forgetPointerKinds(ptr, len);
   munmap(ptr, len);
   return okStatus();
 }

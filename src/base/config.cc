@@ -179,6 +179,10 @@ const std::vector<ParamInfo> kParams = {
          "log to this file instead of stderr (%h = host, %p = pid): a regular file, a character device or a pipe "
          "with a reader"),
     oneOf("BRAID_SIMD", "", "scalar|avx2|avx512", "cap the reduction kernels' instruction set"),
+    // The bound is far above any machine's device count; the count itself is checked where the
+    // device is chosen (src/cuda/runtime.h), since checking it here would start the CUDA driver.
+    integer("BRAID_CUDA_DEVICE", "", 0, 1023,
+            "CUDA device of a communicator (default: the calling thread's current device at init)"),
 };
 
 const ParamInfo* findParam(const char* name) {

@@ -7,9 +7,33 @@
 #include <bit>
 #include <cstdint>
 
+// The CUDA kernels (src/cuda/kernels.cu) convert with these same functions, so device and CPU
+// results agree bit for bit: under nvcc they are host and device functions.
+#if defined(__CUDACC__)
+#define BRAID_HOST_DEVICE __host__ __device__
+#else
+#define BRAID_HOST_DEVICE
+#endif
+
 namespace braid {
 
-inline float halfToFloat(uint16_t h) {
+BRAID_HOST_DEVICE inline uint32_t floatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  return std::bit_cast<uint32_t>(f);
+#endif
+}
+
+BRAID_HOST_DEVICE inline float bitsFloat(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  return std::bit_cast<float>(bits);
+#endif
+}
+
+BRAID_HOST_DEVICE inline float halfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   uint32_t mantissa = h & 0x3ffu;
@@ -30,11 +54,11 @@ inline float halfToFloat(uint16_t h) {
     }
     bits = sign | (e << 23) | ((mantissa & 0x3ffu) << 13);
   }
-  return std::bit_cast<float>(bits);
+  return bitsFloat(bits);
 }
 
-inline uint16_t floatToHalf(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
+BRAID_HOST_DEVICE inline uint16_t floatToHalf(float f) {
+  const uint32_t bits = floatBits(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7fffffffu;
   if (magnitude > 0x7f800000u) {
@@ -63,14 +87,14 @@ inline uint16_t floatToHalf(float f) {
   return static_cast<uint16_t>(sign | units);
 }
 
-inline float bf16ToFloat(uint16_t b) {
+BRAID_HOST_DEVICE inline float bf16ToFloat(uint16_t b) {
   uint32_t bits = static_cast<uint32_t>(b) << 16;
   if ((bits & 0x7fffffffu) > 0x7f800000u) bits |= 0x00400000u;  // NaN: quiet it
-  return std::bit_cast<float>(bits);
+  return bitsFloat(bits);
 }
 
-inline uint16_t floatToBf16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
+BRAID_HOST_DEVICE inline uint16_t floatToBf16(float f) {
+  const uint32_t bits = floatBits(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits | 0x00400000u) >> 16);
   // Round the low 16 bits to nearest even. Values from halfway above the largest bf16 carry into
   // the exponent and become infinity; subnormals round on the same grid with no special case.

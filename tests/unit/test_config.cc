@@ -11,6 +11,7 @@
 #include <string>
 
 #include "src/base/config.h"
+#include "src/cuda/runtime.h"
 #include "topology/topology.h"
 
 namespace braid {
@@ -111,6 +112,34 @@ TEST_CASE("integer settings out of range or overflowing name the variable and th
     ScopedEnv env("BRAID_TIMEOUT", bad);
     INFO(bad);
     CHECK(mentions(paramInt("BRAID_TIMEOUT", &v), "BRAID_TIMEOUT", "1..315360000"));
+  }
+}
+
+TEST_CASE("BRAID_CUDA_DEVICE out of range fails init naming it; without a device, choosing one says why",
+          "[unit][config][memtype]") {
+  for (const char* bad : {"-1", "1024", "gpu0"}) {
+    ScopedEnv env("BRAID_CUDA_DEVICE", bad);
+    INFO(bad);
+    Status s = checkParams();
+    CHECK(s.code() == braidInvalidArgument);
+    CHECK(mentions(s, "BRAID_CUDA_DEVICE", "0..1023"));
+  }
+  {
+    ScopedEnv env("BRAID_CUDA_DEVICE", "3");
+    CHECK(checkParams().ok());
+    int device = -7;
+    Status s = gpuCommDevice(&device);
+    if (gpuDeviceCount() == 0) {
+      // Here (no GPU, or no CUDA compiled in): refused, saying why, and *device untouched.
+      CHECK(s.code() == braidInvalidUsage);
+      CHECK(s.message() == gpuAbsentReason());
+      CHECK(device == -7);
+    } else if (gpuDeviceCount() <= 3) {
+      CHECK(mentions(s, "BRAID_CUDA_DEVICE=3", "device"));
+    } else {
+      CHECK(s.ok());
+      CHECK(device == 3);
+    }
   }
 }
 

@@ -1,0 +1,179 @@
+#include "src/cuda/memtype.h"
+
+#include <atomic>
+
+#include "braid_build_config.h"
+#include "src/cuda/runtime.h"
+
+#if BRAID_HAVE_CUDA
+#include <cuda.h>  // driver types only: the driver is reached through the runtime's entry points
+#include <cuda_runtime_api.h>
+
+#include "src/cuda/check.h"
+#endif
+
+namespace braid {
+
+const char* ptrKindName(PtrKind kind) {
+  switch (kind) {
+    case PtrKind::kHost:
+      return "host";
+    case PtrKind::kPinnedHost:
+      return "pinned host";
+    case PtrKind::kDevice:
+      return "device";
+    case PtrKind::kManaged:
+      return "managed";
+  }
+  return "invalid";
+}
+
+namespace {
+
+// Bumped by forgetPointerKinds; a thread whose cache is of an older epoch empties it first.
+std::atomic<uint64_t> gEpoch{0};
+
+// A few entries: a training step passes the same handful of buffers (gradient buckets, their
+// scratch) again and again, and a linear scan of 16 ranges costs less than any hashing would.
+constexpr int kCacheEntries = 16;
+
+struct Entry {
+  uintptr_t lo = 0;
+  uintptr_t hi = 0;  // exclusive
+  PtrInfo info;
+};
+
+struct ThreadCache {
+  uint64_t epoch = 0;
+  int used = 0;
+  int next = 0;  // the entry a miss overwrites once all are used (round robin)
+  Entry entries[kCacheEntries];
+  PtrKindStats stats;
+};
+
+thread_local ThreadCache tCache;
+
+#if BRAID_HAVE_CUDA
+
+// cuMemGetAddressRange, through the runtime so that braid does not link libcuda (a binary linked to
+// it would not even load on a machine without the driver). Null when the driver lacks it.
+using GetAddressRange = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
+
+GetAddressRange addressRangeFn() {
+  static const GetAddressRange fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<GetAddressRange>(nullptr);
+    }
+    return reinterpret_cast<GetAddressRange>(p);
+  }();
+  return fn;
+}
+
+// Asks the driver about `ptr`; *lo/*hi get the range the answer holds for.
+Status askDriver(const void* ptr, size_t bytes, PtrInfo* info, uintptr_t* lo, uintptr_t* hi) {
+  cudaPointerAttributes attr{};
+  const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err == cudaErrorInvalidValue) {
+    // Older drivers answered this for memory they do not know; it is host memory.
+    (void)cudaGetLastError();
+    attr.type = cudaMemoryTypeUnregistered;
+  } else if (err != cudaSuccess) {
+    const Status s = cudaStatus(err, "cudaPointerGetAttributes");
+    return errorf(s.code(), "memory type of %p: %s", ptr, s.message().c_str());
+  }
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  *lo = p;
+  *hi = p + bytes;
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+      info->kind = PtrKind::kDevice;
+      break;
+    case cudaMemoryTypeManaged:
+      info->kind = PtrKind::kManaged;
+      break;
+    case cudaMemoryTypeHost:
+      info->kind = PtrKind::kPinnedHost;
+      break;
+    case cudaMemoryTypeUnregistered:
+    default:
+      *info = PtrInfo{};
+      return okStatus();
+  }
+  info->device = attr.device;
+  // A device or managed allocation is cached whole, so that every chunk of a large buffer (and the
+  // buffer's later calls at other offsets) hits one entry.
+  if (info->kind != PtrKind::kPinnedHost) {
+    if (GetAddressRange range = addressRangeFn()) {
+      CUdeviceptr base = 0;
+      size_t size = 0;
+      if (range(&base, &size, static_cast<CUdeviceptr>(p)) == CUDA_SUCCESS && base <= p && p + bytes <= base + size) {
+        *lo = static_cast<uintptr_t>(base);
+        *hi = static_cast<uintptr_t>(base + size);
+      }
+    }
+  }
+  return okStatus();
+}
+
+#endif
+
+}  // namespace
+
+Status pointerKind(const void* ptr, size_t bytes, PtrInfo* out) {
+  // No device (or no CUDA in this build): everything is host memory, and nothing else is asked.
+  if (gpuDeviceCount() == 0) {
+    *out = PtrInfo{};
+    return okStatus();
+  }
+#if BRAID_HAVE_CUDA
+  if (bytes == 0) bytes = 1;
+  ThreadCache& c = tCache;
+  const uint64_t epoch = gEpoch.load(std::memory_order_acquire);
+  if (c.epoch != epoch) {
+    c.epoch = epoch;
+    c.used = 0;
+    c.next = 0;
+  }
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  for (int i = 0; i < c.used; ++i) {
+    const Entry& e = c.entries[i];
+    if (e.lo <= p && p + bytes <= e.hi) {
+      ++c.stats.hits;
+      *out = e.info;
+      return okStatus();
+    }
+  }
+  ++c.stats.misses;
+  Entry fresh;
+  BRAID_TRY(askDriver(ptr, bytes, &fresh.info, &fresh.lo, &fresh.hi));
+  if (c.used < kCacheEntries) {
+    c.entries[c.used++] = fresh;
+  } else {
+    c.entries[c.next] = fresh;
+    c.next = (c.next + 1) % kCacheEntries;
+  }
+  *out = fresh.info;
+  return okStatus();
+#else
+  return okStatus();
+#endif
+}
+
+void forgetPointerKinds(const void* base, size_t bytes) {
+  // Every thread's cache goes, not just the entries that overlap: frees and deregistrations are rare
+  // (setup and teardown), and a per-thread cache cannot be edited from another thread without a lock
+  // on every lookup.
+  (void)base;
+  (void)bytes;
+  gEpoch.fetch_add(1, std::memory_order_acq_rel);
+}
+
+PtrKindStats pointerKindStats() { return tCache.stats; }
+
+uint64_t pointerKindEpoch() { return gEpoch.load(std::memory_order_acquire); }
+
+}  // namespace braid

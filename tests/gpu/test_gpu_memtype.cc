@@ -1,0 +1,62 @@
+// Memory-type detection on CUDA memory: device, managed and pinned host allocations are told apart
+// from host memory, interior pointers of a device allocation hit the cached range, and
+// forgetPointerKinds empties the cache. Skipped where no GPU is present.
+#include <cuda_runtime_api.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "src/cuda/memtype.h"
+#include "tests/gpu/gpu_test.h"
+
+namespace braid {
+namespace {
+
+using namespace gputest;
+
+TEST_CASE("memory types of device, managed and pinned memory", "[gpu][memtype]") {
+  if (noGpu()) return;
+  const size_t bytes = 1 << 20;
+  void* dev = nullptr;
+  void* managed = nullptr;
+  void* pinned = nullptr;
+  REQUIRE(cudaMalloc(&dev, bytes) == cudaSuccess);
+  REQUIRE(cudaMallocManaged(&managed, bytes) == cudaSuccess);
+  REQUIRE(cudaMallocHost(&pinned, bytes) == cudaSuccess);
+  void* host = malloc(bytes);
+  struct Case {
+    void* p;
+    PtrKind kind;
+  };
+  for (const Case& c : {Case{dev, PtrKind::kDevice}, Case{managed, PtrKind::kManaged},
+                        Case{pinned, PtrKind::kPinnedHost}, Case{host, PtrKind::kHost}}) {
+    INFO(ptrKindName(c.kind));
+    PtrInfo info;
+    REQUIRE(pointerKind(c.p, bytes, &info).ok());
+    CHECK(info.kind == c.kind);
+    if (c.kind == PtrKind::kDevice || c.kind == PtrKind::kManaged) CHECK(info.device == 0);
+  }
+  // Interior chunks of the device allocation: answered by the range cached above.
+  const PtrKindStats before = pointerKindStats();
+  for (size_t off = 0; off < bytes; off += bytes / 8) {
+    PtrInfo info;
+    REQUIRE(pointerKind(static_cast<char*>(dev) + off, bytes / 8, &info).ok());
+    CHECK(info.kind == PtrKind::kDevice);
+  }
+  CHECK(pointerKindStats().hits - before.hits == 8);
+  // After a forget, the driver is asked again.
+  forgetPointerKinds(dev, bytes);
+  const PtrKindStats mid = pointerKindStats();
+  PtrInfo info;
+  REQUIRE(pointerKind(dev, 16, &info).ok());
+  CHECK(pointerKindStats().misses - mid.misses == 1);
+  CHECK(info.kind == PtrKind::kDevice);
+  free(host);
+  CHECK(cudaFreeHost(pinned) == cudaSuccess);
+  CHECK(cudaFree(managed) == cudaSuccess);
+  CHECK(cudaFree(dev) == cudaSuccess);
+  forgetPointerKinds(nullptr, 0);
+}
+
+}  // namespace
+}  // namespace braid
