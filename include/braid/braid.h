@@ -39,7 +39,7 @@ extern "C" {
 #define BRAID_MINOR 1
 #define BRAID_PATCH 0
 /* BRAID_VERSION(0, 1, 0) == 100; comparable with braidGetVersion(). */
-#define BRAID_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define BRAID_VERSION(major, minor, patch) ((major)*10000 + (minor)*100 + (patch))
 #define BRAID_VERSION_CODE BRAID_VERSION(BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH)
 
 /* Seen from C++, the enums below have int as their fixed underlying type. A C caller may pass any
@@ -54,13 +54,13 @@ extern "C" {
 
 typedef enum BRAID_ENUM_BASE {
   braidSuccess = 0,
-  braidInternalError = 1,    /* a bug in braid; please report it with the log */
-  braidSystemError = 2,      /* a system call or allocation failed (the message carries errno) */
-  braidInvalidArgument = 3,  /* a NULL pointer, bad datatype/op, root out of range, overflow... */
-  braidInvalidUsage = 4,     /* a valid call at the wrong time (e.g. unmatched GroupEnd) */
-  braidRemoteError = 5,      /* a peer died, aborted or broke the protocol; the message names it */
-  braidInProgress = 6,       /* not an error: the operation is still running */
-  braidTimeout = 7,          /* a deadline (BRAID_TIMEOUT) passed; the message names the peer */
+  braidInternalError = 1,   /* a bug in braid; please report it with the log */
+  braidSystemError = 2,     /* a system call or allocation failed (the message carries errno) */
+  braidInvalidArgument = 3, /* a NULL pointer, bad datatype/op, root out of range, overflow... */
+  braidInvalidUsage = 4,    /* a valid call at the wrong time (e.g. unmatched GroupEnd) */
+  braidRemoteError = 5,     /* a peer died, aborted or broke the protocol; the message names it */
+  braidInProgress = 6,      /* not an error: the operation is still running */
+  braidTimeout = 7,         /* a deadline (BRAID_TIMEOUT) passed; the message names the peer */
   braidNumResults = 8
 } braidResult_t;
 
@@ -268,11 +268,10 @@ braidResult_t braidIBroadcast(const void* sendbuff, void* recvbuff, size_t count
                               braidComm_t comm, braidStream_t stream, braidRequest_t* request);
 
 /* recvbuff on root gets the reduction; recvbuff is not touched (and may be NULL) elsewhere. */
-braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream);
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, braidRedOp_t op,
+                          int root, braidComm_t comm, braidStream_t stream);
 braidResult_t braidIReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream,
-                           braidRequest_t* request);
+                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream, braidRequest_t* request);
 
 /* recvbuff (nranks*sendcount elements) gets every rank's sendbuff in rank order. */
 braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
@@ -305,6 +304,33 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
                         braidStream_t stream);
 braidResult_t braidIRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
                          braidStream_t stream, braidRequest_t* request);
+
+/* Tagged point to point, matched as gloo matches: a tagged receive takes the first message from
+ * its peer with its tag; messages of one (peer, tag) pair arrive in the order they were sent, and
+ * different tags (or peers) in whatever order they come, so a receive of tag 1 posted before one of
+ * tag 2 completes even when the peer sent tag 2 first. Tagged calls match only tagged calls: a
+ * braidSend is never received by braidRecvTagged, nor the other way round (the untagged calls keep
+ * their in-order path, and tag 0 is a tag like any other here). tag >= 0; the lengths of a message
+ * and of the receive that matches it must be equal (a receive that differs fails with
+ * braidInvalidUsage, and the message is consumed). peer must not be this rank.
+ * A receive may name BRAID_ANY_SOURCE as peer: it takes the first matching message to arrive from
+ * any rank, and *source (when source is not NULL) gets the sender's rank once it completed
+ * successfully: before the blocking call returns, or before braidTest reports done or braidWait
+ * returns for the nonblocking one (source must stay valid until then).
+ * Tagged operations complete when their message does, in no particular order among themselves or
+ * with the collectives. A send returns once its message was handed to the transport: a small one
+ * at once, a large one as the receiver reads it. Inside a group the calls are posted at once and
+ * waited for at the outermost braidGroupEnd. They need BRAID_P2P_TAGS=1 (the default: a second link
+ * per peer); with 0 they fail with braidInvalidUsage. Thread safety as for the other calls. */
+#define BRAID_ANY_SOURCE (-1)
+braidResult_t braidSendTagged(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                              braidComm_t comm, braidStream_t stream);
+braidResult_t braidISendTagged(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                               braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+braidResult_t braidRecvTagged(void* recvbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                              braidComm_t comm, braidStream_t stream, int* source);
+braidResult_t braidIRecvTagged(void* recvbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                               braidComm_t comm, braidStream_t stream, int* source, braidRequest_t* request);
 
 /* Returns when every rank has entered the barrier. */
 braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream);

@@ -13,13 +13,14 @@ constexpr uint32_t kHostMemAttr = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
 
 }  // namespace
 
-UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost)
+UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost,
+                 int channel)
     : worker_(worker),
       state_(state),
       peer_(peerRank),
       peerHost_(std::move(peerHost)),
-      sendTagBase_(static_cast<uint64_t>(myRank) << kUcxSeqBits),
-      recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxSeqBits) {}
+      sendTagBase_(static_cast<uint64_t>(myRank) << kUcxRankShift | static_cast<uint64_t>(channel) << kUcxSeqBits),
+      recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxRankShift | static_cast<uint64_t>(channel) << kUcxSeqBits) {}
 
 Status UcxLink::open(const ucp_address_t* peerAddress, bool peerErrors) {
   ucp_ep_params_t p{};

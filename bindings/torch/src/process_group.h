@@ -74,6 +74,7 @@ class ProcessGroupBraid : public GroupBase {
                                           const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
  private:
@@ -91,6 +92,11 @@ class ProcessGroupBraid : public GroupBase {
   // blocks are dim-0 rows counted by the splits (each split list has one entry per rank).
   void exchange(BraidWork& work, const at::Tensor& output, const at::Tensor& input,
                 const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
+  // A tagged receive from srcRank (BRAID_ANY_SOURCE: any rank); its Work reports the source.
+  c10::intrusive_ptr<c10d::Work> postRecv(std::vector<at::Tensor>& tensors, int srcRank, int tag, const char* name);
+  // Refuses what braid's tagged calls would refuse, in torch's words: a negative tag, a peer out of
+  // range or this rank.
+  void checkPeerAndTag(int peer, int tag, const char* name) const;
   braidComm_t comm() const { return comm_->get(); }
 
   std::shared_ptr<Comm> comm_;
