@@ -225,16 +225,22 @@ Status checkRound(LinkPlan* plan, Deadline deadline, std::vector<int>* pending, 
   return okStatus();
 }
 
-// The tag links (src/tags.h): one more connect of every transport, each peer over the transport
-// its first link settled on (that one passed the self-test, so the second is not tested again).
+// The tag links (src/tags.h): a connect of every transport of a second set, each peer over the
+// kind its first link settled on (that one passed the self-test, so the second is not tested).
+// Separate transports: a tag link keeps a header receive posted once tagged receives were used, and
+// polling it on every pass of the collectives would cost them (a system call per pass on tcp).
 Status connectTagLinks(braidComm* comm, const TransportContext& ctx) {
+  BRAID_TRY(makeTransports(comm->settings.transports, &comm->tagTransports));
+  if (comm->tagTransports.size() != comm->transports.size())
+    return errorf(braidInternalError, "%zu tag transports for %zu transports", comm->tagTransports.size(),
+                  comm->transports.size());
   comm->tagLinks.resize(comm->nranks);
-  for (size_t t = 0; t < comm->transports.size(); ++t) {
+  for (size_t t = 0; t < comm->tagTransports.size(); ++t) {
     std::vector<int> peers;
     for (int p = 0; p < comm->nranks; ++p)
       if (comm->transportOf[p] == static_cast<int>(t)) peers.push_back(p);
     std::vector<std::unique_ptr<Link>> links;
-    BRAID_TRY(comm->transports[t]->connect(ctx, peers, &links).withContext("connecting the tag links"));
+    BRAID_TRY(comm->tagTransports[t]->connect(ctx, peers, &links).withContext("connecting the tag links"));
     if (links.size() != peers.size())
       return errorf(braidInternalError, "transport %s returned %zu tag links for %zu peers",
                     comm->transports[t]->name(), links.size(), peers.size());
@@ -503,6 +509,7 @@ static void freeComm(braidComm* comm) {
   comm->engine.reset();
   comm->control.reset();
   comm->tagLinks.clear();
+  comm->tagTransports.clear();
   comm->links.clear();
   comm->transports.clear();
   comm->boot.reset();

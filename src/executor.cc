@@ -90,6 +90,7 @@ Status Engine::start() {
   // descriptor per transport, whatever its number of links (two links sharing one would make a
   // second EPOLL_CTL_ADD fail).
   for (const auto& t : comm_->transports) BRAID_TRY(control_.watchLinkFd(t->waitFd()));
+  for (const auto& t : comm_->tagTransports) BRAID_TRY(control_.watchLinkFd(t->waitFd()));
   try {
     bg_ = std::thread([this] { bgLoop(); });
   } catch (const std::system_error& e) {
@@ -521,6 +522,11 @@ bool Engine::progressOnce() {
     return any;
   }
   if (head_ >= active_.size() && tagActive_.empty() && byesPending_ == 0) return false;
+  if (linkFailedAtNs_ != 0 && linkFailedTag_ != 0 && control_.left(linkFailedPeer_)) {
+    tagPeerLeft(linkFailedTag_ - 1, linkFailedPeer_);  // its goodbye came after all
+    linkFailedAtNs_ = 0;
+    linkFailedTag_ = 0;
+  }
   if (linkFailedAtNs_ != 0) {
     const int64_t held = nowNs() - linkFailedAtNs_;
     if (held < kBlameGraceNs) return false;

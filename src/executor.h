@@ -167,6 +167,8 @@ class Engine {
   // The tagged operations' share of a pass (src/executor_tags.cc); false-y `any` when idle.
   bool progressTagged(bool* linkFailed);
   void finishTagged(TagOp* t);
+  // A tag link closed by a peer that left the communicator: not a failure (src/tags.h).
+  void tagPeerLeft(int transport, int peer);
   void failTagged(const Status& f);
   // The oldest tagged operation's deadline; true when it expired (the communicator failed).
   bool taggedDeadline();
@@ -214,7 +216,8 @@ class Engine {
   bool tagsEnabled_ = false;
   std::vector<Op*> tagActive_;
   std::vector<TagOp*> tagDone_;
-  int byesPending_ = 0;  // goodbyes posted and not yet out (counted in activeCount_)
+  int byesPending_ = 0;    // goodbyes posted and not yet out (counted in activeCount_)
+  int linkFailedTag_ = 0;  // the held link failure is of tag transport linkFailedTag_ - 1 (0: none)
 
   std::atomic<int> activeCount_{0};
   std::atomic<int> waiters_{0};

@@ -89,12 +89,22 @@ void Engine::postTagGoodbyes() {
 
 // Engine lock held. Sets *linkFailed when a transport failed (held as linkFailure_, as for plans).
 bool Engine::progressTagged(bool* linkFailed) {
-  for (size_t t = 0; t < comm_->transports.size(); ++t) {
-    if (transportDriven_[t] == epoch_) continue;
-    if (!driveTransport(static_cast<int>(t), -1)) {
-      *linkFailed = true;
-      return true;
+  for (size_t t = 0; t < comm_->tagTransports.size(); ++t) {
+    int peer = -1;
+    Status st = comm_->tagTransports[t]->progress(&peer);
+    if (st.ok()) continue;
+    if (peer >= 0 && control_.left(peer)) {
+      tagPeerLeft(static_cast<int>(t), peer);
+      continue;
     }
+    // Held back like a plan's link failure (see driveTransport), for a notice naming the cause, or
+    // the peer's goodbye on the control plane (then it is no failure: see progressOnce).
+    linkFailure_ = st;
+    linkFailedPeer_ = peer;
+    linkFailedAtNs_ = nowNs();
+    linkFailedTag_ = static_cast<int>(t) + 1;
+    *linkFailed = true;
+    return true;
   }
   bool any = false;
   int failedPeer = -1;
@@ -107,6 +117,12 @@ bool Engine::progressTagged(bool* linkFailed) {
     return true;
   }
   return any;
+}
+
+void Engine::tagPeerLeft(int transport, int peer) {
+  BRAID_INFO(kLogP2p, "%s left: its tag link closed", comm_->describeRank(peer).c_str());
+  tags_.peerLeft(peer);
+  comm_->tagTransports[transport]->dropLink(peer);
 }
 
 // A tagged operation whose message is in (or out): its result, its source, and its handle done.

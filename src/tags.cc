@@ -38,6 +38,7 @@ void TagMatcher::init(std::vector<Link*> links) {
 
 Status TagMatcher::postSend(TagOp* op) {
   Link* link = peers_[op->peer].link;
+  if (op->tag != kByeTag) peers_[op->peer].sentTo = true;
   op->header = TagHeader{kTagMagic, op->tag, op->bytes};
   op->headerX = Xfer{};
   op->headerX.data = &op->header;
@@ -106,12 +107,30 @@ void TagMatcher::onGoodbye(int peer) {
   }
 }
 
+void TagMatcher::peerLeft(int peer) {
+  if (!peers_[peer].left) onGoodbye(peer);
+  peers_[peer].reading = false;
+  size_t kept = 0;
+  for (TagOp* op : inflight_) {
+    const bool stuck = op->isSend ? op->peer == peer : op->from == nullptr && op->source == peer;
+    if (stuck) {
+      op->error =
+          errorf(braidRemoteError, "rank %d left the communicator (braidCommDestroy) during a tagged %s of tag %d",
+                 peer, op->isSend ? "send to it" : "receive from it", op->tag);
+      ready_.push_back(op);
+    } else {
+      inflight_[kept++] = op;
+    }
+  }
+  inflight_.resize(kept);
+}
+
 Status TagMatcher::postByes(int* posted) {
   byes_.clear();
   byes_.reserve(peers_.size());  // no reallocation: the link holds pointers into it
   *posted = 0;
   for (size_t p = 0; p < peers_.size(); ++p) {
-    if (peers_[p].link == nullptr) continue;
+    if (peers_[p].link == nullptr || !peers_[p].sentTo) continue;
     TagOp& bye = byes_.emplace_back();
     bye.isSend = true;
     bye.peer = static_cast<int>(p);

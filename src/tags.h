@@ -89,9 +89,12 @@ class TagMatcher {
   // Both post with the engine lock held; the op is the matcher's until it comes back from poll().
   Status postSend(TagOp* op);
   void postRecv(TagOp* op);
-  // Sends the goodbye header on every tag link (destroy); returns how many went out. They come back
-  // from poll() with a null owner.
+  // Sends the goodbye header on the tag link of every peer this rank sent tagged messages to
+  // (destroy); returns how many went out. They come back from poll() with a null owner.
   Status postByes(int* posted);
+  // `peer` left the communicator and its tag link closed (no goodbye on it: it sent us nothing, or
+  // the goodbye was read already): as a goodbye, and what was still in flight on the link fails.
+  void peerLeft(int peer);
   // Reaps the transfers the transports completed, matches arrived headers, reads more headers
   // where a pending receive needs them, and appends the finished operations to *done (op->error set
   // for a failure of its own). A malformed header fails the communicator: the error (naming the
@@ -110,6 +113,7 @@ class TagMatcher {
     bool reading = false;  // headerX is posted
     int waiting = 0;       // unmatched receives naming this peer
     bool left = false;     // its goodbye arrived: nothing more will come
+    bool sentTo = false;   // this rank sent it a tagged message (it gets a goodbye)
   };
   bool wantsHeaders(int peer) const {
     const Peer& p = peers_[peer];

@@ -267,3 +267,27 @@ TEST_CASE("a sender that dies under a pending any-source receive is braidRemoteE
   CHECK(res[1].status == 0);
   CHECK(res[2].status == 128 + SIGKILL);
 }
+
+TEST_CASE("a rank that leaves without sending does not fail a pending any-source receive", "[mp][p2p][tags]") {
+  const char* transport = transportParam();
+  INFO(transport);
+  // Rank 2 never sends and leaves at once (its process exits too); rank 1 sends once rank 2 is gone.
+  // Rank 0's receive from any rank reads rank 2's tag link all along and must take the closing as a
+  // departure, not a failure.
+  auto res =
+      runComm(3, {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "30"}}, [](braidComm_t comm, int rank, int) {
+        int32_t v = rank;
+        if (rank == 2) return 0;
+        if (rank == 1) {
+          usleep(1500 * 1000);
+          CHECK_BRAID(rank, braidSendTagged(&v, 1, braidInt32, 0, 4, comm, nullptr));
+          return 0;
+        }
+        int source = -1;
+        CHECK_BRAID(rank, braidRecvTagged(&v, 1, braidInt32, BRAID_ANY_SOURCE, 4, comm, nullptr, &source));
+        if (source != 1 || v != 1) return fail(rank, "received %d from %d", v, source);
+        return 0;
+      });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

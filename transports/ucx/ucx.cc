@@ -277,15 +277,8 @@ Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>
     if (lens[p] == 0)
       return errorf(braidRemoteError, "ucx connect: peer rank %d (host %s) could not set up ucx (see its log)", p,
                     hostOf(ctx, p).c_str());
-    // The links this peer has already (dropped ones are gone from links_): every rank connects the
-    // same pairs in the same order, so both ends count alike.
-    const auto channel =
-        std::count_if(links_.begin(), links_.end(), [p](const LinkEntry<UcxLink>& e) { return e.peer == p; });
-    if (channel >= kUcxChannels)
-      return errorf(braidInternalError, "ucx connect: peer rank %d has %d links already", p, static_cast<int>(channel));
     states_.push_back(std::make_unique<UcxEndpointState>());
-    auto link = std::make_unique<UcxLink>(worker_, states_.back().get(), ctx.rank, p, hostOf(ctx, p),
-                                          static_cast<int>(channel));
+    auto link = std::make_unique<UcxLink>(worker_, states_.back().get(), ctx.rank, p, hostOf(ctx, p));
     const bool pe = peerErrors(ctx, p);
     withReports += pe ? 1 : 0;
     BRAID_TRY(link->open(reinterpret_cast<const ucp_address_t*>(addrs.data() + p * stride), pe));

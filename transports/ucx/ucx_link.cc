@@ -13,14 +13,13 @@ constexpr uint32_t kHostMemAttr = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
 
 }  // namespace
 
-UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost,
-                 int channel)
+UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost)
     : worker_(worker),
       state_(state),
       peer_(peerRank),
       peerHost_(std::move(peerHost)),
-      sendTagBase_(static_cast<uint64_t>(myRank) << kUcxRankShift | static_cast<uint64_t>(channel) << kUcxSeqBits),
-      recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxRankShift | static_cast<uint64_t>(channel) << kUcxSeqBits) {}
+      sendTagBase_(static_cast<uint64_t>(myRank) << kUcxSeqBits),
+      recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxSeqBits) {}
 
 Status UcxLink::open(const ucp_address_t* peerAddress, bool peerErrors) {
   ucp_ep_params_t p{};
@@ -117,7 +116,11 @@ Status UcxLink::postRecv(Xfer* x) {
 
 Status UcxLink::progress() {
   if (!error_.ok()) return error_;
-  if (state_->error != UCS_OK) return endpointFailed();
+  // A peer that sent its last messages and closed (it left the communicator) fails the endpoint
+  // while those messages may still wait in the worker: hand over the receives they complete first,
+  // and report the failure once a posted transfer can no longer complete.
+  const bool failed = state_->error != UCS_OK;
+  if (failed && !sends_.empty()) return endpointFailed();
   while (!sends_.empty()) {
     Xfer* x = sends_.front();
     if (x->tp[0] != 0) {
@@ -137,6 +140,7 @@ Status UcxLink::progress() {
     void* r = reinterpret_cast<void*>(x->tp[0]);
     ucp_tag_recv_info_t info{};
     const ucs_status_t st = ucp_tag_recv_request_test(r, &info);
+    if (st == UCS_INPROGRESS && failed) return endpointFailed();
     if (st == UCS_INPROGRESS) break;
     ucp_request_free(r);
     x->tp[0] = 0;

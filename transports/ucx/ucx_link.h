@@ -28,14 +28,10 @@ namespace braid {
 // cache); a Region from registerMemory only saves it that step.
 inline constexpr TransportCaps kUcxCaps{memTypeBit(MemType::kHost), false, false, false, 0};
 
-// A tag: the sender's rank in the high 24 bits (the bootstrap allows 2^24 ranks), then the link's
-// channel (a second link to the same peer, the tag links of src/tags.h, shares the worker and must
-// not meet the first one's messages), then a message count, which wraps after 2^39 per link (far
-// more than can be in flight at once).
-inline constexpr int kUcxRankShift = 40;
-inline constexpr int kUcxSeqBits = 39;
+// Bits of a tag that hold the sender's rank (the bootstrap allows 2^24 ranks); the rest count
+// messages, which wrap after 2^40 per link (far more than can be in flight at once).
+inline constexpr int kUcxSeqBits = 40;
 inline constexpr uint64_t kUcxSeqMask = (uint64_t{1} << kUcxSeqBits) - 1;
-inline constexpr int kUcxChannels = 2;
 
 // What the endpoint's error callback writes: owned by the transport, not the link, because UCX may
 // still call back after the link has closed its endpoint (while the worker drains at teardown).
@@ -50,8 +46,7 @@ struct UcxEndpointState {
 class UcxLink final : public Link {
  public:
   // `state` outlives the link (the transport keeps it).
-  // `channel` < kUcxChannels: which of the links to this peer it is (both ranks count alike).
-  UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost, int channel);
+  UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int peerRank, std::string peerHost);
   // Starts closing the endpoint (a flush when the link is healthy, forcibly when it failed and the
   // error mode allows); the transport finishes the close (see ucx_link.cc for why).
   ~UcxLink() override;
