@@ -7,8 +7,9 @@
 // collectives and of braidSend/braidRecv rely on that, message for message. A receive that may
 // match any tag, or any peer, cannot know where in that sequence its message sits: reading ahead on
 // the shared link would swallow a collective's bytes. So tagged traffic has links of its own
-// (braidComm::tagLinks, connected at init over the same transport as the first link; BRAID_P2P_TAGS
-// =0 leaves them out), which carry nothing but framed messages, and the untagged path is exactly
+// (braidComm::tagLinks, connected at init by a second instance of the first link's transport, which
+// only tagged operations drive; BRAID_P2P_TAGS=0 leaves them out), which carry nothing but framed
+// messages, and the untagged path is exactly
 // what it was: braidSend/braidRecv stay in issue order and do not match tagged calls.
 //
 // Protocol on a tag link: every message is a 16-byte TagHeader (magic, tag, length), then the
@@ -24,6 +25,11 @@
 // waits for arrived. The price is memory: a large message that arrives before its receive is held
 // in full (as gloo holds one in the socket buffers and its pending lists). When no receive is
 // pending, nobody reads, and the sender's large send waits in the link's flow control.
+//
+// Leaving. A rank's braidCommDestroy sends a goodbye header (kByeTag) to each peer it sent tagged
+// messages to, after them: a receive that only that rank could match then fails at once. A tag link
+// that closes under a receive (a process that exited; shm notices only once the FIFO is drained, tcp
+// after the last byte) is a failure only when the peer did not say goodbye on the control plane.
 //
 // Threads: everything here runs with the engine lock held (src/executor.h).
 #pragma once
