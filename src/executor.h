@@ -216,6 +216,7 @@ class Engine {
   bool tagsEnabled_ = false;
   std::vector<Op*> tagActive_;
   std::vector<TagOp*> tagDone_;
+  uint64_t tagSeq_ = 0;    // tagged operations posted (their own numbering: see postTagged)
   int byesPending_ = 0;    // goodbyes posted and not yet out (counted in activeCount_)
   int linkFailedTag_ = 0;  // the held link failure is of tag transport linkFailedTag_ - 1 (0: none)
 

@@ -44,8 +44,9 @@ Status Engine::postTagged(const TagOp& spec, bool userOwned, Op** out) {
   op->result = braidSuccess;
   op->userOwned = userOwned;
   op->finished = false;
-  op->seq = ++seq_;
-  control_.notePosted(op->seq);
+  // A count of their own: the collectives' sequence numbers are compared across ranks (heartbeats,
+  // the mismatch check), and ranks make different numbers of tagged calls.
+  op->seq = ++tagSeq_;
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   Status posted = okStatus();
   if (spec.isSend) {
@@ -158,7 +159,7 @@ void Engine::failTagged(const Status& f) {
     char ctx[96];
     snprintf(ctx, sizeof(ctx), " [tagged %s #%llu on rank %d", op->tagged.isSend ? "send" : "receive",
              static_cast<unsigned long long>(op->seq), comm_->rank);
-    op->error = f.message() + ctx + control_.reachedText(op->seq, f.code() == braidTimeout) + "]";
+    op->error = f.message() + ctx + "]";
     op->isTagged = false;
     activeCount_.fetch_sub(1, std::memory_order_acq_rel);
     op->state.store(Op::kDone, std::memory_order_release);

@@ -112,7 +112,9 @@ void TagMatcher::peerLeft(int peer) {
   peers_[peer].reading = false;
   size_t kept = 0;
   for (TagOp* op : inflight_) {
-    const bool stuck = op->isSend ? op->peer == peer : op->from == nullptr && op->source == peer;
+    // Transfers on the closed link that it did not finish (a finished one goes back from poll()).
+    const bool stuck = op->isSend ? op->peer == peer && !(op->headerX.complete && op->payloadX.complete)
+                                  : op->from == nullptr && op->source == peer && !op->payloadX.complete;
     if (stuck) {
       op->error =
           errorf(braidRemoteError, "rank %d left the communicator (braidCommDestroy) during a tagged %s of tag %d",
