@@ -39,7 +39,7 @@ extern "C" {
 #define BRAID_MINOR 1
 #define BRAID_PATCH 0
 /* BRAID_VERSION(0, 1, 0) == 100; comparable with braidGetVersion(). */
-#define BRAID_VERSION(major, minor, patch) ((major)*10000 + (minor)*100 + (patch))
+#define BRAID_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
 #define BRAID_VERSION_CODE BRAID_VERSION(BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH)
 
 /* Seen from C++, the enums below have int as their fixed underlying type. A C caller may pass any
@@ -54,13 +54,13 @@ extern "C" {
 
 typedef enum BRAID_ENUM_BASE {
   braidSuccess = 0,
-  braidInternalError = 1,   /* a bug in braid; please report it with the log */
-  braidSystemError = 2,     /* a system call or allocation failed (the message carries errno) */
-  braidInvalidArgument = 3, /* a NULL pointer, bad datatype/op, root out of range, overflow... */
-  braidInvalidUsage = 4,    /* a valid call at the wrong time (e.g. unmatched GroupEnd) */
-  braidRemoteError = 5,     /* a peer died, aborted or broke the protocol; the message names it */
-  braidInProgress = 6,      /* not an error: the operation is still running */
-  braidTimeout = 7,         /* a deadline (BRAID_TIMEOUT) passed; the message names the peer */
+  braidInternalError = 1,    /* a bug in braid; please report it with the log */
+  braidSystemError = 2,      /* a system call or allocation failed (the message carries errno) */
+  braidInvalidArgument = 3,  /* a NULL pointer, bad datatype/op, root out of range, overflow... */
+  braidInvalidUsage = 4,     /* a valid call at the wrong time (e.g. unmatched GroupEnd) */
+  braidRemoteError = 5,      /* a peer died, aborted or broke the protocol; the message names it */
+  braidInProgress = 6,       /* not an error: the operation is still running */
+  braidTimeout = 7,          /* a deadline (BRAID_TIMEOUT) passed; the message names the peer */
   braidNumResults = 8
 } braidResult_t;
 
@@ -268,10 +268,11 @@ braidResult_t braidIBroadcast(const void* sendbuff, void* recvbuff, size_t count
                               braidComm_t comm, braidStream_t stream, braidRequest_t* request);
 
 /* recvbuff on root gets the reduction; recvbuff is not touched (and may be NULL) elsewhere. */
-braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, braidRedOp_t op,
-                          int root, braidComm_t comm, braidStream_t stream);
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream);
 braidResult_t braidIReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+                           braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream,
+                           braidRequest_t* request);
 
 /* recvbuff (nranks*sendcount elements) gets every rank's sendbuff in rank order. */
 braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
