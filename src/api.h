@@ -43,6 +43,12 @@ Status publishHandle(HandleTable& table, Handle* out, Make make) {
   return okStatus();
 }
 
+// Whether this thread is between braidGroupStart and braidGroupEnd (src/api_coll.cc).
+bool inGroup();
+// A tagged operation posted inside the group (src/api_p2p.cc): the outermost braidGroupEnd waits
+// for it with the group's own calls.
+void keepForGroupEnd(braidRequest* op);
+
 // Runs `body` (returning Status); converts failures and exceptions at the C boundary.
 template <class F>
 braidResult_t guard(const char* fn, F&& body) {

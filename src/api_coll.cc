@@ -30,6 +30,7 @@ struct CallArgs {
 struct GroupState {
   int depth = 0;
   std::vector<CallArgs> calls;
+  std::vector<Op*> posted;  // tagged operations posted inside the group (src/api_p2p.cc)
 };
 thread_local GroupState tGroup;
 
@@ -247,6 +248,9 @@ Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool non
 
 }  // namespace
 
+bool braid::inGroup() { return tGroup.depth > 0; }
+void braid::keepForGroupEnd(braidRequest* op) { tGroup.posted.push_back(op); }
+
 #pragma GCC visibility push(default)
 
 #define BRAID_COLL(name, nb, ...) return guard(name, [&] { return issue(CallArgs{__VA_ARGS__}, stream, request, nb); })
@@ -363,9 +367,17 @@ braidResult_t braidGroupEnd(void) {
     if (--tGroup.depth > 0) return okStatus();
     std::vector<CallArgs> calls;
     calls.swap(tGroup.calls);
-    // A communicator destroyed since its call was recorded: refused before anything is posted.
-    for (CallArgs& c : calls) BRAID_TRY(commOf(c.handle, &c.comm).withContext("a call of the group"));
+    // Tagged operations are running already: waited for whatever happens to the rest.
     std::vector<Op*> ops;
+    ops.swap(tGroup.posted);
+    // A communicator destroyed since its call was recorded: refused before anything is posted.
+    for (CallArgs& c : calls) {
+      Status s = commOf(c.handle, &c.comm).withContext("a call of the group");
+      if (!s.ok()) {
+        (void)waitAll(ops);
+        return s;
+      }
+    }
     Status posted = postCalls(calls, false, &ops);
     Status done = waitAll(ops);
     return posted.ok() ? done : posted;

@@ -225,6 +225,30 @@ Status checkRound(LinkPlan* plan, Deadline deadline, std::vector<int>* pending, 
   return okStatus();
 }
 
+// The tag links (src/tags.h): a connect of every transport of a second set, each peer over the
+// kind its first link settled on (that one passed the self-test, so the second is not tested).
+// Separate transports: a tag link keeps a header receive posted once tagged receives were used, and
+// polling it on every pass of the collectives would cost them (a system call per pass on tcp).
+Status connectTagLinks(braidComm* comm, const TransportContext& ctx) {
+  BRAID_TRY(makeTransports(comm->settings.transports, &comm->tagTransports));
+  if (comm->tagTransports.size() != comm->transports.size())
+    return errorf(braidInternalError, "%zu tag transports for %zu transports", comm->tagTransports.size(),
+                  comm->transports.size());
+  comm->tagLinks.resize(comm->nranks);
+  for (size_t t = 0; t < comm->tagTransports.size(); ++t) {
+    std::vector<int> peers;
+    for (int p = 0; p < comm->nranks; ++p)
+      if (comm->transportOf[p] == static_cast<int>(t)) peers.push_back(p);
+    std::vector<std::unique_ptr<Link>> links;
+    BRAID_TRY(comm->tagTransports[t]->connect(ctx, peers, &links).withContext("connecting the tag links"));
+    if (links.size() != peers.size())
+      return errorf(braidInternalError, "transport %s returned %zu tag links for %zu peers",
+                    comm->transports[t]->name(), links.size(), peers.size());
+    for (size_t i = 0; i < peers.size(); ++i) comm->tagLinks[peers[i]] = std::move(links[i]);
+  }
+  return okStatus();
+}
+
 // Picks a transport per peer (first in preference order that can connect the pair; the transports
 // were made by commInit) and connects them, transport by transport; every rank takes part in every transport's connect.
 // Then every new link passes the self-test (src/link_check.h) or the pair moves to its next transport, in further
@@ -237,17 +261,22 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
   // Every rank must have the same preference list, or two ranks could pick different transports
   // for the same pair; and the self-test on or off alike, or a rank that tests would wait for
   // messages and an agreement that a rank that does not never sends.
-  const uint64_t mine[2] = {fnv1a(list, 0), comm->settings.linkCheckMs != 0 ? 1u : 0u};
-  std::vector<uint64_t> all(2 * static_cast<size_t>(comm->nranks));
+  // BRAID_P2P_TAGS alike too: the tag links are one more connect of every transport.
+  const uint64_t mine[3] = {fnv1a(list, 0), comm->settings.linkCheckMs != 0 ? 1u : 0u,
+                            comm->settings.p2pTags ? 1u : 0u};
+  std::vector<uint64_t> all(3 * static_cast<size_t>(comm->nranks));
   BRAID_TRY(comm->boot->allGather(mine, sizeof(mine), all.data(), deadline));
   for (int r = 0; r < comm->nranks; ++r) {
-    if (all[2 * r] != mine[0])
+    if (all[3 * r] != mine[0])
       return errorf(braidInvalidUsage,
                     "rank %d has a different transport list (BRAID_TRANSPORTS or config->transports) than rank %d (%s)",
                     r, comm->rank, list.c_str());
-    if (all[2 * r + 1] != mine[1])
+    if (all[3 * r + 1] != mine[1])
       return errorf(braidInvalidUsage, "rank %d has the link self-test %s, rank %d %s (BRAID_LINK_CHECK_MS=0 is off)",
                     r, mine[1] != 0 ? "off" : "on", comm->rank, mine[1] != 0 ? "on" : "off");
+    if (all[3 * r + 2] != mine[2])
+      return errorf(braidInvalidUsage, "rank %d has BRAID_P2P_TAGS=%d, rank %d has %d", r, mine[2] != 0 ? 0 : 1,
+                    comm->rank, mine[2] != 0 ? 1 : 0);
   }
   LinkPlan plan;
   plan.comm = comm;
@@ -295,6 +324,7 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
     BRAID_TRY(checkRound(&plan, deadline, &pending, &connectAll));
     if (std::find(connectAll.begin(), connectAll.end(), true) == connectAll.end()) break;
   }
+  if (comm->settings.p2pTags) BRAID_TRY(connectTagLinks(comm, ctx));
   if (log_detail::enabled(LogLevel::kInfo, kLogInit | kLogNet)) {
     for (int p = 0; p < n; ++p) {
       if (p == comm->rank) continue;
@@ -478,6 +508,8 @@ Status commInitFromEnv(braidComm** out) {
 static void freeComm(braidComm* comm) {
   comm->engine.reset();
   comm->control.reset();
+  comm->tagLinks.clear();
+  comm->tagTransports.clear();
   comm->links.clear();
   comm->transports.clear();
   comm->boot.reset();
@@ -487,6 +519,7 @@ static void freeComm(braidComm* comm) {
 Status commDestroy(braidComm* comm) {
   if (comm->successor != nullptr) (void)commDestroy(comm->successor);
   comm->successor = nullptr;
+  comm->engine->postTagGoodbyes();
   Status drained = comm->engine->drain();
   if (comm->rank == 0) {
     // Rank 0 carries the failure notices: stay until the others left (or the deadline). Its

@@ -25,6 +25,12 @@ struct braidComm {
   std::vector<std::unique_ptr<braid::Transport>> transports;
   std::vector<std::unique_ptr<braid::Link>> links;  // indexed by rank; null for this rank
   std::vector<int> transportOf;                     // index into transports per rank; -1 for this rank
+  // Tagged and any-source point-to-point (src/tags.h): a second link per peer, of the same kind as
+  // `links`, that carries only framed messages, made by transports of their own (tagTransports[t]
+  // is of the kind of transports[t]) so that the plans' progress never polls them. Both empty with
+  // BRAID_P2P_TAGS=0.
+  std::vector<std::unique_ptr<braid::Transport>> tagTransports;
+  std::vector<std::unique_ptr<braid::Link>> tagLinks;
   // The failure state, notices, goodbyes and heartbeats; declared before the engine, whose
   // background thread uses it, so that it is freed after it.
   std::unique_ptr<braid::ControlPlane> control;

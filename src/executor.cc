@@ -68,6 +68,12 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
   spinNs_ = comm->settings.spinUs * 1000;
   // The links are connected before the engine is made, and their capabilities never change.
   plans_.configure(linkCaps(), comm->settings.checkMismatch, comm->settings.forceLowering);
+  tagsEnabled_ = !comm->tagLinks.empty();
+  if (tagsEnabled_) {
+    std::vector<Link*> tagLinks(n, nullptr);
+    for (int r = 0; r < n; ++r) tagLinks[r] = comm->tagLinks[r].get();
+    tags_.init(std::move(tagLinks));
+  }
   // More ranks than cores on this host: a spinning waiter steals the core of the rank it waits for.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && comm->localRanks > cores) spinNs_ = 0;
@@ -84,6 +90,7 @@ Status Engine::start() {
   // descriptor per transport, whatever its number of links (two links sharing one would make a
   // second EPOLL_CTL_ADD fail).
   for (const auto& t : comm_->transports) BRAID_TRY(control_.watchLinkFd(t->waitFd()));
+  for (const auto& t : comm_->tagTransports) BRAID_TRY(control_.watchLinkFd(t->waitFd()));
   try {
     bg_ = std::thread([this] { bgLoop(); });
   } catch (const std::system_error& e) {
@@ -467,12 +474,15 @@ void Engine::failAll() {
   }
   active_.clear();
   head_ = 0;
+  if (!tagActive_.empty() || byesPending_ != 0) failTagged(f);
 }
 
 // The oldest operation's deadline, checked every few dozen passes (a clock read is cheap, but
 // not free on the 2-microsecond path).
 void Engine::checkDeadline() {
-  if (head_ >= active_.size() || (++deadlineTick_ & 31) != 0) return;
+  if ((++deadlineTick_ & 31) != 0) return;
+  if (!tagActive_.empty() && taggedDeadline()) return;
+  if (head_ >= active_.size()) return;
   Op* op = active_[head_];
   if (!op->deadline.expired()) return;
   // Name the peer it is waiting for: the first queue with unfinished work.
@@ -493,13 +503,32 @@ void Engine::checkDeadline() {
                 waitingOn, true);
 }
 
+bool Engine::driveTransport(int t, int peer) {
+  transportDriven_[t] = epoch_;
+  Status st = comm_->transports[t]->progress(&peer);
+  if (st.ok()) return true;
+  // A closed link may be a survivor that already gave up because of someone else: hold the
+  // blame for kBlameGraceNs so a notice naming the root cause can arrive first.
+  linkFailure_ = st;
+  linkFailedPeer_ = peer;
+  linkFailedAtNs_ = nowNs();
+  BRAID_INFO(kLogNet, "link to %s failed (%s); waiting for a failure notice", comm_->describeRank(peer).c_str(),
+             st.message().c_str());
+  return false;
+}
+
 bool Engine::progressOnce() {
   if (control_.failed()) {
-    bool any = head_ < active_.size();
+    bool any = head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0;
     failAll();
     return any;
   }
-  if (head_ >= active_.size()) return false;
+  if (head_ >= active_.size() && tagActive_.empty() && byesPending_ == 0) return false;
+  if (linkFailedAtNs_ != 0 && linkFailedTag_ != 0 && control_.left(linkFailedPeer_)) {
+    tagPeerLeft(linkFailedTag_ - 1, linkFailedPeer_);  // its goodbye came after all
+    linkFailedAtNs_ = 0;
+    linkFailedTag_ = 0;
+  }
   if (linkFailedAtNs_ != 0) {
     const int64_t held = nowNs() - linkFailedAtNs_;
     if (held < kBlameGraceNs) return false;
@@ -527,20 +556,13 @@ bool Engine::progressOnce() {
       // Each transport drives all of its links in one call, once per pass.
       const int t = comm_->transportOf[q.peer];
       if (transportDriven_[t] == epoch_) continue;
-      transportDriven_[t] = epoch_;
-      int peer = q.peer;
-      Status st = comm_->transports[t]->progress(&peer);
-      if (!st.ok()) {
-        // A closed link may be a survivor that already gave up because of someone else: hold the
-        // blame for kBlameGraceNs so a notice naming the root cause can arrive first.
-        linkFailure_ = st;
-        linkFailedPeer_ = peer;
-        linkFailedAtNs_ = nowNs();
-        BRAID_INFO(kLogNet, "link to %s failed (%s); waiting for a failure notice", comm_->describeRank(peer).c_str(),
-                   st.message().c_str());
-        return true;
-      }
+      if (!driveTransport(t, q.peer)) return true;
     }
+  }
+  if (!tagActive_.empty() || byesPending_ != 0) {
+    bool linkFailed = false;
+    any |= progressTagged(&linkFailed);
+    if (linkFailed) return true;
   }
   for (size_t i = head_; i < active_.size(); ++i)
     if (!active_[i]->finished) any |= reapAndRunLocals(active_[i]);

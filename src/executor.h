@@ -32,6 +32,7 @@
 #include "src/plan.h"
 #include "src/plan_cache.h"
 #include "src/reduce.h"
+#include "src/tags.h"
 #include "transports/transport.h"
 
 struct braidComm;
@@ -77,6 +78,9 @@ struct braidRequest {
   uint32_t remaining = 0;
   bool finished = false;
   braid::ScratchBuffer scratch;  // grows only, reused across ops
+  // A tagged send or receive (src/tags.h) has no plan: the tag matcher drives `tagged`.
+  bool isTagged = false;
+  braid::TagOp tagged;
 };
 
 namespace braid {
@@ -114,6 +118,13 @@ class Engine {
   // meanwhile).
   Status postPlan(std::shared_ptr<const Plan> plan, const void* send, void* recv, braidDataType_t dtype, bool userOwned,
                   Op** out);
+  // Posts a tagged send or receive (src/tags.h, src/executor_tags.cc) as `spec` describes it (peer,
+  // tag, buffer, bytes; for a receive, where its source goes). Tagged operations complete when
+  // their message does, in no particular order, and never hold up the plans' issue order.
+  Status postTagged(const TagOp& spec, bool userOwned, Op** out);
+  // Destroy, before drain(): tells every peer on its tag link that this rank sends nothing more
+  // (src/tags.h, kByeTag), so that their receives from any rank stop reading from it.
+  void postTagGoodbyes();
 
   // Drives progress until `op` completed or failed; releases it. Returns its result.
   Status wait(Op* op);
@@ -151,6 +162,16 @@ class Engine {
   void wake() { control_.wake(); }
 
   bool progressOnce();
+  // Drives transport t once per pass; false when it failed (the failure is held as linkFailure_).
+  bool driveTransport(int t, int peer);
+  // The tagged operations' share of a pass (src/executor_tags.cc); false-y `any` when idle.
+  bool progressTagged(bool* linkFailed);
+  void finishTagged(TagOp* t);
+  // A tag link closed by a peer that left the communicator: not a failure (src/tags.h).
+  void tagPeerLeft(int transport, int peer);
+  void failTagged(const Status& f);
+  // The oldest tagged operation's deadline; true when it expired (the communicator failed).
+  bool taggedDeadline();
   bool postSteps(Op* op);
   bool reapAndRunLocals(Op* op);
   bool runLocal(Op* op, const Step& s);
@@ -190,6 +211,14 @@ class Engine {
   int linkFailedPeer_ = -1;
   int64_t linkFailedAtNs_ = 0;
   uint32_t deadlineTick_ = 0;
+  // Tagged point-to-point (src/tags.h): the matcher, and its operations in post order.
+  TagMatcher tags_;
+  bool tagsEnabled_ = false;
+  std::vector<Op*> tagActive_;
+  std::vector<TagOp*> tagDone_;
+  uint64_t tagSeq_ = 0;    // tagged operations posted (their own numbering: see postTagged)
+  int byesPending_ = 0;    // goodbyes posted and not yet out (counted in activeCount_)
+  int linkFailedTag_ = 0;  // the held link failure is of tag transport linkFailedTag_ - 1 (0: none)
 
   std::atomic<int> activeCount_{0};
   std::atomic<int> waiters_{0};

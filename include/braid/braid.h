@@ -323,6 +323,33 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
 braidResult_t braidIRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
                          braidStream_t stream, braidRequest_t* request);
 
+/* Tagged point to point, matched as gloo matches: a tagged receive takes the first message from
+ * its peer with its tag; messages of one (peer, tag) pair arrive in the order they were sent, and
+ * different tags (or peers) in whatever order they come, so a receive of tag 1 posted before one of
+ * tag 2 completes even when the peer sent tag 2 first. Tagged calls match only tagged calls: a
+ * braidSend is never received by braidRecvTagged, nor the other way round (the untagged calls keep
+ * their in-order path, and tag 0 is a tag like any other here). tag >= 0; the lengths of a message
+ * and of the receive that matches it must be equal (a receive that differs fails with
+ * braidInvalidUsage, and the message is consumed). peer must not be this rank.
+ * A receive may name BRAID_ANY_SOURCE as peer: it takes the first matching message to arrive from
+ * any rank, and *source (when source is not NULL) gets the sender's rank once it completed
+ * successfully: before the blocking call returns, or before braidTest reports done or braidWait
+ * returns for the nonblocking one (source must stay valid until then).
+ * Tagged operations complete when their message does, in no particular order among themselves or
+ * with the collectives. A send returns once its message was handed to the transport: a small one
+ * at once, a large one as the receiver reads it. Inside a group the calls are posted at once and
+ * waited for at the outermost braidGroupEnd. They need BRAID_P2P_TAGS=1 (the default: a second link
+ * per peer); with 0 they fail with braidInvalidUsage. Thread safety as for the other calls. */
+#define BRAID_ANY_SOURCE (-1)
+braidResult_t braidSendTagged(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                              braidComm_t comm, braidStream_t stream);
+braidResult_t braidISendTagged(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                               braidComm_t comm, braidStream_t stream, braidRequest_t* request);
+braidResult_t braidRecvTagged(void* recvbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                              braidComm_t comm, braidStream_t stream, int* source);
+braidResult_t braidIRecvTagged(void* recvbuff, size_t count, braidDataType_t datatype, int peer, int tag,
+                               braidComm_t comm, braidStream_t stream, int* source, braidRequest_t* request);
+
 /* Returns when every rank has entered the barrier. */
 braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream);
 braidResult_t braidIBarrier(braidComm_t comm, braidStream_t stream, braidRequest_t* request);

@@ -252,7 +252,7 @@ def bad_input(rank, braid, gloo):
     refused(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG, group=braid), ["AVG"], "bool AVG")
     # (CUDA tensors get "braid takes CPU tensors only"; this torch has no CUDA to show it.)
     refused(lambda: dist.broadcast(torch.ones(3).to_sparse(), 0, group=braid), ["only dense tensors"], "sparse")
-    refused(lambda: dist.send(torch.ones(3), dst=(rank + 1) % WORLD, group=braid, tag=5), ["tag"], "tag")
+    refused(lambda: dist.send(torch.ones(3), dst=(rank + 1) % WORLD, group=braid, tag=-1), ["tag", "negative"], "tag -1")
     outs = [torch.full((4,), -1.0) for _ in range(WORLD - 1)]  # one tensor short
     refused(lambda: dist.all_gather(outs, torch.ones(4), group=braid), ["output list has 2 tensors"], "short list")
     assert all(torch.equal(o, torch.full((4,), -1.0)) for o in outs), "a refused all_gather wrote its outputs"

@@ -140,7 +140,11 @@ Status UcxLink::postRecv(Xfer* x) {
 
 Status UcxLink::progress() {
   if (!error_.ok()) return error_;
-  if (state_->error != UCS_OK) return endpointFailed();
+  // A peer that sent its last messages and closed (it left the communicator) fails the endpoint
+  // while those messages may still wait in the worker: hand over the receives they complete first,
+  // and report the failure once a posted transfer can no longer complete.
+  const bool failed = state_->error != UCS_OK;
+  if (failed && !sends_.empty()) return endpointFailed();
   while (!sends_.empty()) {
     Xfer* x = sends_.front();
     if (x->tp[0] != 0) {
@@ -160,6 +164,7 @@ Status UcxLink::progress() {
     void* r = reinterpret_cast<void*>(x->tp[0]);
     ucp_tag_recv_info_t info{};
     const ucs_status_t st = ucp_tag_recv_request_test(r, &info);
+    if (st == UCS_INPROGRESS && failed) return endpointFailed();
     if (st == UCS_INPROGRESS) break;
     ucp_request_free(r);
     x->tp[0] = 0;

@@ -88,11 +88,6 @@ void checkRoot(int64_t rootRank, int64_t rootTensor, int size, const char* op) {
               size);
 }
 
-void checkNoTag(int tag, const char* op) {
-  TORCH_CHECK(tag == 0, "braid ", op, ": tag ", tag,
-              " given, but braid matches messages between two ranks in issue order and has no tags (use tag 0)");
-}
-
 void checkAlike(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* op) {
   for (const at::Tensor& t : tensors) {
     checkTensor(t, op);

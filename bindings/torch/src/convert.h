@@ -27,7 +27,6 @@ braidRedOp_t toBraidOp(const c10d::ReduceOp& op, at::ScalarType type, const char
 void checkRoot(int64_t rootRank, int64_t rootTensor, int size, const char* op);
 
 // Point-to-point tags: braid matches messages between two ranks in issue order, so only tag 0.
-void checkNoTag(int tag, const char* op);
 
 // Every tensor has the dtype and number of elements of `like`.
 void checkAlike(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* op);

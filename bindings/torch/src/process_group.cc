@@ -345,28 +345,56 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
   return work;
 }
 
+// Point to point goes through braid's tagged calls, which match as gloo does: by (peer, tag), in
+// order per pair, tags in any order, and a receive from any rank (recvAnysource) among them. The
+// untagged braidSend/braidRecv would not meet a receive from any rank, so every tag, 0 included,
+// takes the tagged path.
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   const at::Tensor& t = onlyTensor(tensors, "send");
-  checkNoTag(tag, "send");
+  checkPeerAndTag(dstRank, tag, "send");
   const braidDataType_t type = toBraidType(t, "send");
   auto work = newWork(c10d::OpType::SEND, "send", std::chrono::milliseconds(0));
   at::Tensor buf = stage(*work, t, false);
-  post(*work, "send",
-       [&](braidRequest_t* r) { return braidISend(buf.data_ptr(), buf.numel(), type, dstRank, comm(), nullptr, r); });
+  post(*work, "send", [&](braidRequest_t* r) {
+    return braidISendTagged(buf.data_ptr(), buf.numel(), type, dstRank, tag, comm(), nullptr, r);
+  });
   work->setOutputs(tensors);
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  const at::Tensor& t = onlyTensor(tensors, "recv");
-  checkNoTag(tag, "recv");
-  const braidDataType_t type = toBraidType(t, "recv");
-  auto work = newWork(c10d::OpType::RECV, "recv", std::chrono::milliseconds(0));
+  checkPeerAndTag(srcRank, tag, "recv");
+  return postRecv(tensors, srcRank, tag, "recv");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  checkPeerAndTag(BRAID_ANY_SOURCE, tag, "recv_anysource");
+  return postRecv(tensors, BRAID_ANY_SOURCE, tag, "recv_anysource");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::postRecv(std::vector<at::Tensor>& tensors, int srcRank, int tag,
+                                                           const char* name) {
+  const at::Tensor& t = onlyTensor(tensors, name);
+  const braidDataType_t type = toBraidType(t, name);
+  auto work = newWork(srcRank == BRAID_ANY_SOURCE ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, name,
+                      std::chrono::milliseconds(0));
   at::Tensor buf = stage(*work, t, true);
-  post(*work, "recv",
-       [&](braidRequest_t* r) { return braidIRecv(buf.data_ptr(), buf.numel(), type, srcRank, comm(), nullptr, r); });
+  int* source = work->sourceSlot(srcRank);
+  post(*work, name, [&](braidRequest_t* r) {
+    return braidIRecvTagged(buf.data_ptr(), buf.numel(), type, srcRank, tag, comm(), nullptr, source, r);
+  });
   work->setOutputs(tensors);
   return work;
+}
+
+void ProcessGroupBraid::checkPeerAndTag(int peer, int tag, const char* name) const {
+  TORCH_CHECK(tag >= 0, "braid ", name, ": tag ", tag, " is negative");
+  if (peer == BRAID_ANY_SOURCE) {
+    TORCH_CHECK(size_ > 1, "braid ", name, ": no other rank to receive from in a group of one");
+    return;
+  }
+  TORCH_CHECK(peer >= 0 && peer < size_, "braid ", name, ": rank ", peer, " is out of range for a group of ", size_);
+  TORCH_CHECK(peer != rank_, "braid ", name, ": rank ", peer, " is this rank; braid does not send to itself");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions& opts) {

@@ -88,6 +88,7 @@ class ProcessGroupBraid : public GroupBase {
                                           const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
   // process_group_gather.cc: braidGather / braidScatter, and one AllGather per tensor.
@@ -116,6 +117,11 @@ class ProcessGroupBraid : public GroupBase {
                 const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
   // allreduce of a sparse COO tensor (sparse.cc): gathered and summed, SUM only, as gloo does.
   c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
+  // A tagged receive from srcRank (BRAID_ANY_SOURCE: any rank); its Work reports the source.
+  c10::intrusive_ptr<c10d::Work> postRecv(std::vector<at::Tensor>& tensors, int srcRank, int tag, const char* name);
+  // Refuses what braid's tagged calls would refuse, in torch's words: a negative tag, a peer out of
+  // range or this rank.
+  void checkPeerAndTag(int peer, int tag, const char* name) const;
   braidComm_t comm() const { return comm_->get(); }
   // The root's checks of gather's outputs / scatter's inputs: one list of size_ tensors shaped as `like`.
   void checkRootList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, const char* op,

@@ -270,6 +270,14 @@ void BraidWork::failNow(const std::string& braidError) {
 
 bool BraidWork::isCompleted() { return poll(); }
 
+int BraidWork::sourceRank() const {
+  // Read after the receive completed: braid wrote it before braidTest reported done (pollMu_, taken
+  // by that test and here, orders the two).
+  std::lock_guard<std::mutex> g(pollMu_);
+  TORCH_CHECK(source_ >= 0, "braid ", name_, ": the source rank is known once a receive completed");
+  return source_;
+}
+
 bool BraidWork::isSuccess() const {
   std::lock_guard<std::mutex> g(mutex_);
   return completed_ && !exception_;

@@ -96,11 +96,19 @@ class BraidWork : public c10d::Work {
   // On success, dst.copy_(src) in order: staging buffers back into the caller's tensors.
   void copyBack(at::Tensor dst, at::Tensor src) { copies_.emplace_back(std::move(dst), std::move(src)); }
   void setOutputs(std::vector<at::Tensor> outputs) { outputs_ = std::move(outputs); }
+  // A receive's source: known now (a named peer), or written by braid when the receive from any
+  // rank completes (the returned slot, which lives as long as the Work).
+  int* sourceSlot(int peer) {
+    source_ = peer;
+    return &source_;
+  }
   // For operations that completed when they were issued (groups): runs the copies, finishes.
   void completeNow();
   // For operations that failed when they were issued: the message names the operation.
   void failNow(const std::string& braidError);
 
+  // torch's Work::sourceRank: the rank a receive got its message from (recv with src=None).
+  int sourceRank() const override;
   bool isCompleted() override;
   bool isSuccess() const override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
@@ -133,7 +141,7 @@ class BraidWork : public c10d::Work {
   const char* name_;
   std::chrono::milliseconds timeout_;
 
-  std::mutex pollMu_;  // one thread at a time tests the requests (braid's rule for a request)
+  mutable std::mutex pollMu_;  // one thread at a time tests the requests (braid's rule for a request)
   std::vector<braidRequest_t> requests_;
   size_t next_ = 0;  // requests_[0..next_) have finished and been released by braid
   bool concluded_ = false;
@@ -141,6 +149,7 @@ class BraidWork : public c10d::Work {
   std::vector<at::Tensor> keep_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies_;
   std::vector<at::Tensor> outputs_;
+  int source_ = -1;  // a receive's source (see sourceSlot); -1 for other operations
 
   std::mutex futureMu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
