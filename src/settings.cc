@@ -46,6 +46,13 @@ Status parseConfig(const braidConfig_t* c, ConfigOverrides* out) {
   if (timeoutSet)
     BRAID_TRY(checkParamText("BRAID_TIMEOUT", std::to_string(c->timeoutSec)).withContext("config->timeoutSec"));
   ConfigOverrides o;
+  // Fields after timeoutSec exist only in a caller's struct that is large enough to hold them.
+  const bool hasTags = c->size >= offsetof(braidConfig_t, p2pTags) + sizeof(int);
+  if (hasTags && c->p2pTags != BRAID_CONFIG_UNDEF_INT) {
+    if (c->p2pTags != 0 && c->p2pTags != 1)
+      return errorf(braidInvalidArgument, "config->p2pTags %d is neither 0 nor 1", c->p2pTags);
+    o.p2pTags = c->p2pTags;
+  }
   if (c->transports != nullptr) o.transports = c->transports;
   if (timeoutSet) o.timeoutSec = c->timeoutSec;
   // memType: host, the only type admitted above, is the default.
@@ -70,6 +77,7 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   BRAID_TRY(parseLinkFaults(s.linkFaults, &faults));
   if (!over.transports.empty()) s.transports = over.transports;
   if (over.timeoutSec != 0) s.timeoutSec = over.timeoutSec;
+  if (over.p2pTags >= 0) s.p2pTags = over.p2pTags != 0;
   s.overrides = over;
   *out = std::move(s);
   return okStatus();

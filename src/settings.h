@@ -18,6 +18,7 @@ namespace braid {
 struct ConfigOverrides {
   std::string transports;  // "" = BRAID_TRANSPORTS
   int timeoutSec = 0;      // 0 = BRAID_TIMEOUT
+  int p2pTags = -1;        // -1 = BRAID_P2P_TAGS; else 0 or 1
 };
 
 struct CommSettings {
@@ -25,7 +26,7 @@ struct CommSettings {
   std::string transports;      // BRAID_TRANSPORTS, or config->transports: the preference list
   int64_t spinUs = 0;          // BRAID_SPIN_US
   bool checkMismatch = false;  // BRAID_CHECK_MISMATCH
-  bool p2pTags = true;         // BRAID_P2P_TAGS: the second set of links for tagged point-to-point
+  bool p2pTags = false;        // BRAID_P2P_TAGS: the second set of links for tagged point-to-point
   bool forceLowering = false;  // BRAID_FORCE_LOWERING (a test knob: src/lower.h)
   int64_t linkCheckMs = 0;     // BRAID_LINK_CHECK_MS: the link self-test's deadline, 0 = off (src/link_check.h)
   std::string linkFaults;      // BRAID_TEST_LINK_FAULT (a test knob: src/link_check.h), checked

@@ -152,12 +152,16 @@ typedef struct {
   /* Seconds any wait may last (as BRAID_TIMEOUT, 1..315360000); 0 or BRAID_CONFIG_UNDEF_INT =
    * BRAID_TIMEOUT. */
   int timeoutSec;
+  /* 1: connect the second set of links that tagged point-to-point needs (braidSendTagged,
+   * braidRecvTagged, BRAID_ANY_SOURCE); 0: leave them out, and tagged calls are braidInvalidUsage;
+   * BRAID_CONFIG_UNDEF_INT = BRAID_P2P_TAGS (default 0). Every rank must agree. */
+  int p2pTags;
 } braidConfig_t;
 
 #define BRAID_CONFIG_INITIALIZER                                                                 \
   {                                                                                              \
     sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, NULL, BRAID_CONFIG_UNDEF_INT, \
-        BRAID_CONFIG_UNDEF_INT                                                                   \
+        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT                                           \
   }
 
 /* As braidCommInitRank, with per-communicator settings. config NULL is braidCommInitRank. A config

@@ -74,9 +74,9 @@ const std::vector<ParamInfo> kParams = {
     integer("BRAID_HEARTBEAT_MISSES", "5", 1, kMaxHeartbeatMisses,
             "heartbeat periods of silence after which a peer is declared stopped"),
     boolean("BRAID_CHECK_MISMATCH", "0", "check that all ranks call the same collective, count, type and op"),
-    boolean("BRAID_P2P_TAGS", "1",
+    boolean("BRAID_P2P_TAGS", "0",
             "connect a second link per peer for tagged and any-source point-to-point calls (braidSendTagged ...); "
-            "0 saves those links, and tagged calls fail with braidInvalidUsage"),
+            "without them tagged calls fail with braidInvalidUsage (config->p2pTags overrides; braid_torch sets 1)"),
     boolean("BRAID_FORCE_LOWERING", "0",
             "test knob: plan every receive-reduce as a receive into scratch plus a local reduce, as for a link "
             "that cannot reduce on arrival"),

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -134,6 +135,7 @@ TEST_CASE("a bad config is braidInvalidArgument naming the field, and changes no
     with("bad memory type", "config->memType", [](braidConfig_t& c) { c.memType = 7; });
     with("negative timeout", "config->timeoutSec", [](braidConfig_t& c) { c.timeoutSec = -1; });
     with("huge timeout", "config->timeoutSec", [](braidConfig_t& c) { c.timeoutSec = 2000000000; });
+    with("p2pTags 2", "config->p2pTags", [](braidConfig_t& c) { c.p2pTags = 2; });
     for (Case& c : cases) {
       braidComm_t comm = reinterpret_cast<braidComm_t>(uintptr_t{0x1234});
       braidResult_t r = braidCommInitRankConfig(&comm, 1, id, 0, &c.config);
@@ -354,4 +356,45 @@ TEST_CASE("BRAID_DEBUG_SUBSYS=P2P logs each send and receive posted, with peer a
   CHECK(all.find("send to rank 0: 64 bytes") != std::string::npos);
   CHECK(all.find("receive from rank 0: 64 bytes") != std::string::npos);
   CHECK(system(("rm -rf " + d).c_str()) == 0);
+}
+
+// config->p2pTags decides over BRAID_P2P_TAGS, both ways; a derived communicator (split) keeps it.
+TEST_CASE("config->p2pTags turns the tag links on or off over BRAID_P2P_TAGS", "[mp][p2p][tags][config]") {
+  for (const int want : {1, 0}) {
+    braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+    config.p2pTags = want;
+    auto res = runWithConfig(2, {{"BRAID_P2P_TAGS", want ? "0" : "1"}}, config, [want](braidComm_t comm, int rank) {
+      braidComm_t half = nullptr;
+      CHECK_BRAID(rank, braidCommSplit(comm, 0, rank, &half));
+      for (braidComm_t c : {comm, half}) {
+        int32_t v = rank, got = -1;
+        int source = -1;
+        braidResult_t r = braidSuccess;
+        if (rank == 0) r = braidSendTagged(&v, 1, braidInt32, 1, 4, c, nullptr);
+        if (rank == 1) r = braidRecvTagged(&got, 1, braidInt32, BRAID_ANY_SOURCE, 4, c, nullptr, &source);
+        if (want == 1 && (r != braidSuccess || (rank == 1 && (got != 0 || source != 0))))
+          return fail(rank, "p2pTags 1: %s: %s (got %d from %d)", braidGetErrorString(r), braidGetLastError(), got,
+                      source);
+        if (want == 0 && r != braidInvalidUsage)
+          return fail(rank, "p2pTags 0: %s, not braidInvalidUsage", braidGetErrorString(r));
+      }
+      CHECK_BRAID(rank, braidCommDestroy(half));
+      return 0;
+    });
+    INFO("config->p2pTags " << want << ": " << describe(res));
+    REQUIRE(allOk(res));
+  }
+  // A caller built against the first layout (which ends at timeoutSec) passes a shorter struct: what
+  // lies past it is not read, and BRAID_P2P_TAGS decides.
+  braidConfig_t old = BRAID_CONFIG_INITIALIZER;
+  old.size = offsetof(braidConfig_t, p2pTags);
+  old.p2pTags = 7;
+  auto res = runWithConfig(2, {{"BRAID_P2P_TAGS", "1"}}, old, [](braidComm_t comm, int rank) {
+    int32_t v = rank, got = -1;
+    if (rank == 0) CHECK_BRAID(rank, braidSendTagged(&v, 1, braidInt32, 1, 0, comm, nullptr));
+    if (rank == 1) CHECK_BRAID(rank, braidRecvTagged(&got, 1, braidInt32, 0, 0, comm, nullptr, nullptr));
+    return rank == 1 && got != 0 ? fail(rank, "got %d", got) : 0;
+  });
+  INFO("first-layout config: " << describe(res));
+  REQUIRE(allOk(res));
 }

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -38,7 +39,12 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::create(const c10::intru
     std::memcpy(id.internal, bytes.data(), BRAID_UNIQUE_ID_BYTES);
   }
   braidComm_t handle = nullptr;
-  if (braidCommInitRank(&handle, size, id, rank) != braidSuccess) throwBraid("braidCommInitRank", rank);
+  // torch's send/recv all go through braid's tagged calls (any tag, any source, as gloo), which need
+  // the tag links; BRAID_P2P_TAGS, when the user set it, decides instead.
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  if (std::getenv("BRAID_P2P_TAGS") == nullptr) config.p2pTags = 1;
+  if (braidCommInitRankConfig(&handle, size, id, rank, &config) != braidSuccess)
+    throwBraid("braidCommInitRankConfig", rank);
   auto comm = Comm::adopt(handle);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   return c10::make_intrusive<ProcessGroupBraid>(std::move(comm), rank, size, ms);
