@@ -35,10 +35,26 @@ def _init(backend, rank, world, path):
     dist.init_process_group(backend, init_method="file://" + path, rank=rank, world_size=world)
 
 
+def _all_reduced(rank, world, out):
+    """Marks this rank past the first all_reduce and, on rank 1, waits until every rank is. Rank 1's
+    abort fails whatever its peers still run on the communicator, and its own all_reduce may end
+    before theirs (its last bytes still on the way): a peer that had not finished would fail it."""
+    _mark(out, rank, what="reduced")
+    if rank != 1:
+        return
+    deadline = time.monotonic() + 20
+    for r in range(world):
+        while time.monotonic() < deadline:
+            if os.path.exists(f"{out}.{r}") and '"reduced"' in open(f"{out}.{r}").read():
+                break
+            time.sleep(0.01)
+
+
 def pending_recv(rank, world, backend, path, out):
     _init(backend, rank, world, path)
     t = torch.ones(4)
     dist.all_reduce(t)  # everyone is connected
+    _all_reduced(rank, world, out)
     if rank == 1:
         work = dist.irecv(torch.zeros(4), src=0)  # rank 0 never sends
         _mark(out, rank, what="exit")
@@ -50,6 +66,7 @@ def destroy_pending(rank, world, backend, path, out):
     _init(backend, rank, world, path)
     t = torch.ones(4)
     dist.all_reduce(t)
+    _all_reduced(rank, world, out)
     if rank == 1:
         work = dist.irecv(torch.zeros(4), src=0)  # noqa: F841 (kept: still pending at destroy)
         start = time.monotonic()
