@@ -43,6 +43,12 @@ Status publishHandle(HandleTable& table, Handle* out, Make make) {
   return okStatus();
 }
 
+// The checks every call with a buffer makes (src/api_coll.cc): the communicator handle, the
+// datatype and the stream; and a point-to-point buffer of `count` elements (its size fits,
+// non-NULL unless empty).
+Status checkCommTypeStream(braidComm_t handle, braidDataType_t dtype, braidStream_t stream, braidComm** comm);
+Status checkP2pBuffer(const void* buf, size_t count, braidDataType_t dtype, bool isSend);
+
 // Whether this thread is between braidGroupStart and braidGroupEnd (src/api_coll.cc).
 bool inGroup();
 // A tagged operation posted inside the group (src/api_p2p.cc): the outermost braidGroupEnd waits

@@ -35,11 +35,7 @@ struct GroupState {
 thread_local GroupState tGroup;
 
 Status checkCommon(CallArgs* a, braidStream_t stream) {
-  BRAID_TRY(commOf(a->handle, &a->comm));
-  if (!validDtype(a->dtype)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", a->dtype);
-  if (stream != nullptr)
-    return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
-  return okStatus();
+  return checkCommTypeStream(a->handle, a->dtype, stream, &a->comm);
 }
 
 bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
@@ -124,13 +120,7 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
 Status checkP2p(const CallArgs& a) {
   const int n = a.comm->nranks;
   if (a.root < 0 || a.root >= n) return errorf(braidInvalidArgument, "peer %d is out of range [0, %d)", a.root, n);
-  const size_t es = dtypeSize(a.dtype);
-  if (a.count > static_cast<size_t>(PTRDIFF_MAX) / es)
-    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", a.count);
-  const void* buf = a.isSend ? a.send : a.recv;
-  if (a.count > 0 && buf == nullptr)
-    return errorf(braidInvalidArgument, "%s is NULL", a.isSend ? "sendbuff" : "recvbuff");
-  return okStatus();
+  return checkP2pBuffer(a.isSend ? a.send : a.recv, a.count, a.dtype, a.isSend);
 }
 
 // Builds the plan of a comm's point-to-point calls, in call order. Self-sends pair with
@@ -247,6 +237,21 @@ Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool non
 }
 
 }  // namespace
+
+Status braid::checkCommTypeStream(braidComm_t handle, braidDataType_t dtype, braidStream_t stream, braidComm** comm) {
+  BRAID_TRY(commOf(handle, comm));
+  if (!validDtype(dtype)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", dtype);
+  if (stream != nullptr)
+    return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
+  return okStatus();
+}
+
+Status braid::checkP2pBuffer(const void* buf, size_t count, braidDataType_t dtype, bool isSend) {
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / dtypeSize(dtype))
+    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
+  if (count > 0 && buf == nullptr) return errorf(braidInvalidArgument, "%s is NULL", isSend ? "sendbuff" : "recvbuff");
+  return okStatus();
+}
 
 bool braid::inGroup() { return tGroup.depth > 0; }
 void braid::keepForGroupEnd(braidRequest* op) { tGroup.posted.push_back(op); }

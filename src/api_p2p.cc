@@ -25,11 +25,8 @@ struct TaggedCall {
 };
 
 Status checkTagged(const TaggedCall& c, braidComm** comm) {
-  BRAID_TRY(commOf(c.handle, comm));
+  BRAID_TRY(checkCommTypeStream(c.handle, c.dtype, c.stream, comm));
   const int n = (*comm)->nranks;
-  if (!validDtype(c.dtype)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", c.dtype);
-  if (c.stream != nullptr)
-    return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
   if (c.tag < 0) return errorf(braidInvalidArgument, "tag %d is negative", c.tag);
   const bool any = !c.isSend && c.peer == BRAID_ANY_SOURCE;
   if (!any && (c.peer < 0 || c.peer >= n))
@@ -39,12 +36,7 @@ Status checkTagged(const TaggedCall& c, braidComm** comm) {
     return errorf(braidInvalidUsage, "a tagged %s %s self (rank %d) is not supported", c.isSend ? "send" : "receive",
                   c.isSend ? "to" : "from", c.peer);
   if (any && n == 1) return errorf(braidInvalidUsage, "a receive from any rank on a communicator of one rank");
-  const size_t es = dtypeSize(c.dtype);
-  if (c.count > static_cast<size_t>(PTRDIFF_MAX) / es)
-    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", c.count);
-  if (c.count > 0 && c.buf == nullptr)
-    return errorf(braidInvalidArgument, "%s is NULL", c.isSend ? "sendbuff" : "recvbuff");
-  return okStatus();
+  return checkP2pBuffer(c.buf, c.count, c.dtype, c.isSend);
 }
 
 Status issueTagged(const TaggedCall& c, braidRequest_t* request, bool nonblocking) {
