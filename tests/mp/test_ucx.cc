@@ -3,6 +3,7 @@
 // survivor naming it, in both UCX error modes, and the survivors' teardown afterwards neither
 // hangs, crashes nor leaves UCX complaining about leaked requests or endpoints.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -183,6 +184,64 @@ TEST_CASE("ucx: a healthy communicator tears down without UCX complaints, in bot
         CHECK_BRAID(rank, braidCommDestroy(comm));
         const std::string text = log.finish();
         if (ucxComplained(text, strict)) return fail(rank, "UCX complained at teardown:\n%s", text.c_str());
+        return 0;
+      });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("ucx: a rank that sends its last messages and leaves at once: the peer reads them all later", "[mp][ucx]") {
+  if (!underTest("ucx")) {
+    WARN("ucx is not compiled in or does not work here: skipped");
+    return;
+  }
+  // In rma mode a send completes as soon as UCX has taken its active messages, and the sender may
+  // then leave while its bytes are still on their way. The receiver posts its receives only later
+  // (the sender is gone, or waits in its destroy by then), and consuming the first message returns
+  // credits to the sender. Every message must arrive byte-exact, and the departure fail nothing.
+  // Then the other way round, a few times on one core: the receiver leaves as soon as it has the
+  // last message, which may be before the sender saw its own send complete (CI once failed that
+  // send with "left the communicator while an operation still needed it").
+  const char* mode = GENERATE("peer", "none");
+  const bool lateReceiver = GENERATE(true, false);
+  INFO("BRAID_UCX_ERR_MODE=" << mode << (lateReceiver ? ", late receiver" : ", receiver leaves at once"));
+  if (strcmp(mode, "peer") == 0 && !peerModeUsable()) return;
+  const std::vector<size_t> sizes = {1 << 20, 1 << 20, 1 << 20, 77777, 3, 0, 100000};
+  const int rounds = lateReceiver ? 1 : 4;
+  std::vector<braidUniqueId> ids(rounds);
+  for (braidUniqueId& id : ids) REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(
+      2, {{"BRAID_TRANSPORTS", "ucx"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_UCX_ERR_MODE", mode}}, [&](int rank, int size) {
+        if (!lateReceiver) {
+          cpu_set_t one;
+          CPU_ZERO(&one);
+          CPU_SET(0, &one);
+          (void)sched_setaffinity(0, sizeof(one), &one);  // both ranks take turns on one core
+        }
+        const int sender = lateReceiver ? 1 : 0;
+        for (int round = 0; round < rounds; ++round) {
+          braidComm_t comm = nullptr;
+          CHECK_BRAID(rank, braidCommInitRank(&comm, size, ids[round], rank));
+          std::vector<std::vector<uint8_t>> bufs;
+          for (size_t m = 0; m < sizes.size(); ++m) {
+            bufs.emplace_back(sizes[m], static_cast<uint8_t>(0xEE));
+            if (rank == sender)
+              for (size_t i = 0; i < sizes[m]; ++i) bufs[m][i] = static_cast<uint8_t>(i * 131 + m * 7 + round + 1);
+          }
+          if (rank == sender) {
+            for (size_t m = 0; m < sizes.size(); ++m)
+              CHECK_BRAID(rank, braidSend(bufs[m].data(), sizes[m], braidUint8, 1 - rank, comm, nullptr));
+          } else {
+            if (lateReceiver) usleep(500000);
+            for (size_t m = 0; m < sizes.size(); ++m) {
+              CHECK_BRAID(rank, braidRecv(bufs[m].data(), sizes[m], braidUint8, 1 - rank, comm, nullptr));
+              for (size_t i = 0; i < sizes[m]; ++i)
+                if (bufs[m][i] != static_cast<uint8_t>(i * 131 + m * 7 + round + 1))
+                  return fail(rank, "round %d message %zu byte %zu is 0x%02x", round, m, i, bufs[m][i]);
+            }
+          }
+          CHECK_BRAID(rank, braidCommDestroy(comm));
+        }
         return 0;
       });
   INFO(describe(res));

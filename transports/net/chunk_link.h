@@ -102,7 +102,8 @@ class ChunkLink {
   Status progress();
   // Also while credits are owed: a full send queue may have deferred their return after the last
   // transfer completed, and a link that is not busy is not progressed (progressLinks).
-  bool busy() const { return !sends_.empty() || !recvs_.empty() || freed_ >= cfg_.creditBatch; }
+  bool busy() const { return hasTransfers() || freed_ >= cfg_.creditBatch; }
+  bool hasTransfers() const { return !sends_.empty() || !recvs_.empty(); }
 
   // The wire's reports. A protocol violation (a slot out of range or delivered twice, a chunk
   // larger than a slot, more credits than outstanding, a completion nobody posted) breaks the link.

@@ -62,6 +62,9 @@ constexpr int kMaxWorkerPasses = 8;
 // run; a flush to a peer that is gone ends in UCX's own timeout or ours).
 constexpr int kQuietPasses = 16;
 constexpr int64_t kDrainNs = 2000000000;
+// rma mode's goodbye: how long teardown waits for the peers to answer (a peer answers whenever its
+// worker progresses: in an operation, or in its own teardown).
+constexpr int64_t kGoodbyeNs = 2000000000;
 // A worker address longer than this is nonsense from a broken peer (UCX's are a few hundred bytes).
 constexpr uint64_t kMaxAddressBytes = 1 << 20;
 // Rings start on a page: a registration pins or maps whole pages.
@@ -175,6 +178,11 @@ class UcxTransport final : public Transport {
   // The active-message handler of rma mode: hands the message to the link of the rank it names.
   static ucs_status_t onAm(void* arg, const void* header, size_t headerBytes, void* data, size_t dataBytes,
                            const ucp_am_recv_param_t* param);
+  // rma mode: answers the goodbyes that came (onAm only notes them: it runs inside UCX's progress).
+  void answerGoodbyes();
+  // Teardown: waits until every goodbye this side sent is answered (or its endpoint failed, or
+  // kGoodbyeNs passed), answering the peers' meanwhile, then closes those endpoints.
+  void finishGoodbyes();
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -194,6 +202,8 @@ class UcxTransport final : public Transport {
   bool rmaPuts_ = false;  // chunks above rmaInline_ as puts; else every chunk in its active message
   std::vector<LinkEntry<UcxRmaLink>> rmaLinks_;  // owned by the communicator, as links_
   std::vector<UcxEndpointState*> byRank_;        // the endpoint state of each peer rank, for onAm
+  int rank_ = -1;
+  uint32_t acksOwed_ = 0;  // goodbyes noted by onAm and not answered yet
   // One per connect with peers: the mapping of all its receive rings, and the staging rings.
   struct Rings {
     ucp_mem_h recv = nullptr;
@@ -295,11 +305,59 @@ ucs_status_t UcxTransport::onAm(void* arg, const void* header, size_t headerByte
   uint32_t rank = 0;
   if (headerBytes < sizeof(rank)) return UCS_OK;
   memcpy(&rank, header, sizeof(rank));
+  if (headerBytes == sizeof(UcxAmCtl) && rank < t->byRank_.size() && t->byRank_[rank] != nullptr) {
+    UcxAmCtl c;
+    memcpy(&c, header, sizeof(c));
+    if (c.count == 0) {  // the goodbye handshake, also after the link is gone
+      UcxEndpointState* st = t->byRank_[rank];
+      if (c.kind == UcxAmCtl::kFin && !st->finSeen) {
+        st->finSeen = true;
+        st->ackOwed = true;
+        ++t->acksOwed_;
+      } else if (c.kind == UcxAmCtl::kAck) {
+        st->finAcked = true;
+      }
+      return UCS_OK;
+    }
+  }
   // A link gone (or a rank that is no peer) drops the message: after a link's destruction only
   // credits and announcements of a finished exchange can still come.
   if (rank >= t->byRank_.size() || t->byRank_[rank] == nullptr || t->byRank_[rank]->rma == nullptr) return UCS_OK;
   t->byRank_[rank]->rma->onMessage(header, headerBytes, data, dataBytes);
   return UCS_OK;
+}
+
+void UcxTransport::answerGoodbyes() {
+  // Every message the peer sent before its goodbye has reached its link (onAm delivers them in
+  // order): the answer tells it so, and it may close.
+  for (const auto& st : states_) {
+    if (!st->ackOwed) continue;
+    st->ackOwed = false;
+    (void)sendUcxCtl(st.get(), rank_, UcxAmCtl::kAck);  // an endpoint gone has nobody to answer
+  }
+  acksOwed_ = 0;
+}
+
+void UcxTransport::finishGoodbyes() {
+  // A peer whose own goodbye came has finished: it needs nothing more from us, and may be gone.
+  auto waiting = [this] {
+    for (const auto& st : states_)
+      if (st->finSent && !st->finAcked && !st->finSeen && st->ep != nullptr && st->error == UCS_OK) return true;
+    return false;
+  };
+  const int64_t until = nowNs() + kGoodbyeNs;
+  while ((waiting() || acksOwed_ != 0) && nowNs() < until) {
+    ucp_worker_progress(worker_);
+    answerGoodbyes();
+  }
+  if (waiting())
+    BRAID_INFO(kLogNet, "ucx: a peer did not answer the goodbye within %lld ms (busy elsewhere): closing anyway",
+               static_cast<long long>(kGoodbyeNs / 1000000));
+  for (const auto& st : states_) {
+    if (st->ep == nullptr || st->closed) continue;
+    closeUcxEndpoint(st->ep, st.get(), st->error != UCS_OK, st->peerErrors);
+    st->ep = nullptr;
+  }
 }
 
 UcxTransport::~UcxTransport() {
@@ -310,6 +368,7 @@ UcxTransport::~UcxTransport() {
   // the context.
   bool abandoned = false;
   for (const auto& st : states_) abandoned |= st->abandoned;
+  if (worker_ != nullptr && !abandoned) finishGoodbyes();
   if (worker_ != nullptr && !abandoned) {
     const int64_t until = nowNs() + kDrainNs;
     int quiet = 0;
@@ -324,8 +383,11 @@ UcxTransport::~UcxTransport() {
       BRAID_WARN(kLogNet, "ucx: closing the endpoints did not finish within %lld ms",
                  static_cast<long long>(kDrainNs / 1000000));
   }
-  for (const auto& st : states_)
+  for (const auto& st : states_) {
     if (st->closing != nullptr) ucp_request_free(st->closing);
+    for (void* r : st->ctlReq)
+      if (r != nullptr) ucp_request_free(r);
+  }
   releaseRegions();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   // The rings only once nothing can write into them or read from them any more.
@@ -483,6 +545,7 @@ Status UcxTransport::connectRma(const TransportContext& ctx, size_t i, int peer,
 Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>& peers,
                              std::vector<std::unique_ptr<Link>>* out) {
   const int64_t startNs = nowNs();
+  rank_ = ctx.rank;
   std::vector<bool> seen(static_cast<size_t>(std::max(ctx.nranks, 0)), false);
   Status local = setup_;
   for (int p : peers) {
@@ -562,6 +625,7 @@ Status UcxTransport::progress(int* failedPeer) {
   }
   BRAID_TRY(progressLinks(links_, failedPeer));
   BRAID_TRY(progressLinks(rmaLinks_, failedPeer));
+  if (acksOwed_ != 0) answerGoodbyes();
   if (events != 0) {
     armed_ = false;
     idleSince_ = 0;

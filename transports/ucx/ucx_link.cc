@@ -20,6 +20,7 @@ void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   if (state->closeOnError && !state->closed) {
     closeUcxEndpoint(ep, state, true, true);
     state->closed = true;
+    state->ep = nullptr;
   }
 }
 

@@ -40,6 +40,16 @@ struct UcxAmSlotsDeleter {
   void operator()(UcxAmSlot* p) const;  // ucx_rma_link.cc
 };
 
+// rma mode: an active message that carries no immediates (count 0) but one of these, for the
+// goodbye handshake. Its first two fields are those of every message (UcxAmMsg).
+struct UcxAmCtl {
+  static constexpr uint32_t kFin = 1;  // "I have sent my last message"
+  static constexpr uint32_t kAck = 2;  // "and I have every one of them"
+  uint32_t rank = 0;
+  uint32_t count = 0;
+  uint32_t kind = 0;
+};
+
 // What the endpoint's error callback writes: owned by the transport, not the link, because UCX may
 // still call back after the link has closed its endpoint (while the worker drains at teardown).
 struct UcxEndpointState {
@@ -60,6 +70,17 @@ struct UcxEndpointState {
   // makes UCX drop the put. `closed`: the callback did so; the link must not touch the endpoint.
   bool closeOnError = false;
   bool closed = false;
+  // rma mode's goodbye (see ucx_rma_link.h): a healthy link leaves its endpoint open at its
+  // destruction and says it has sent its last message; the transport closes the endpoint once the
+  // peer acknowledged (or failed, or kGoodbyeNs passed).
+  ucp_ep_h ep = nullptr;  // the open endpoint, for the goodbye and its answer; null once closing
+  bool peerErrors = false;
+  bool finSent = false;   // our goodbye is under way
+  bool finAcked = false;  // the peer has every message we sent before it
+  bool finSeen = false;   // the peer's goodbye came (it has finished)
+  bool ackOwed = false;   // and waits for our answer
+  UcxAmCtl ctl[2];        // our goodbye and our answer, which UCX may read until their requests finish
+  void* ctlReq[2] = {nullptr, nullptr};
 };
 
 // Creates the endpoint to `peerAddress` on `worker`; `peerErrors` asks for UCX's peer-failure reports

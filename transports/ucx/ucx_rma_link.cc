@@ -38,6 +38,8 @@ Status UcxRmaLink::open(const ucp_address_t* peerAddress, bool peerErrors, const
   state_->closeOnError = true;
   BRAID_TRY(openUcxEndpoint(worker_, state_, peerAddress, peerErrors, peer_, peerHost_, &ep_));
   peerErrors_ = peerErrors;
+  state_->ep = ep_;
+  state_->peerErrors = peerErrors;
   ucs_status_t st = ucp_ep_rkey_unpack(ep_, remote.packedRkey, &rkey_);
   if (st != UCS_OK) {
     rkey_ = nullptr;
@@ -48,6 +50,19 @@ Status UcxRmaLink::open(const ucp_address_t* peerAddress, bool peerErrors, const
   // From here on the peer's immediates reach this link (until its destruction).
   state_->rma = this;
   return okStatus();
+}
+
+bool sendUcxCtl(UcxEndpointState* state, int myRank, uint32_t kind) {
+  const int i = kind == UcxAmCtl::kFin ? 0 : 1;
+  if (state->ep == nullptr || state->closed || state->ctlReq[i] != nullptr) return false;
+  state->ctl[i] = {static_cast<uint32_t>(myRank), 0, kind};
+  ucp_request_param_t p;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_EAGER;
+  void* r = ucp_am_send_nbx(state->ep, kUcxAmId, &state->ctl[i], sizeof(UcxAmCtl), nullptr, 0, &p);
+  if (UCS_PTR_IS_ERR(r)) return false;
+  state->ctlReq[i] = r;
+  return true;
 }
 
 // Teardown. UCX never writes into a caller's buffer on this path (puts land in the transport's
@@ -61,6 +76,8 @@ Status UcxRmaLink::open(const ucp_address_t* peerAddress, bool peerErrors, const
 UcxRmaLink::~UcxRmaLink() {
   state_->rma = nullptr;
   if (ep_ == nullptr) return;
+  // Credits the link sent last may have completed unreaped (nothing progresses an idle link).
+  if (proto_->error().ok() && state_->error == UCS_OK) (void)reapAms(true);
   const bool putsLeft = putSeq_ != announced_;
   for (uint32_t i = 0; i < flushCount_; ++i) {
     void* r = flushes_[(flushHead_ + i) % cfg_.maxWrites].req;
@@ -74,8 +91,23 @@ UcxRmaLink::~UcxRmaLink() {
   // An endpoint the error callback closed may be gone already, and its rkey with it is UCX's to
   // reclaim at the worker's destruction.
   if (rkey_ != nullptr && !putsLeft && !state_->closed) ucp_rkey_destroy(rkey_);
-  const bool pending = putsLeft || amUsed_ > 0 || !proto_->error().ok() || state_->error != UCS_OK;
-  if (!state_->closed) closeUcxEndpoint(ep_, state_, pending, peerErrors_);
+  const bool broken = !proto_->error().ok() || state_->error != UCS_OK;
+  const bool pending = putsLeft || amUsed_ > 0 || broken;
+  // Transfers still posted: the communicator failed (a healthy one completes them first).
+  const bool failed = broken || proto_->hasTransfers();
+  // A healthy link's last messages may still be on their way (a send completes when UCX has taken
+  // its message, not when the peer has it): the endpoint stays open for the goodbye handshake, which
+  // follows them on the endpoint, and the transport closes it (flushing) once the peer answered.
+  // Credits still under way need no care: their buffers are the transport's. A link broken by the
+  // protocol or a failure still says goodbye when its endpoint works, so that the peer does not wait for it, but
+  // closes at once: what it sent no longer matters, and the peer may be dead.
+  const bool said = !state_->closed && state_->error == UCS_OK && !putsLeft && directWrites_ == 0 &&
+                    sendUcxCtl(state_, myRank_, UcxAmCtl::kFin);
+  if (!state_->closed && (!said || failed)) {
+    closeUcxEndpoint(ep_, state_, pending, peerErrors_);
+    state_->ep = nullptr;
+  }
+  state_->finSent = state_->ep != nullptr;
   state_->abandoned = directWrites_ > 0;
   ep_ = nullptr;
 }
@@ -207,12 +239,12 @@ Status UcxRmaLink::reapFlushes() {
   return okStatus();
 }
 
-Status UcxRmaLink::reapAms() {
+Status UcxRmaLink::reapAms(bool untilFailure) {
   while (amUsed_ > 0) {
     UcxAmSlot& s = state_->amSlots[amHead_];
     if (s.req != nullptr) {
       const ucs_status_t st = ucp_request_check_status(s.req);
-      if (st == UCS_INPROGRESS) return okStatus();
+      if (st == UCS_INPROGRESS || (untilFailure && st != UCS_OK)) return okStatus();
       ucp_request_free(s.req);
       s.req = nullptr;
       if (st != UCS_OK) return wireError(st, "an active message");
@@ -230,7 +262,9 @@ Status UcxRmaLink::progress() {
   if (state_->error != UCS_OK) {
     // A peer that finished and left closes its endpoint, and UCX may report that in the same
     // worker progress that delivered its last messages: those still complete our receives, and
-    // only a transfer left waiting makes the departure an error.
+    // only a transfer left waiting makes the departure an error. So do our messages that UCX had
+    // taken before the failure: the sends they finish were done (a peer that needed them got them).
+    BRAID_TRY(reapAms(true));
     bool left = true;
     BRAID_TRY(proto_->deliverArrived(&left));
     return left ? endpointFailed() : okStatus();
@@ -239,7 +273,7 @@ Status UcxRmaLink::progress() {
   // receives, credits, new chunks), then one flush for the puts of this pass, announced at once
   // when it completed on the spot (shared memory).
   BRAID_TRY(reapFlushes());
-  BRAID_TRY(reapAms());
+  BRAID_TRY(reapAms(false));
   BRAID_TRY(proto_->progress());
   BRAID_TRY(flushPuts());
   return reapFlushes();

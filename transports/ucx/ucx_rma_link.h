@@ -90,6 +90,10 @@ struct UcxLocalRings {
   ucp_mem_h stagingMemh = nullptr;
 };
 
+// Sends the goodbye handshake's message `kind` (UcxAmCtl) to the peer of `state` from rank myRank,
+// at most one of each kind; false when it cannot (the endpoint is gone, or the send failed).
+bool sendUcxCtl(UcxEndpointState* state, int myRank, uint32_t kind);
+
 class UcxRmaLink final : public Link, public net::Wire {
  public:
   // `state` outlives the link (the transport keeps it) and gets this link's active-message slots.
@@ -127,7 +131,8 @@ class UcxRmaLink final : public Link, public net::Wire {
   Status announce(uint64_t end);
   Status flushPuts();
   Status reapFlushes();
-  Status reapAms();
+  // untilFailure: stops at the first message that failed, leaving it (the endpoint failed).
+  Status reapAms(bool untilFailure);
 
   ucp_worker_h worker_;
   UcxEndpointState* state_;
