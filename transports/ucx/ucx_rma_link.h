@@ -31,6 +31,19 @@
 // (ChunkLinkConfig::sendsAwaitWrites), since the executor stops progressing a link whose transfers
 // have all completed, and a flush or announcement still queued here would then never go out.
 //
+// Leaving. A send completes before the peer has its bytes, so a rank that finished may leave while
+// its last messages are still on their way, and a peer that sees the endpoint fail would drop them
+// (CI once failed a good AllReduce with "rank 1 left the communicator while an operation of this
+// rank still needed it"). A healthy link therefore ends with a goodbye handshake: its destruction
+// sends a UcxAmCtl kFin after its last message, leaves the endpoint open, and the transport's
+// teardown waits (progressing the worker, at most kGoodbyeNs) until the peer answered kAck, which
+// the peer sends from its next progress once the fin, and so everything before it, was delivered
+// to its link; or until the peer's own fin came (it finished and needs nothing more), or the
+// endpoint failed. Only then is the endpoint closed. A link that broke, or has transfers left (its
+// communicator failed), sends its fin too, so that the peer does not wait for it, but closes at
+// once. On the receiving side, a link whose endpoint failed first still counts the active messages
+// UCX had completed before the failure: the sends they finish were done.
+//
 // Threading: driven by one thread at a time (the executor's lock); the active-message handler runs
 // inside ucp_worker_progress, in that thread. Nothing here locks, nothing on the per-message path
 // allocates (requests are UCX's own, from its pool).
