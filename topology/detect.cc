@@ -1,7 +1,7 @@
 // Machine detection: hwloc for packages, NUMA nodes, caches, cores and the PCI tree; sysfs for NIC
 // link speeds and, where hwloc cannot place a device, its NUMA node. What cannot be found goes to
-// Machine::missing, one line each; nothing is guessed. GPU properties from CUDA (memory, NVLink) come
-// in a later issue: until then a machine with GPUs says so in `missing`.
+// Machine::missing, one line each; nothing is guessed. GPU names, memory, CUDA ordinals and NVLinks
+// come from CUDA and NVML afterwards (detect_cuda.cc).
 //
 // The model keeps the objects braid reasons about and drops the rest: L1 caches, Groups, Dies and
 // memory-side caches are passed through (their children attach to the nearest kept ancestor), PUs
@@ -18,6 +18,7 @@
 
 #include "braid_build_config.h"
 #include "src/base/log.h"
+#include "src/cuda/runtime.h"
 #include "topology/topology.h"
 
 #if BRAID_HAVE_HWLOC
@@ -308,13 +309,8 @@ class Detector {
     if (m_.count(NodeKind::kPciBridge) + m_.count(NodeKind::kPciDevice) + gpus_ + nics_ == 0) {
       m_.missing.push_back("no PCI devices found by hwloc");
     }
-    if (gpus_ == 0) {
-      m_.missing.push_back("no GPUs found");
-    } else {
-      // CUDA device properties come with the GPU issue (and its build option).
-      m_.missing.push_back(std::to_string(gpus_) +
-                           " GPUs found but braid was built without CUDA: GPU memory and NVLinks unknown");
-    }
+    // GPUs hwloc found are completed from CUDA afterwards (addCudaDevices), which may also add some.
+    if (gpus_ == 0 && gpuDeviceCount() == 0) m_.missing.push_back("no GPUs found");
     if (nics_ == 0) m_.missing.push_back("no NICs found");
   }
 
@@ -346,6 +342,7 @@ Status detectMachine(Machine* out) {
   m.pus = pus > 0 ? static_cast<int>(pus) : 0;
   m.missing.push_back("built without hwloc: packages, NUMA nodes, cores, caches and PCI devices unknown");
 #endif
+  addCudaDevices(&m);
   BRAID_INFO(kLogTopo, "topology: host %s, %d cores, %d PUs, %d GPUs, %d NICs, %zu missing", m.hostname.c_str(),
              m.cores, m.pus, m.count(NodeKind::kGpu), m.count(NodeKind::kNic), m.missing.size());
   *out = std::move(m);

@@ -52,6 +52,8 @@ struct Machine {
 // Detects this machine. Never fails for missing pieces (they go to `missing`); fails only when hwloc
 // itself cannot load a topology.
 Status detectMachine(Machine* out);
+// Part of detectMachine (detect_cuda.cc): completes and adds GPU nodes from CUDA, NVLinks from NVML.
+void addCudaDevices(Machine* m);
 
 // What a topology file holds: the machine, the cost constants in effect, and optionally the cluster
 // layout the dump was taken in (ranks and their hosts), so a load reproduces the same choices.
