@@ -106,10 +106,20 @@ void killMidAllReduce(int n, int victim, const char* mode) {
       // mode a send completes once its last announcement left (eager): the victim may finish and die
       // while a survivor has yet to read its last bytes, which the death then takes with it, and the
       // survivor sees the death in a good AllReduce already. That is a death seen, as required.
-      if (r != braidSuccess && (rank == victim || !eagerCompletion()))
+      if (r != braidSuccess && (rank == victim || !eagerCompletion())) {
+        (void)log.finish();  // so that the reason shows
         return fail(rank, "good AllReduce %d returned %s: %s", i, braidGetErrorString(r), braidGetLastError());
+      }
     }
+    // The victim's good AllReduces may end before a survivor's (a survivor still waiting for a live
+    // peer's bytes), and the death fails whatever is pending: the victim dies only once its barrier
+    // returned, when every survivor is past them. A survivor's barrier may see the death already.
+    if (r == braidSuccess) r = braidBarrier(comm, nullptr);
     if (rank == victim) {
+      if (r != braidSuccess) {
+        (void)log.finish();
+        return fail(rank, "barrier returned %s: %s", braidGetErrorString(r), braidGetLastError());
+      }
       braidRequest_t req;
       CHECK_BRAID(rank,
                   braidIAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm, nullptr, &req));
