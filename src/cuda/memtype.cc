@@ -55,21 +55,11 @@ thread_local ThreadCache tCache;
 
 #if BRAID_HAVE_CUDA
 
-// cuMemGetAddressRange, through the runtime so that braid does not link libcuda (a binary linked to
-// it would not even load on a machine without the driver). Null when the driver lacks it.
+// cuMemGetAddressRange (src/cuda/check.h: driverEntryPoint); null when the driver lacks it.
 using GetAddressRange = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
 
 GetAddressRange addressRangeFn() {
-  static const GetAddressRange fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return static_cast<GetAddressRange>(nullptr);
-    }
-    return reinterpret_cast<GetAddressRange>(p);
-  }();
+  static const GetAddressRange fn = reinterpret_cast<GetAddressRange>(driverEntryPoint("cuMemGetAddressRange"));
   return fn;
 }
 
