@@ -235,26 +235,38 @@ Status waitAll(const std::vector<Op*>& ops) {
   return first;
 }
 
+// A call (its point-to-point arguments checked) on a communicator with a CUDA device: its buffers
+// decide (src/api_cuda.cc). *staged: it went through host staging, and is issued; else *p holds its
+// shape for the host path.
+Status routeOnDevice(const CallArgs& a, braidStream_t stream, braidRequest_t* request, bool nonblocking, PostArgs* p,
+                     bool* staged) {
+  CallBuffers bufs;
+  if (a.coll == Coll::kSendRecv) {
+    const uint64_t bytes = a.count * dtypeSize(a.dtype);
+    bufs = a.isSend ? CallBuffers{a.send, bytes, nullptr, 0, false} : CallBuffers{nullptr, 0, a.recv, bytes, false};
+  } else {
+    BRAID_TRY(shapeOf(a, p, &bufs));
+  }
+  BRAID_TRY(routeDeviceCall(a.comm, bufs, stream, staged));
+  if (!*staged) return okStatus();
+  if (a.coll == Coll::kSendRecv && a.root == a.comm->rank)
+    return errorf(braidInvalidUsage, "a send to or receive from self on device buffers is not supported yet");
+  return issueStaged(a, *p, bufs, stream, request, nonblocking);
+}
+
 // The one path of every collective and point-to-point call.
 Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
   BRAID_TRY(checkCommon(&a, stream));
   if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
   PostArgs p;
-  CallBuffers bufs;
-  if (a.coll == Coll::kSendRecv) {
-    BRAID_TRY(checkP2p(a));
-    const uint64_t bytes = a.count * dtypeSize(a.dtype);
-    bufs = a.isSend ? CallBuffers{a.send, bytes, nullptr, 0, false} : CallBuffers{nullptr, 0, a.recv, bytes, false};
-  } else {
-    BRAID_TRY(shapeOf(a, &p, &bufs));
-  }
-  // Device buffers: only where the communicator has a CUDA device (never in a build without CUDA).
+  if (a.coll == Coll::kSendRecv) BRAID_TRY(checkP2p(a));
   if (a.comm->cudaDevice >= 0) {
+    // Device buffers: only where the communicator has a CUDA device (never in a build without CUDA).
     bool staged = false;
-    BRAID_TRY(routeDeviceCall(a.comm, bufs, stream, &staged));
-    if (staged && a.coll == Coll::kSendRecv && a.root == a.comm->rank)
-      return errorf(braidInvalidUsage, "a send to or receive from self on device buffers is not supported yet");
-    if (staged) return issueStaged(a, p, bufs, stream, request, nonblocking);
+    BRAID_TRY(routeOnDevice(a, stream, request, nonblocking, &p, &staged));
+    if (staged) return okStatus();
+  } else if (a.coll != Coll::kSendRecv) {
+    BRAID_TRY(shapeOf(a, &p));
   }
   if (a.coll != Coll::kSendRecv && tGroup.depth == 0) {
     // The hot path: no group, no allocation (the plan and the op come from the engine's pools).

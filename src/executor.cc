@@ -146,6 +146,7 @@ void Engine::releaseLocked(Op* op) {
   op->state.store(Op::kFree, std::memory_order_relaxed);
   op->error.clear();
   op->gate = nullptr;
+  op->started = true;
   op->detached = false;
   free_.push_back(op);
 }
@@ -449,6 +450,14 @@ bool Engine::runLocal(Op* op, const Step& s) {
   if (st.ok()) st = errorf(braidInternalError, "unknown step kind %d", static_cast<int>(s.kind));
   control_.fail(st.withContext(std::string(collName(op->coll)) + " on " + comm_->describeRank(comm_->rank)), -1, true);
   return false;
+}
+
+void Engine::markDone(Op* op) {
+  activeCount_.fetch_sub(1, std::memory_order_acq_rel);
+  op->state.store(Op::kDone, std::memory_order_release);
+  // Nobody will wait for a detached op (the blocking form of a device call returned at once): its
+  // failure reaches the caller through the communicator's (braidCommGetAsyncError).
+  if (op->detached) releaseLocked(op);
 }
 
 void Engine::failAll() {

@@ -1,6 +1,6 @@
 // The executor's handling of one operation at a time, apart from its progress loop (src/executor.cc):
 // the mismatch check of a call's header (BRAID_CHECK_MISMATCH), the gate of a call on device buffers
-// (src/op_gate.h), and marking an operation done.
+// (src/op_gate.h).
 //
 // Threads: everything here runs with the engine lock held.
 #include <cstdio>
@@ -67,14 +67,6 @@ bool Engine::gateSettled(Op* op) {
     op->gateReleased = true;
   }
   return op->gate->drained();
-}
-
-void Engine::markDone(Op* op) {
-  activeCount_.fetch_sub(1, std::memory_order_acq_rel);
-  op->state.store(Op::kDone, std::memory_order_release);
-  // Nobody will wait for a detached op (the blocking form of a device call returned at once): its
-  // failure reaches the caller through the communicator's (braidCommGetAsyncError).
-  if (op->detached) releaseLocked(op);
 }
 
 }  // namespace braid
