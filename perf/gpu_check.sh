@@ -1,6 +1,7 @@
 #!/bin/bash
-# The GPU machine's check (issue "GPUs"): builds braid with CUDA, runs the [gpu] tests and the
-# kernel benchmark, and prints a short table last. Meant for one run on a lent GPU machine (one
+# The GPU machine's check (issue "GPUs"): builds braid with CUDA, runs the [gpu] tests (unit and
+# multi-process: device buffers through host staging), the kernel benchmark and all_reduce_perf on
+# device buffers, and prints a short table last. Meant for one run on a lent GPU machine (one
 # H200; nvcc, meson, ninja, python with torch 2.x, no Debian packages, no network), within 8 minutes.
 #
 #   perf/gpu_check.sh [BUILD_DIR]        (default build-gpu)

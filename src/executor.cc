@@ -453,6 +453,7 @@ bool Engine::runLocal(Op* op, const Step& s) {
 }
 
 void Engine::markDone(Op* op) {
+  if (op->gate != nullptr) op->gate->retire();
   activeCount_.fetch_sub(1, std::memory_order_acq_rel);
   op->state.store(Op::kDone, std::memory_order_release);
   // Nobody will wait for a detached op (the blocking form of a device call returned at once): its

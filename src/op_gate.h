@@ -24,6 +24,11 @@ class OpGate {
   virtual void release(bool ok) = 0;
   // After release(): whether the work queued behind the op (the copy back) has finished.
   virtual bool drained() = 0;
+  // The engine is done with this use of the gate (the op completed or failed) and will not call it
+  // again: its owner may reuse it. Called once, after release(). Until then the gate must keep
+  // answering for this use (reusing it earlier would let drained() see the next use's copy, which
+  // waits for this op: a deadlock).
+  virtual void retire() = 0;
 };
 
 }  // namespace braid

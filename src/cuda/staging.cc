@@ -91,10 +91,10 @@ class Slot final : public OpGate {
     return okStatus();
   }
 
-  // Free for a new call: the last one is over and its copy back completed (an event never recorded
-  // counts as completed). Pool lock held.
+  // Free for a new call: the engine retired the last one and its copy back completed (an event never
+  // recorded counts as completed). Pool lock held.
   bool idle() {
-    if (lost_ || !released_.load(std::memory_order_acquire)) return false;
+    if (lost_ || !retired_.load(std::memory_order_acquire)) return false;
     const cudaError_t e = cudaEventQuery(out_);
     if (e == cudaErrorNotReady) return false;
     (void)cudaGetLastError();
@@ -117,15 +117,21 @@ class Slot final : public OpGate {
 
   // A new call takes the slot: the value its stream waits for.
   uint32_t begin() {
-    released_.store(false, std::memory_order_relaxed);
+    retired_.store(false, std::memory_order_relaxed);
     return ++target_;
+  }
+
+  // A use that never reached the engine: lets its stream go on and frees the slot.
+  void abandonUse() {
+    release(false);
+    retire();
   }
 
   // The call's stream work could not all be enqueued: whatever was waits on the flag no more, and
   // the slot is never reused (a copy may still be in flight on its buffer, which stays allocated).
   void lose() {
     lost_ = true;
-    release(false);
+    abandonUse();
   }
 
   bool ready(Status* failure) override {
@@ -140,7 +146,6 @@ class Slot final : public OpGate {
     // Release: the staged result (plain stores of the host collective) is in memory before the
     // stream, which then copies it back, can see the flag.
     __atomic_store_n(flag_, target_, __ATOMIC_RELEASE);
-    released_.store(true, std::memory_order_release);
   }
 
   bool drained() override {
@@ -153,6 +158,8 @@ class Slot final : public OpGate {
     }
     return true;
   }
+
+  void retire() override { retired_.store(true, std::memory_order_release); }
 
   // The fallback wait (cudaLaunchHostFunc): CUDA's callback thread spins until the flag is written.
   static void waitOnHost(void* arg) {
@@ -185,8 +192,8 @@ class Slot final : public OpGate {
  private:
   uint32_t* flag_;
   CUdeviceptr flagDev_;
-  uint32_t target_ = 0;  // this use's value; the flag reaches it when the call is over
-  std::atomic<bool> released_{true};
+  uint32_t target_ = 0;              // this use's value; the flag reaches it when the call is over
+  std::atomic<bool> retired_{true};  // the engine is done with the current use (or there is none)
   bool lost_ = false;
   char* buf_ = nullptr;
   size_t cap_ = 0;
@@ -250,7 +257,7 @@ class Pool final : public DeviceStaging {
       const Status copied = cudaStatus(cudaMemcpyAsync(stagedSend, r.send, r.sendBytes, cudaMemcpyDeviceToHost, stream),
                                        "cudaMemcpyAsync of the input to the host");
       if (!copied.ok()) {
-        slot->release(false);  // nothing was enqueued: the slot is free again
+        slot->abandonUse();  // nothing was enqueued: the slot is free again
         return copied;
       }
     }
@@ -271,7 +278,7 @@ class Pool final : public DeviceStaging {
     return okStatus();
   }
 
-  void abandon(OpGate* gate) override { gate->release(false); }
+  void abandon(OpGate* gate) override { static_cast<Slot*>(gate)->abandonUse(); }
 
  private:
   Status enqueueWait(cudaStream_t stream, Slot* slot, uint32_t target) {

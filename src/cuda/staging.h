@@ -29,9 +29,9 @@
 //
 // Staging memory. A pool of slots per communicator, each with its own pinned buffer (cudaHostAlloc,
 // grown on demand to the largest call it served, never shrunk), two events and a flag. A slot is
-// reused once its previous call is over and its copy back completed, so nonblocking calls in flight
-// each have their own; once warm, a call allocates nothing. At most kMaxSlots are in use at once; one
-// more call waits in stage() for the oldest to end.
+// reused once the engine retired its previous call (OpGate::retire) and that call's copy back
+// completed, so nonblocking calls in flight each have their own; once warm, a call allocates nothing. At most kMaxSlots
+// are in use at once; one more call waits in stage() for the oldest to end.
 //
 // Not supported (refused before anything is enqueued): graph capture of the stream (the executor
 // needs a fresh flag value and event per launch, which a replayed graph cannot give it); a stream of

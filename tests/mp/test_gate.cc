@@ -24,6 +24,7 @@ class TestGate final : public braid::OpGate {
   std::atomic<bool> drain{false};
   std::atomic<int> releases{0};
   std::atomic<int> lastOk{-1};
+  std::atomic<int> retires{0};
 
   bool ready(braid::Status*) override { return open.load(); }
   void release(bool ok) override {
@@ -31,6 +32,7 @@ class TestGate final : public braid::OpGate {
     releases.fetch_add(1);
   }
   bool drained() override { return drain.load(); }
+  void retire() override { retires.fetch_add(1); }
 };
 
 // A one-rank plan that copies src into dst.
@@ -74,11 +76,12 @@ TEST_CASE("a gated operation starts when its gate opens and completes once the g
     gate.open = true;
     if (!driveUntil(comm->engine.get(), op, &done, [&] { return gate.releases.load() > 0; }))
       return fail(rank, "the gate was never released");
-    if (done) return fail(rank, "done before the gate drained");
+    if (done || gate.retires.load() != 0) return fail(rank, "done or retired before the gate drained");
     if (dst[4098] != 7 || gate.lastOk.load() != 1) return fail(rank, "released before the copy ran, or as failed");
     gate.drain = true;
     if (!driveUntil(comm->engine.get(), op, &done, [&] { return done; })) return fail(rank, "never completed");
-    if (gate.releases.load() != 1) return fail(rank, "the gate was released %d times", gate.releases.load());
+    if (gate.releases.load() != 1 || gate.retires.load() != 1)
+      return fail(rank, "the gate was released %d and retired %d times", gate.releases.load(), gate.retires.load());
 
     // Detached: nobody waits, and the engine puts the op back in its pool itself.
     std::vector<int> dst2(4099, 0);
@@ -91,7 +94,8 @@ TEST_CASE("a gated operation starts when its gate opens and completes once the g
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (op2->state.load() != braid::Op::kFree)
       if (std::chrono::steady_clock::now() > until) return fail(rank, "a detached op was never released");
-    if (dst2[0] != 7 || gate2.releases.load() != 1) return fail(rank, "the detached op did not run once");
+    if (dst2[0] != 7 || gate2.releases.load() != 1 || gate2.retires.load() != 1)
+      return fail(rank, "the detached op did not run once");
     return 0;
   });
   INFO(describe(res));
@@ -111,8 +115,9 @@ TEST_CASE("a communicator that fails releases the closed gates of its operations
     braid::Op* op = nullptr;
     if (!comm->engine->postGroup(&plan, true, &op, &gate, true).ok()) return fail(rank, "postGroup failed");
     CHECK_BRAID(rank, braidCommAbort(handle));
-    if (gate.releases.load() != 1 || gate.lastOk.load() != 0)
-      return fail(rank, "abort released the gate %d times (last ok %d)", gate.releases.load(), gate.lastOk.load());
+    if (gate.releases.load() != 1 || gate.lastOk.load() != 0 || gate.retires.load() != 1)
+      return fail(rank, "abort released the gate %d times (last ok %d), retired it %d times", gate.releases.load(),
+                  gate.lastOk.load(), gate.retires.load());
     if (dst[0] != 0) return fail(rank, "the operation ran without its gate");
     return 0;
   });
