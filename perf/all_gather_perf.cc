@@ -16,9 +16,9 @@ Sizes sizes(const Ctx& ctx, size_t bytes) {
 
 void post(const Ctx& c, const void* send, void* recv, Requests* reqs) {
   if (reqs == nullptr) {
-    PERF_CHECK(braidAllGather(send, recv, c.count, c.type, c.comm, nullptr));
+    PERF_CHECK(braidAllGather(send, recv, c.count, c.type, c.comm, c.stream));
   } else {
-    PERF_CHECK(braidIAllGather(send, recv, c.count, c.type, c.comm, nullptr, reqs->add()));
+    PERF_CHECK(braidIAllGather(send, recv, c.count, c.type, c.comm, c.stream, reqs->add()));
   }
 }
 

@@ -14,9 +14,9 @@ Sizes sizes(const Ctx& ctx, size_t bytes) {
 
 void post(const Ctx& c, const void* send, void* recv, Requests* reqs) {
   if (reqs == nullptr) {
-    PERF_CHECK(braidAllReduce(send, recv, c.count, c.type, c.op, c.comm, nullptr));
+    PERF_CHECK(braidAllReduce(send, recv, c.count, c.type, c.op, c.comm, c.stream));
   } else {
-    PERF_CHECK(braidIAllReduce(send, recv, c.count, c.type, c.op, c.comm, nullptr, reqs->add()));
+    PERF_CHECK(braidIAllReduce(send, recv, c.count, c.type, c.op, c.comm, c.stream, reqs->add()));
   }
 }
 

@@ -15,9 +15,9 @@ Sizes sizes(const Ctx& ctx, size_t bytes) {
 
 void post(const Ctx& c, const void* send, void* recv, Requests* reqs) {
   if (reqs == nullptr) {
-    PERF_CHECK(braidAllToAll(send, recv, c.count, c.type, c.comm, nullptr));
+    PERF_CHECK(braidAllToAll(send, recv, c.count, c.type, c.comm, c.stream));
   } else {
-    PERF_CHECK(braidIAllToAll(send, recv, c.count, c.type, c.comm, nullptr, reqs->add()));
+    PERF_CHECK(braidIAllToAll(send, recv, c.count, c.type, c.comm, c.stream, reqs->add()));
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "check.h"
+#include "device.h"
 #include "options.h"
 
 namespace braid::perf {
@@ -112,6 +113,12 @@ class Bench {
   std::vector<Device> devices_;
   Buffer send_;
   Buffer recv_;  // also the single buffer of in-place runs
+  // -m device: the calls' buffers, device copies of send_ and recv_ (which then only stage the
+  // inputs and the results for the check), and the stream the calls go on.
+  void* dsend_ = nullptr;
+  void* drecv_ = nullptr;
+  size_t sendBytes_ = 0, recvBytes_ = 0;
+  braidStream_t stream_ = nullptr;
   Requests reqs_;
   std::vector<Row> rows_;
   unsigned long long wrongTotal_ = 0;
@@ -128,6 +135,11 @@ int Bench::run() {
       braidCommAbort(comm_);
       return 2;
     }
+  }
+  if (opts_.device && desc_.hostOnly) {
+    if (rank_ == 0) std::fprintf(stderr, "%s_perf: -m device is not supported (host buffers only)\n", desc_.name);
+    braidCommDestroy(comm_);
+    return 2;
   }
   if (desc_.rooted && !opts_.allRoots && opts_.root >= nranks_) {
     if (rank_ == 0) std::fprintf(stderr, "%s_perf: -r %d is not a rank of %d\n", desc_.name, opts_.root, nranks_);
@@ -166,11 +178,15 @@ int Bench::run() {
   }
   PERF_CHECK(braidCommDestroy(comm_));
   g_comm = nullptr;
+  deviceFree(dsend_);
+  deviceFree(drecv_);
   return wrongTotal_ != 0 || oobTotal_ != 0 ? 1 : 0;
 }
 
 void Bench::init() {
   if (!opts_.algo.empty()) setenv("BRAID_ALGO", opts_.algo.c_str(), 1);
+  // Before the communicator: it takes the device current at init as its own.
+  if (opts_.device) stream_ = deviceSetup(opts_.gpu);
   PERF_CHECK(braidGetVersion(&version_));
   PERF_CHECK(braidCommInitFromEnv(&comm_));
   g_comm = comm_;
@@ -207,6 +223,12 @@ void Bench::allocate() {
   }
   send_ = allocBuffer(sendBytes + kGuardBytes);
   recv_ = allocBuffer(recvBytes + kGuardBytes);
+  sendBytes_ = sendBytes + kGuardBytes;
+  recvBytes_ = recvBytes + kGuardBytes;
+  if (opts_.device) {
+    dsend_ = deviceAlloc(sendBytes_, kPoison);
+    drecv_ = deviceAlloc(recvBytes_, kPoison);
+  }
 }
 
 void Bench::printHeader() const {
@@ -218,8 +240,9 @@ void Bench::printHeader() const {
       "validation: %d\n",
       opts_.minBytes, opts_.maxBytes, opts_.stepBytes ? opts_.stepBytes : opts_.stepFactor,
       opts_.stepBytes ? "bytes" : "factor", opts_.warmup, opts_.iters, opts_.agg, opts_.check ? 1 : 0);
-  std::printf("# blocking: %d time aggregation: %s algo: %s\n#\n# Using devices\n", opts_.blocking ? 1 : 0,
-              averageName(opts_.average), opts_.algo.empty() ? "default" : opts_.algo.c_str());
+  std::printf("# blocking: %d time aggregation: %s algo: %s memory: %s\n#\n# Using devices\n", opts_.blocking ? 1 : 0,
+              averageName(opts_.average), opts_.algo.empty() ? "default" : opts_.algo.c_str(),
+              opts_.device ? "device" : "host");
   for (int r = 0; r < nranks_; ++r) {
     std::printf("#  Rank %2d Pid %6lld on %10s\n", r, static_cast<long long>(devices_[r].pid),
                 devices_[r].host.c_str());
@@ -237,6 +260,7 @@ void Bench::printHeader() const {
 // Rows from -b to -e for one (type, op, root). Sizes that round to the previous row's are skipped.
 void Bench::sweep(braidDataType_t type, braidRedOp_t op, int root) {
   Ctx ctx{comm_, rank_, nranks_, type, typeSize(type), op, root};
+  ctx.stream = stream_;
   size_t prevBytes = 0;
   bool first = true;
   for (size_t bytes = opts_.minBytes; bytes <= opts_.maxBytes;) {
@@ -287,17 +311,30 @@ void Bench::runRow(Ctx& ctx, const Sizes& sizes) {
 Result Bench::measure(const Ctx& ctx, const Sizes& sizes, bool inPlace, size_t* oob) {
   unsigned char* send = inPlace ? recv_.get() + sizes.inPlaceSendOffset * ctx.eltSize : send_.get();
   unsigned char* recv = inPlace ? recv_.get() + sizes.inPlaceRecvOffset * ctx.eltSize : recv_.get();
+  // The calls' buffers: the host ones, or their device copies at the same offsets.
+  const void* csend = send;
+  void* crecv = recv;
+  if (opts_.device) {
+    auto* ds = static_cast<unsigned char*>(dsend_);
+    auto* dr = static_cast<unsigned char*>(drecv_);
+    csend = inPlace ? dr + sizes.inPlaceSendOffset * ctx.eltSize : ds;
+    crecv = inPlace ? dr + sizes.inPlaceRecvOffset * ctx.eltSize : dr;
+  }
   Result res;
   prepare(ctx, sizes, inPlace, send);
-  for (int i = 0; i < opts_.warmup; ++i) iterate(ctx, send, recv, opts_.agg);
+  for (int i = 0; i < opts_.warmup; ++i) iterate(ctx, csend, crecv, opts_.agg);
+  if (opts_.device) deviceSync(stream_);
   PERF_CHECK(braidBarrier(comm_, nullptr));
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < opts_.iters; ++i) iterate(ctx, send, recv, opts_.agg);
+  for (int i = 0; i < opts_.iters; ++i) iterate(ctx, csend, crecv, opts_.agg);
+  // Device calls return before their data moved: the time ends when the stream has the results.
+  if (opts_.device) deviceSync(stream_);
   std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
   res.timeUs = elapsed.count() / (static_cast<double>(opts_.iters) * opts_.agg);
   if (opts_.check) {
     prepare(ctx, sizes, inPlace, send);
-    iterate(ctx, send, recv, 1);
+    iterate(ctx, csend, crecv, 1);
+    if (opts_.device) deviceDownload(recv_.get(), drecv_, recvBytes_, stream_);
     res.wrong = static_cast<long long>(countWrong(ctx, desc_, recv, sizes.recvElems, inPlace));
     size_t used = inPlace ? std::max(sizes.sendElems, sizes.recvElems) : sizes.recvElems;
     *oob = countGuardDamage(recv_.get(), used * ctx.eltSize);
@@ -310,15 +347,21 @@ void Bench::prepare(const Ctx& ctx, const Sizes& sizes, bool inPlace, void* send
   size_t used = inPlace ? std::max(sizes.sendElems, sizes.recvElems) : sizes.recvElems;
   std::memset(recv_.get(), kPoison, used * ctx.eltSize + kGuardBytes);
   fillInputs(ctx, desc_, send, sizes.sendElems);
+  if (opts_.device) {  // the same bytes on the device (in place, the input sits inside recv_)
+    deviceUpload(dsend_, send_.get(), sendBytes_, stream_);
+    deviceUpload(drecv_, recv_.get(), recvBytes_, stream_);
+  }
 }
 
 // Posts nops operations, then waits for all of them. Blocking calls are grouped when nops > 1, so
 // that they too are issued together.
 void Bench::iterate(const Ctx& ctx, const void* send, void* recv, int nops) {
   if (opts_.blocking) {
-    if (nops > 1) PERF_CHECK(braidGroupStart());
+    // Device calls are not grouped (braid refuses them in a group); they return at once anyway.
+    const bool group = nops > 1 && !opts_.device;
+    if (group) PERF_CHECK(braidGroupStart());
     for (int k = 0; k < nops; ++k) desc_.post(ctx, send, recv, nullptr);
-    if (nops > 1) PERF_CHECK(braidGroupEnd());
+    if (group) PERF_CHECK(braidGroupEnd());
     return;
   }
   reqs_.clear();

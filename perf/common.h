@@ -24,9 +24,10 @@ struct Ctx {
   int nranks = 1;
   braidDataType_t type = braidFloat32;
   size_t eltSize = 4;
-  braidRedOp_t op = braidSum;  // meaningful only for reducing collectives
-  int root = -1;               // -1 for collectives without a root
-  size_t count = 0;            // the count argument of the call, from CollDesc::sizes
+  braidRedOp_t op = braidSum;      // meaningful only for reducing collectives
+  int root = -1;                   // -1 for collectives without a root
+  size_t count = 0;                // the count argument of the call, from CollDesc::sizes
+  braidStream_t stream = nullptr;  // -m device: the CUDA stream the calls go on (buffers are device memory)
 };
 
 // Buffer shapes of one row, in elements unless named otherwise.
@@ -80,6 +81,7 @@ struct CollDesc {
   double (*input)(const Ctx& ctx, int rank, size_t index);
   // What element `index` of recvbuff (recvElems of them) must hold on this rank.
   Expect (*expect)(const Ctx& ctx, bool inPlace, size_t index);
+  bool hostOnly = false;  // refuses -m device (the call takes no stream)
 };
 
 // Runs the benchmark program: parses argv, initializes the communicator from the environment,

@@ -17,9 +17,9 @@ Sizes sizes(const Ctx& ctx, size_t bytes) {
 
 void post(const Ctx& c, const void* send, void* recv, Requests* reqs) {
   if (reqs == nullptr) {
-    PERF_CHECK(braidGather(send, recv, c.count, c.type, c.root, c.comm, nullptr));
+    PERF_CHECK(braidGather(send, recv, c.count, c.type, c.root, c.comm, c.stream));
   } else {
-    PERF_CHECK(braidIGather(send, recv, c.count, c.type, c.root, c.comm, nullptr, reqs->add()));
+    PERF_CHECK(braidIGather(send, recv, c.count, c.type, c.root, c.comm, c.stream, reqs->add()));
   }
 }
 

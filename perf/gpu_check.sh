@@ -1,6 +1,7 @@
 #!/bin/bash
-# The GPU machine's check (issue "GPUs"): builds braid with CUDA, runs the [gpu] tests and the
-# kernel benchmark, and prints a short table last. Meant for one run on a lent GPU machine (one
+# The GPU machine's check (issue "GPUs"): builds braid with CUDA, runs the [gpu] tests (unit and
+# multi-process: device buffers through host staging), the kernel benchmark and all_reduce_perf on
+# device buffers, and prints a short table last. Meant for one run on a lent GPU machine (one
 # H200; nvcc, meson, ninja, python with torch 2.x, no Debian packages, no network), within 8 minutes.
 #
 #   perf/gpu_check.sh [BUILD_DIR]        (default build-gpu)
@@ -39,22 +40,32 @@ else
   exit 1
 fi
 
-# 2. The [gpu] tests (kernels against the CPU, CudaCompute tickets, memory types).
-if [ -x "$build/tests/unit_tests" ]; then
-  "$build/tests/unit_tests" "[gpu]" --warn NoTests > "$logs/gpu_tests.log" 2>&1
-  rc=$?
-  skipped=$(grep -c "skipped:" "$logs/gpu_tests.log")
-  summary=$(grep -E "All tests passed|test cases:" "$logs/gpu_tests.log" | tail -1)
-  if [ "$skipped" -gt 0 ]; then
-    row "[gpu] tests" "SKIPPED in $skipped test cases (no CUDA device; see $logs/gpu_tests.log)"
-  elif [ $rc -eq 0 ]; then
-    row "[gpu] tests" "pass: $summary"
-  else
-    row "[gpu] tests" "FAIL (rc $rc): $summary; see $logs/gpu_tests.log"
+# 2. The [gpu] tests: in unit_tests (kernels against the CPU, CudaCompute tickets, memory types) and
+#    in mp_tests (device buffers through host staging: every collective on 1, 2 and 4 ranks sharing
+#    the GPU, every dtype of AllReduce, stream order, a nonblocking request, send/recv, refusals).
+#    The multi-process cases get 5 minutes: a hang there is a failure, not a stuck script.
+gpu_tests() {  # name binary log timeout_s
+  local name=$1 bin=$2 log=$3 limit=$4
+  if [ ! -x "$bin" ]; then
+    row "$name" "not built (no Catch2: carry .gpu-deps/catch2/catch.hpp)"
+    return
   fi
-else
-  row "[gpu] tests" "not built (no Catch2: carry .gpu-deps/catch2/catch.hpp)"
-fi
+  timeout "$limit" "$bin" "[gpu]" --warn NoTests > "$log" 2>&1
+  local rc=$? skipped summary
+  skipped=$(grep -c "skipped:" "$log")
+  summary=$(grep -E "All tests passed|test cases:" "$log" | tail -1)
+  if [ $rc -eq 124 ]; then
+    row "$name" "TIMED OUT after $limit s; see $log"
+  elif [ "$skipped" -gt 0 ]; then
+    row "$name" "SKIPPED in $skipped test cases (no CUDA device; see $log)"
+  elif [ $rc -eq 0 ]; then
+    row "$name" "pass: $summary"
+  else
+    row "$name" "FAIL (rc $rc): $summary; see $log"
+  fi
+}
+gpu_tests "[gpu] unit tests" "$build/tests/unit_tests" "$logs/gpu_tests.log" 240
+gpu_tests "[gpu] device-buffer collectives (mp)" "$build/tests/mp_tests" "$logs/gpu_mp_tests.log" 300
 
 # 3. The reduction kernel beside a device-to-device copy, 1 MiB .. 1 GiB, float sum and bf16 sum.
 for dt in float bfloat16; do
@@ -76,11 +87,29 @@ for dt in float bfloat16; do
   fi
 done
 
-# 4-6. Later steps of the issue.
-# TODO(issue "GPUs", streams + cuda_ipc): all_reduce_perf -m device -g 0 with 2 ranks through
-#   cuda_ipc and through host staging, 1 KiB .. 1 GiB.
+# 4. all_reduce_perf on device buffers, 2 ranks on the one GPU, through host staging, 1 KiB .. 1 GiB
+#    (busbw of the largest row in the table). A build whose tools lack -m device says so.
+out=$logs/all_reduce_perf_device_staging.log
+if ! "$build/perf/all_reduce_perf" -h 2>&1 | grep -q -- "-m device"; then
+  row "all_reduce_perf -m device, host staging" "not built yet (the *_perf tools take host buffers only)"
+else
+  timeout 240 "$build/tools/braidrun" -n 2 "$build/perf/all_reduce_perf" -m device -g 0 -b 1K -e 1G -f 4 -n 5 -w 2 \
+    > "$out" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    cat "$out"
+    big=$(awk '!/^#/ && NF > 8 { last = $0 } END { split(last, f); print f[1] " B: " f[8] " GB/s busbw" }' "$out")
+    row "all_reduce_perf -m device, host staging" "$big"
+  elif grep -q "no CUDA device" "$out"; then
+    row "all_reduce_perf -m device, host staging" "no CUDA device"
+  else
+    tail -5 "$out"
+    row "all_reduce_perf -m device, host staging" "FAILED (rc $rc), see $out"
+  fi
+fi
+# 5-6. Later steps of the issue.
+# TODO(issue "GPUs", cuda_ipc): all_reduce_perf -m device -g 0 with 2 ranks through cuda_ipc.
 row "all_reduce_perf -m device, cuda_ipc" "not built yet"
-row "all_reduce_perf -m device, host staging" "not built yet"
 # TODO(issue "GPUs", torch): DDP on CUDA tensors, 20 steps: braid_torch, the "nccl" backend with
 #   LD_PRELOAD of the shim, and torch's own NCCL.
 row "DDP 20 steps: braid_torch / shim / NCCL" "not built yet"

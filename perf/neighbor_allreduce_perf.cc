@@ -99,8 +99,10 @@ Expect expect(const Ctx& ctx, bool /*inPlace*/, size_t index) {
   return Expect::Value(want);
 }
 
+// Host buffers only: graph collectives take no stream (-m device is refused).
 constexpr CollDesc kDesc{
-    "neighbor_allreduce", /*reduces=*/true, /*rooted=*/false, 1, busFactor, sizes, post, input, expect};
+    "neighbor_allreduce", /*reduces=*/true, /*rooted=*/false, 1, busFactor, sizes, post, input, expect,
+    /*hostOnly=*/true};
 
 // The value of flag -X / --long in argv[*i] ("-X v", "-Xv", "--long v", "--long=v"), advancing *i
 // past a separate value. nullptr when argv[*i] is another flag.

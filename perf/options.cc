@@ -94,8 +94,14 @@ bool parseFlag(int flag, const char* arg, Options* o) {
       return parseInt(arg, 1, 1 << 30, &o->iters);
     case 'w':
       return parseInt(arg, 0, 1 << 30, &o->warmup);
-    case 'm':
+    case 'm':  // nccl-tests' aggregation count, or where the buffers live
+      if (std::strcmp(arg, "device") == 0 || std::strcmp(arg, "host") == 0) {
+        o->device = std::strcmp(arg, "device") == 0;
+        return true;
+      }
       return parseInt(arg, 1, 1 << 20, &o->agg);
+    case 'g':
+      return parseInt(arg, 0, 1023, &o->gpu);
     case 'c':
       if (!parseInt(arg, 0, 1, &v)) return false;
       o->check = v != 0;
@@ -134,6 +140,8 @@ void printHelp(const char* prog) {
       "  -n, --iters N           timed iterations (default 20)\n"
       "  -w, --warmup_iters N    untimed iterations before them (default 5)\n"
       "  -m, --agg_iters N       operations posted per iteration before waiting (default 1)\n"
+      "  -m device|host          buffers in CUDA device memory, calls on a stream (default host)\n"
+      "  -g, --gpu DEV           the CUDA device of -m device (default: the current one)\n"
       "  -c, --check 0|1         check the results (default 1)\n"
       "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 half|float16 bfloat16\n"
       "                          float|float32 double|float64, or all (default float)\n"
@@ -157,6 +165,7 @@ Options parseOptions(int argc, char** argv) {
                                  {"iters", required_argument, nullptr, 'n'},
                                  {"warmup_iters", required_argument, nullptr, 'w'},
                                  {"agg_iters", required_argument, nullptr, 'm'},
+                                 {"gpu", required_argument, nullptr, 'g'},
                                  {"check", required_argument, nullptr, 'c'},
                                  {"datatype", required_argument, nullptr, 'd'},
                                  {"op", required_argument, nullptr, 'o'},
@@ -172,7 +181,7 @@ Options parseOptions(int argc, char** argv) {
   Options o;
   opterr = 0;  // one line of our own instead of getopt's
   int flag = 0;
-  while ((flag = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:d:o:r:z:a:J:A:h", kLong, nullptr)) != -1) {
+  while ((flag = getopt_long(argc, argv, ":b:e:f:i:n:w:m:g:c:d:o:r:z:a:J:A:h", kLong, nullptr)) != -1) {
     if (flag == 'h') {
       printHelp(prog);
       std::exit(0);

@@ -17,7 +17,9 @@ struct Options {
   size_t stepBytes = 0;                              // -i; > 0: additive steps instead of the factor
   int iters = 20;                                    // -n
   int warmup = 5;                                    // -w
-  int agg = 1;                                       // -m
+  int agg = 1;                                       // -m N
+  bool device = false;                               // -m device: buffers in CUDA device memory
+  int gpu = -1;                                      // -g: the CUDA device (-1: the current one)
   bool check = true;                                 // -c
   bool blocking = false;                             // -z
   int average = 1;                                   // -a: 0 rank 0's time, 1 mean, 2 min, 3 max

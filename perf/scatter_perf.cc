@@ -18,9 +18,9 @@ Sizes sizes(const Ctx& ctx, size_t bytes) {
 
 void post(const Ctx& c, const void* send, void* recv, Requests* reqs) {
   if (reqs == nullptr) {
-    PERF_CHECK(braidScatter(send, recv, c.count, c.type, c.root, c.comm, nullptr));
+    PERF_CHECK(braidScatter(send, recv, c.count, c.type, c.root, c.comm, c.stream));
   } else {
-    PERF_CHECK(braidIScatter(send, recv, c.count, c.type, c.root, c.comm, nullptr, reqs->add()));
+    PERF_CHECK(braidIScatter(send, recv, c.count, c.type, c.root, c.comm, c.stream, reqs->add()));
   }
 }
 

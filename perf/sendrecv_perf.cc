@@ -20,12 +20,12 @@ void post(const Ctx& c, const void* send, void* recv, Requests* reqs) {
   // for it in nonblocking mode too.
   if (reqs == nullptr || c.nranks == 1) {
     PERF_CHECK(braidGroupStart());
-    PERF_CHECK(braidSend(send, c.count, c.type, next, c.comm, nullptr));
-    PERF_CHECK(braidRecv(recv, c.count, c.type, prev, c.comm, nullptr));
+    PERF_CHECK(braidSend(send, c.count, c.type, next, c.comm, c.stream));
+    PERF_CHECK(braidRecv(recv, c.count, c.type, prev, c.comm, c.stream));
     PERF_CHECK(braidGroupEnd());
   } else {
-    PERF_CHECK(braidISend(send, c.count, c.type, next, c.comm, nullptr, reqs->add()));
-    PERF_CHECK(braidIRecv(recv, c.count, c.type, prev, c.comm, nullptr, reqs->add()));
+    PERF_CHECK(braidISend(send, c.count, c.type, next, c.comm, c.stream, reqs->add()));
+    PERF_CHECK(braidIRecv(recv, c.count, c.type, prev, c.comm, c.stream, reqs->add()));
   }
 }
 

@@ -8,6 +8,7 @@
 #include "braid/braid.h"
 #include "src/base/log.h"
 #include "src/base/status.h"
+#include "src/cuda/staging.h"
 #include "src/handles.h"
 
 namespace braid {
@@ -48,6 +49,19 @@ Status publishHandle(HandleTable& table, Handle* out, Make make) {
 // non-NULL unless empty).
 Status checkCommTypeStream(braidComm_t handle, braidDataType_t dtype, braidStream_t stream, braidComm** comm);
 Status checkP2pBuffer(const void* buf, size_t count, braidDataType_t dtype, bool isSend);
+
+// Device buffers (src/api_cuda.cc), for a communicator with a CUDA device. *onDevice: the call runs
+// through host staging on `stream` (its buffers are device or managed memory of the communicator's
+// device; or it has no bytes here and a stream was given). A mix of host and device buffers, a
+// buffer of another device, and a stream with host buffers are refused.
+Status routeDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, bool* onDevice);
+// Stages a device call on `stream` (src/cuda/staging.h): *out has the host buffers to post the call
+// on and its gate. A call staged and then not posted must be given to abandonDeviceCall.
+Status stageDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, StagedCall* out);
+void abandonDeviceCall(braidComm* comm, const StagedCall& staged);
+// For calls that take host buffers only (tagged point-to-point): refuses a stream, and a device
+// buffer where the communicator has a device. `what` names the buffer.
+Status requireHostBuffer(braidComm* comm, const void* buf, uint64_t bytes, braidStream_t stream, const char* what);
 
 // Whether this thread is between braidGroupStart and braidGroupEnd (src/api_coll.cc).
 bool inGroup();

@@ -8,6 +8,7 @@
 #include "braid/braid.h"
 #include "src/api.h"
 #include "src/comm.h"
+#include "src/cuda/runtime.h"
 
 using namespace braid;
 
@@ -43,8 +44,9 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
   return abytes > 0 && bbytes > 0 && x < y + bbytes && y < x + abytes;
 }
 
-// Checks a collective's arguments and derives its plan shape. Nothing is written anywhere.
-Status shapeOf(const CallArgs& a, PostArgs* out) {
+// Checks a collective's arguments and derives its plan shape, and the bytes of its buffers this rank
+// touches (for device buffers, when asked). Nothing is written anywhere.
+Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   const int n = a.comm->nranks, rank = a.comm->rank;
   const bool reducing = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
   if (reducing && !validRedop(a.op)) return errorf(braidInvalidArgument, "op %d is not a braidRedOp_t", a.op);
@@ -114,6 +116,7 @@ Status shapeOf(const CallArgs& a, PostArgs* out) {
   p.dtype = a.dtype;
   p.op = reducing ? a.op : braidSum;
   *out = p;
+  if (bufs != nullptr) *bufs = CallBuffers{a.send, sendBytes, a.recv, recvBytes, inPlace};
   return okStatus();
 }
 
@@ -191,6 +194,38 @@ Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector
   return okStatus();
 }
 
+// A call on device buffers (src/api_cuda.cc): staged on `stream` and posted on the staged host
+// buffers. Returns without waiting; the blocking form's op is detached (the engine releases it).
+Status issueStaged(const CallArgs& a, PostArgs p, const CallBuffers& bufs, braidStream_t stream,
+                   braidRequest_t* request, bool nonblocking) {
+  if (tGroup.depth > 0)
+    return errorf(braidInvalidUsage, "device buffers inside braidGroupStart/braidGroupEnd are not supported yet");
+  StagedCall staged;
+  BRAID_TRY(stageDeviceCall(a.comm, bufs, stream, &staged));
+  Op* op = nullptr;
+  Status posted;
+  if (a.coll == Coll::kSendRecv) {
+    CallArgs c = a;
+    c.send = staged.send;
+    c.recv = staged.recv;
+    Plan plan;
+    posted = buildP2pPlan(a.comm, {&c}, &plan);
+    if (posted.ok()) posted = a.comm->engine->postGroup(&plan, true, &op, staged.gate, !nonblocking);
+  } else {
+    p.send = staged.send;
+    p.recv = staged.recv;
+    p.gate = staged.gate;
+    p.detached = !nonblocking;
+    posted = a.comm->engine->post(p, true, &op);
+  }
+  if (!posted.ok()) {
+    abandonDeviceCall(a.comm, staged);
+    return posted;
+  }
+  if (nonblocking) *request = requestHandle(op);
+  return okStatus();
+}
+
 Status waitAll(const std::vector<Op*>& ops) {
   Status first;
   for (Op* op : ops) {
@@ -200,14 +235,37 @@ Status waitAll(const std::vector<Op*>& ops) {
   return first;
 }
 
+// A call (its point-to-point arguments checked) on a communicator with a CUDA device: its buffers
+// decide (src/api_cuda.cc). *staged: it went through host staging, and is issued; else *p holds its
+// shape for the host path.
+Status routeOnDevice(const CallArgs& a, braidStream_t stream, braidRequest_t* request, bool nonblocking, PostArgs* p,
+                     bool* staged) {
+  CallBuffers bufs;
+  if (a.coll == Coll::kSendRecv) {
+    const uint64_t bytes = a.count * dtypeSize(a.dtype);
+    bufs = a.isSend ? CallBuffers{a.send, bytes, nullptr, 0, false} : CallBuffers{nullptr, 0, a.recv, bytes, false};
+  } else {
+    BRAID_TRY(shapeOf(a, p, &bufs));
+  }
+  BRAID_TRY(routeDeviceCall(a.comm, bufs, stream, staged));
+  if (!*staged) return okStatus();
+  if (a.coll == Coll::kSendRecv && a.root == a.comm->rank)
+    return errorf(braidInvalidUsage, "a send to or receive from self on device buffers is not supported yet");
+  return issueStaged(a, *p, bufs, stream, request, nonblocking);
+}
+
 // The one path of every collective and point-to-point call.
 Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
   BRAID_TRY(checkCommon(&a, stream));
   if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
   PostArgs p;
-  if (a.coll == Coll::kSendRecv) {
-    BRAID_TRY(checkP2p(a));
-  } else {
+  if (a.coll == Coll::kSendRecv) BRAID_TRY(checkP2p(a));
+  if (a.comm->cudaDevice >= 0) {
+    // Device buffers: only where the communicator has a CUDA device (never in a build without CUDA).
+    bool staged = false;
+    BRAID_TRY(routeOnDevice(a, stream, request, nonblocking, &p, &staged));
+    if (staged) return okStatus();
+  } else if (a.coll != Coll::kSendRecv) {
     BRAID_TRY(shapeOf(a, &p));
   }
   if (a.coll != Coll::kSendRecv && tGroup.depth == 0) {
@@ -241,8 +299,10 @@ Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool non
 Status braid::checkCommTypeStream(braidComm_t handle, braidDataType_t dtype, braidStream_t stream, braidComm** comm) {
   BRAID_TRY(commOf(handle, comm));
   if (!validDtype(dtype)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", dtype);
-  if (stream != nullptr)
-    return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
+  // With a device, the buffers decide (routeDeviceCall); without, a stream cannot mean anything.
+  if (stream != nullptr && (*comm)->cudaDevice < 0)
+    return errorf(braidInvalidUsage, "stream must be NULL: this communicator has no CUDA device (%s)",
+                  gpuAbsentReason()[0] != '\0' ? gpuAbsentReason() : "none was current at init");
   return okStatus();
 }
 

@@ -36,7 +36,8 @@ Status checkTagged(const TaggedCall& c, braidComm** comm) {
     return errorf(braidInvalidUsage, "a tagged %s %s self (rank %d) is not supported", c.isSend ? "send" : "receive",
                   c.isSend ? "to" : "from", c.peer);
   if (any && n == 1) return errorf(braidInvalidUsage, "a receive from any rank on a communicator of one rank");
-  return checkP2pBuffer(c.buf, c.count, c.dtype, c.isSend);
+  BRAID_TRY(checkP2pBuffer(c.buf, c.count, c.dtype, c.isSend));
+  return requireHostBuffer(*comm, c.buf, c.count * dtypeSize(c.dtype), c.stream, c.isSend ? "sendbuff" : "recvbuff");
 }
 
 Status issueTagged(const TaggedCall& c, braidRequest_t* request, bool nonblocking) {

@@ -12,6 +12,7 @@
 
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/cuda/runtime.h"
 #include "src/link_check.h"
 
 std::string braidComm::describeRank(int r) const { return braid::describePeer(peers, r); }
@@ -359,6 +360,8 @@ Status gatherListeners(braidComm* comm, Deadline deadline) {
 Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverrides& over, braidComm** out) {
   auto comm = std::make_unique<braidComm>();
   BRAID_TRY(readCommSettings(over, &comm->settings));
+  // Asking for the device count and the current device creates no CUDA context.
+  if (gpuDeviceCount() > 0) BRAID_TRY(gpuCommDevice(&comm->cudaDevice));
   // Before the id is used: a list naming a transport this build lacks fails here, and the id is
   // still good for another try. A config's list was checked against the table's spellings only.
   Status made = makeTransports(comm->settings.transports, &comm->transports);
@@ -381,8 +384,8 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
   BRAID_TRY(comm->control->start());
   comm->engine = std::make_unique<Engine>(comm.get(), *comm->control);
   BRAID_TRY(comm->engine->start());
-  BRAID_INFO(kLogInit, "comm %016llx rank %d of %d ready (%d ranks on this host)",
-             static_cast<unsigned long long>(comm->commId), rank, nranks, comm->localRanks);
+  BRAID_INFO(kLogInit, "comm %016llx rank %d of %d ready (%d ranks on this host, CUDA device %d)",
+             static_cast<unsigned long long>(comm->commId), rank, nranks, comm->localRanks, comm->cudaDevice);
   *out = comm.release();
   return okStatus();
 }
@@ -507,6 +510,7 @@ Status commInitFromEnv(braidComm** out) {
 // uses the bootstrap.
 static void freeComm(braidComm* comm) {
   comm->engine.reset();
+  comm->staging.reset();
   comm->control.reset();
   comm->tagLinks.clear();
   comm->tagTransports.clear();

@@ -9,6 +9,7 @@
 #include "src/base/hash.h"
 #include "src/bootstrap.h"
 #include "src/control_plane.h"
+#include "src/cuda/staging.h"
 #include "src/executor.h"
 #include "src/regions.h"
 #include "src/settings.h"
@@ -42,6 +43,13 @@ struct braidComm {
   bool approximate = false;           // BRAID_APPROXIMATE: avg AllReduce may gossip
   int gossipRounds = 0;
   braid::RegionTable regions;  // braidCommRegister's records (src/regions.h)
+  // The CUDA device of the communicator (BRAID_CUDA_DEVICE, else the device current at init); -1
+  // without CUDA or without a device, and then every buffer is host memory. The staging of its
+  // device calls (src/cuda/staging.h) is made at the first one; it outlives the engine, whose
+  // operations hold its slots.
+  int cudaDevice = -1;
+  std::mutex stagingMu;
+  std::unique_ptr<braid::DeviceStaging> staging;
   // Derived communicators (shrink, split): the id's secret, every rank's long-lived listener (the
   // new rank 0 serves the new rendezvous on its own), and how many of each kind were derived so far.
   // Two counters: a split involves every rank, a shrink only the survivors, so a rank excluded from

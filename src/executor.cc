@@ -39,6 +39,11 @@ constexpr uint64_t kWakeMinBytes = 1 << 20;
 // nobody waits for.
 constexpr int64_t kIdleSleepUs = 10000;
 
+// How often the background thread looks at the gate of a device call (src/op_gate.h) whose stream
+// has not reached it yet, once it has been idle for a millisecond: the start of the collective may
+// lag the stream by this much; a shorter sleep burns a core while the GPU computes.
+constexpr int64_t kGatePollUs = 50;
+
 // How long a failed link's error waits for a control-plane notice that names the root cause (a
 // rank that died), before the link's own peer is blamed. Notices travel in well under this.
 constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
@@ -128,6 +133,11 @@ Status Engine::takeOp(Op** out) {
 
 void Engine::releaseOp(Op* op) {
   lock();
+  releaseLocked(op);
+  unlock();
+}
+
+void Engine::releaseLocked(Op* op) {
   if (op->planUsers != nullptr) --*op->planUsers;
   op->planUsers = nullptr;
   op->sharedPlan.reset();
@@ -135,8 +145,10 @@ void Engine::releaseOp(Op* op) {
   requestHandles().retire(op->handleSlot, HandleEnd::kReleased);
   op->state.store(Op::kFree, std::memory_order_relaxed);
   op->error.clear();
+  op->gate = nullptr;
+  op->started = true;
+  op->detached = false;
   free_.push_back(op);
-  unlock();
 }
 
 const Plan* Engine::planFor(const CollArgs& shape, uint32_t** users) {
@@ -164,6 +176,9 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->finished = false;
   op->result = braidSuccess;
   op->userOwned = userOwned;
+  op->started = op->gate == nullptr;
+  op->gateReleased = false;
+  if (op->gate != nullptr) gatesClosed_.fetch_add(1, std::memory_order_relaxed);
   op->seq = ++seq_;
   control_.notePosted(op->seq);  // heartbeats report it
   op->deadline = Deadline::afterSeconds(timeoutSec_);
@@ -218,8 +233,11 @@ Status Engine::postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log) {
   fill(op);
   prepare(op, userOwned);
   log(op);
+  // A gated op needs the background thread to poll its gate; decided under the lock, because a
+  // detached op may be done and back in the pool as soon as it is released.
+  const bool wakeBg = userOwned && (op->gate != nullptr || worthWaking(op));
   unlock();
-  if (userOwned && worthWaking(op) && bgSleeping_.load()) wake();
+  if (wakeBg && bgSleeping_.load()) wake();
   *out = op;
   return okStatus();
 }
@@ -237,6 +255,8 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->root = a.shape.root;
         op->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
         op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
+        op->gate = a.gate;
+        op->detached = a.detached;
       },
       [&](const Op* op) {
         BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, %s, %zu steps", collName(a.shape.coll),
@@ -278,7 +298,7 @@ Status Engine::postPlan(std::shared_ptr<const Plan> plan, const void* send, void
       });
 }
 
-Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
+Status Engine::postGroup(Plan* plan, bool userOwned, Op** out, OpGate* gate, bool detached) {
   return postOp(
       plan->coll, userOwned, out,
       [&](Op* op) {
@@ -287,6 +307,8 @@ Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
         op->plan = &op->ownedPlan;
         op->kernel = nullptr;
         op->reduceSpec = ReduceSpec{};
+        op->gate = gate;
+        op->detached = detached;
       },
       [](const Op*) {});
 }
@@ -430,47 +452,31 @@ bool Engine::runLocal(Op* op, const Step& s) {
   return false;
 }
 
-namespace {
-std::string describeCall(const CallHeader& h) {
-  if (h.magic != kCallHeaderMagic) return "something that is not a braid collective";
-  const Coll c = static_cast<Coll>(h.coll);
-  char buf[160];
-  int n = snprintf(buf, sizeof(buf), "%s #%llu (count %llu", collName(c), static_cast<unsigned long long>(h.seq),
-                   static_cast<unsigned long long>(h.count));
-  auto more = [&](const char* fmt, auto v) {
-    if (n >= 0 && n < static_cast<int>(sizeof(buf))) n += snprintf(buf + n, sizeof(buf) - n, fmt, v);
-  };
-  if (c != Coll::kBarrier) more(", %s", dtypeName(static_cast<braidDataType_t>(h.dtype)));
-  if (c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter)
-    more(", %s", redopName(static_cast<braidRedOp_t>(h.redop)));
-  if (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter)
-    more(", root %d", h.root);
-  more("%s", ")");
-  return buf;
-}
-}  // namespace
-
-bool Engine::checkHeaders(const CallHeader& mine, const CallHeader& theirs) {
-  if (memcmp(&mine, &theirs, sizeof(mine)) == 0) return true;
-  const int prev = (comm_->rank + comm_->nranks - 1) % comm_->nranks;
-  control_.fail(errorf(braidInvalidUsage, "mismatched calls: %s called %s, but %s called %s (BRAID_CHECK_MISMATCH)",
-                       comm_->describeRank(prev).c_str(), describeCall(theirs).c_str(),
-                       comm_->describeRank(comm_->rank).c_str(), describeCall(mine).c_str()),
-                -1, true);
-  return false;
+void Engine::markDone(Op* op) {
+  if (op->gate != nullptr) op->gate->retire();
+  activeCount_.fetch_sub(1, std::memory_order_acq_rel);
+  op->state.store(Op::kDone, std::memory_order_release);
+  // Nobody will wait for a detached op (the blocking form of a device call returned at once): its
+  // failure reaches the caller through the communicator's (braidCommGetAsyncError).
+  if (op->detached) releaseLocked(op);
 }
 
 void Engine::failAll() {
   Status f = control_.failure();
   for (size_t i = head_; i < active_.size(); ++i) {
     Op* op = active_[i];
+    // A device call's stream must not wait forever for a result that will not come.
+    if (op->gate != nullptr && !op->gateReleased) {
+      if (!op->started) gatesClosed_.fetch_sub(1, std::memory_order_relaxed);
+      op->gate->release(false);
+      op->gateReleased = true;
+    }
     op->result = f.code();
     char ctx[96];
     snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d", collName(op->coll), static_cast<unsigned long long>(op->seq),
              comm_->rank);
     op->error = f.message() + ctx + control_.reachedText(op->seq, f.code() == braidTimeout) + "]";
-    activeCount_.fetch_sub(1, std::memory_order_acq_rel);
-    op->state.store(Op::kDone, std::memory_order_release);
+    markDone(op);
   }
   active_.clear();
   head_ = 0;
@@ -493,7 +499,9 @@ void Engine::checkDeadline() {
     if (c.recvDone < plan->peers[qi].recvs.size() || c.sendDone < plan->peers[qi].sends.size())
       waitingOn = plan->peers[qi].peer;
   }
-  std::string who = waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn) : "with no peer pending";
+  std::string who = !op->started     ? "waiting for its CUDA stream to reach it (the copy of its input)"
+                    : waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn)
+                                     : "with no peer pending";
   // The notice reaches every rank, the awaited one included: it names the waiter too, or the
   // awaited rank would read that it was waiting for itself. " Timed out " is the phrase that
   // PyTorch's tests and users match timeouts on (Gloo's wording), so braid says it that way.
@@ -547,8 +555,13 @@ bool Engine::progressOnce() {
   }
   ++epoch_;
   bool any = false;
-  for (size_t i = head_; i < active_.size(); ++i)
-    if (!active_[i]->finished) any |= postSteps(active_[i]);
+  for (size_t i = head_; i < active_.size(); ++i) {
+    Op* op = active_[i];
+    if (op->finished) continue;
+    // A gated op not yet started holds back every later one: links get steps in issue order.
+    if (!op->started && !startGated(op)) break;
+    any |= postSteps(op);
+  }
   for (size_t i = head_; i < active_.size(); ++i) {
     const Plan* plan = active_[i]->plan;
     if (active_[i]->finished) continue;
@@ -565,13 +578,14 @@ bool Engine::progressOnce() {
     if (linkFailed) return true;
   }
   for (size_t i = head_; i < active_.size(); ++i)
-    if (!active_[i]->finished) any |= reapAndRunLocals(active_[i]);
-  // Completion in issue order.
+    if (!active_[i]->finished && active_[i]->started) any |= reapAndRunLocals(active_[i]);
+  // Completion in issue order; a device call's once its result is back on the device too.
   while (head_ < active_.size() && active_[head_]->finished) {
-    Op* op = active_[head_++];
+    Op* op = active_[head_];
+    if (op->gate != nullptr && !gateSettled(op)) break;
+    ++head_;
     op->result = braidSuccess;
-    activeCount_.fetch_sub(1, std::memory_order_acq_rel);
-    op->state.store(Op::kDone, std::memory_order_release);
+    markDone(op);
     any = true;
   }
   if (head_ == active_.size()) {
@@ -749,6 +763,11 @@ void Engine::bgLoop() {
       if (progressed) continue;
       if (now - idleSince < 1000000) {
         backoff(idleSince);
+      } else if (gatesClosed_.load(std::memory_order_relaxed) > 0) {
+        // A device call waits for its stream: nothing will wake us when the copy lands, so look
+        // again soon (kGatePollUs) rather than sleep the full millisecond.
+        control_.serve(kGatePollUs, true);
+        lastControl = nowNs();
       } else {
         control_.serve(1000, true);  // idle for a while: sleep until data arrives, a millisecond at most
         lastControl = nowNs();

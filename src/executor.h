@@ -29,6 +29,7 @@
 #include "src/base/status.h"
 #include "src/compute.h"
 #include "src/control_plane.h"
+#include "src/op_gate.h"
 #include "src/plan.h"
 #include "src/plan_cache.h"
 #include "src/reduce.h"
@@ -81,6 +82,12 @@ struct braidRequest {
   // A tagged send or receive (src/tags.h) has no plan: the tag matcher drives `tagged`.
   bool isTagged = false;
   braid::TagOp tagged;
+  // A call on device buffers (src/cuda/staging.h): its steps start once gate->ready() and it
+  // completes once gate->drained() after gate->release(). Null for host calls.
+  braid::OpGate* gate = nullptr;
+  bool started = true;        // false while the gate is closed
+  bool gateReleased = false;  // gate->release() was called
+  bool detached = false;      // nobody waits for it (a blocking call on a stream): released when done
 };
 
 namespace braid {
@@ -94,6 +101,10 @@ struct PostArgs {
   void* recv = nullptr;
   braidDataType_t dtype = braidUint8;
   braidRedOp_t op = braidSum;
+  // A call on device buffers (src/op_gate.h), and whether it is detached: the blocking form on a
+  // stream returns at once, and the engine releases the op itself when it is done.
+  OpGate* gate = nullptr;
+  bool detached = false;
 };
 
 class Engine {
@@ -111,7 +122,8 @@ class Engine {
   // background thread so the operation progresses while the caller computes).
   Status post(const PostArgs& args, bool userOwned, Op** out);
   // Posts a point-to-point group; `plan` steps use Buf::kAbsolute addresses. Swapped into the op.
-  Status postGroup(Plan* plan, bool userOwned, Op** out);
+  // gate and detached: as in PostArgs.
+  Status postGroup(Plan* plan, bool userOwned, Op** out, OpGate* gate = nullptr, bool detached = false);
   // Posts a finalized plan built outside the engine (gossip graphs cache theirs per shape), with
   // `send` and `recv` as its kSend and kRecv buffers and `dtype` for its reductions and weighted
   // steps. The op holds `plan` until it is released (so the graph that cached it may be destroyed
@@ -151,6 +163,7 @@ class Engine {
   Status takeOp(Op** out);
   Status refused(Coll coll) const;
   void releaseOp(Op* op);
+  void releaseLocked(Op* op);  // releaseOp with the engine lock held
   // The cached plan for a shape (built on first use); counts the caller in *users until releaseOp.
   const Plan* planFor(const CollArgs& shape, uint32_t** users);
   // What plans are lowered for: each link's capabilities, by rank.
@@ -172,6 +185,13 @@ class Engine {
   void failTagged(const Status& f);
   // The oldest tagged operation's deadline; true when it expired (the communicator failed).
   bool taggedDeadline();
+  // Opens a gated op whose gate is ready (src/op_gate.h); false while it is closed or when it
+  // failed the communicator.
+  bool startGated(Op* op);
+  // A finished gated op: releases its gate (once) and says whether what it gates is done too.
+  bool gateSettled(Op* op);
+  // Marks a finished or failed op done; a detached one goes back to the pool.
+  void markDone(Op* op);
   bool postSteps(Op* op);
   bool reapAndRunLocals(Op* op);
   bool runLocal(Op* op, const Step& s);
@@ -221,6 +241,7 @@ class Engine {
   int linkFailedTag_ = 0;  // the held link failure is of tag transport linkFailedTag_ - 1 (0: none)
 
   std::atomic<int> activeCount_{0};
+  std::atomic<int> gatesClosed_{0};  // gated ops not started yet: the background thread polls them
   std::atomic<int> waiters_{0};
   std::atomic<int> leaving_{0};  // wait() calls past their waiters_ decrement (see wait())
   std::atomic<int> testers_{0};  // test() calls in progress (see test())

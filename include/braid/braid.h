@@ -7,8 +7,11 @@
  * Conventions that hold for every function below:
  * - Every function returns a braidResult_t. On failure, output parameters are left untouched,
  *   nothing is written to the caller's buffers, and braidGetLastError() describes the failure.
- * - Buffers are host memory when `stream` is NULL. (Device buffers ordered on a CUDA stream come
- *   with the GPU transport; passing a non-NULL stream today is braidInvalidUsage.)
+ * - Buffers are host memory, or, in a CUDA build on a machine with a GPU, device (or managed)
+ *   memory of the communicator's device (BRAID_CUDA_DEVICE, else the device current at init). A
+ *   call on device buffers is ordered on `stream` (a cudaStream_t; NULL = the legacy default
+ *   stream), as in NCCL: see "Device buffers" below. A non-NULL stream with host buffers, or on a
+ *   communicator without a CUDA device, is braidInvalidUsage.
  * - A communicator may be used by several threads, but collectives on one communicator must be
  *   issued in the same order on every rank (as in NCCL and MPI). Issuing calls on one communicator
  *   from two threads at once is allowed; their relative order is then whatever the lock decides,
@@ -260,7 +263,19 @@ braidResult_t braidMemFree(void* ptr);
  * ReduceScatter: recvbuff == sendbuff + rank*recvcount elems), exactly as NCCL; for Gather on the
  * root: sendbuff == recvbuff + root*count elems; Scatter on the root: recvbuff == sendbuff + root*count
  * elems (MPI_IN_PLACE's layout).
- * Between braidGroupStart and braidGroupEnd, calls are recorded and issued together at GroupEnd. */
+ * Between braidGroupStart and braidGroupEnd, calls are recorded and issued together at GroupEnd.
+ *
+ * Device buffers (CUDA builds; never run on a GPU yet, compile-checked only). A collective, or
+ * braidSend/braidRecv, whose buffers are device memory runs after the work enqueued on `stream`
+ * before the call, and work enqueued on it after the call sees the result. Both forms return
+ * without waiting for the data: the blocking form returns once the work is enqueued (its failure
+ * is reported by braidCommGetAsyncError and the next call); a nonblocking form's request completes
+ * once the result is in recvbuff on the device. The data is staged through pinned host memory the
+ * communicator owns. Refused, with nothing enqueued: host and device buffers mixed in one call
+ * (braidInvalidArgument), buffers or a stream of another device (braidInvalidArgument), device
+ * buffers inside a group, in tagged calls or with a send to self, and a stream being captured into
+ * a CUDA graph (braidInvalidUsage). On a failure after the call returned, recvbuff's content is
+ * unspecified. */
 
 braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
                              braidRedOp_t op, braidComm_t comm, braidStream_t stream);

@@ -26,26 +26,6 @@ bool opOfKernel(braidDataType_t dt, ReduceKernel kernel, braidRedOp_t* op) {
   return false;
 }
 
-// Makes `device` current for the calling thread, and puts the previous one back when it ends.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ != device) status_ = cudaStatus(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  const Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  Status status_;
-};
-
 class CudaCompute final : public Compute {
  public:
   CudaCompute(int device, cudaStream_t stream, bool ownsStream) : device_(device), stream_(stream), owns_(ownsStream) {}

@@ -55,26 +55,51 @@ thread_local ThreadCache tCache;
 
 #if BRAID_HAVE_CUDA
 
-// cuMemGetAddressRange, through the runtime so that braid does not link libcuda (a binary linked to
-// it would not even load on a machine without the driver). Null when the driver lacks it.
+// cuMemGetAddressRange (src/cuda/check.h: driverEntryPoint); null when the driver lacks it.
 using GetAddressRange = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
 
 GetAddressRange addressRangeFn() {
-  static const GetAddressRange fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return static_cast<GetAddressRange>(nullptr);
-    }
-    return reinterpret_cast<GetAddressRange>(p);
-  }();
+  static const GetAddressRange fn = reinterpret_cast<GetAddressRange>(driverEntryPoint("cuMemGetAddressRange"));
   return fn;
+}
+
+// Whether this process has a CUDA context: the calling thread's current one, or a device's primary
+// context (the runtime's). Every device, managed or pinned allocation needs one, so without one every
+// pointer is host memory; and asking cudaPointerGetAttributes would create the primary context, which
+// costs a process that never used the GPU hundreds of MB of device memory and a tenth of a second.
+// Once a context was seen the answer stays yes (contexts outlive the buffers braid is asked about).
+// When the driver functions cannot be found, the answer is yes (ask the driver, as before).
+bool anyContext() {
+  static std::atomic<bool> seen{false};
+  if (seen.load(std::memory_order_relaxed)) return true;
+  using GetCurrent = CUresult (*)(CUcontext*);
+  using DeviceGet = CUresult (*)(CUdevice*, int);
+  using PrimaryState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const auto getCurrent = reinterpret_cast<GetCurrent>(driverEntryPoint("cuCtxGetCurrent"));
+  static const auto deviceGet = reinterpret_cast<DeviceGet>(driverEntryPoint("cuDeviceGet"));
+  static const auto primaryState = reinterpret_cast<PrimaryState>(driverEntryPoint("cuDevicePrimaryCtxGetState"));
+  bool found = getCurrent == nullptr || deviceGet == nullptr || primaryState == nullptr;
+  CUcontext current = nullptr;
+  if (!found && getCurrent(&current) == CUDA_SUCCESS && current != nullptr) found = true;
+  for (int d = 0; !found && d < gpuDeviceCount(); ++d) {
+    CUdevice dev = 0;
+    unsigned int flags = 0;
+    int active = 0;
+    if (deviceGet(&dev, d) == CUDA_SUCCESS && primaryState(dev, &flags, &active) == CUDA_SUCCESS && active != 0)
+      found = true;
+  }
+  if (found) seen.store(true, std::memory_order_relaxed);
+  return found;
 }
 
 // Asks the driver about `ptr`; *lo/*hi get the range the answer holds for.
 Status askDriver(const void* ptr, size_t bytes, PtrInfo* info, uintptr_t* lo, uintptr_t* hi) {
+  if (!anyContext()) {
+    *info = PtrInfo{};
+    *lo = reinterpret_cast<uintptr_t>(ptr);
+    *hi = *lo + bytes;
+    return okStatus();
+  }
   cudaPointerAttributes attr{};
   const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err == cudaErrorInvalidValue) {

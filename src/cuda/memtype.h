@@ -5,7 +5,9 @@
 // load of a cached flag). Otherwise answers are cached per thread by address range: device, managed
 // and pinned allocations by the whole allocation (the driver's range), pageable host buffers by the
 // range the caller asked about. A hit is a scan of a few entries and no CUDA call; a miss asks the
-// driver (about a microsecond) and fills an entry.
+// driver (about a microsecond) and fills an entry. A process with no CUDA context yet (one that
+// never used the GPU: a host-only job on a GPU machine) answers "host" without asking
+// cudaPointerGetAttributes, which would create a context for it.
 //
 // Staleness. An entry lives until braid hears that its memory went away: braidMemFree and the last
 // braidCommDeregister of a range call forgetPointerKinds(), which empties every thread's cache. Memory

@@ -6,35 +6,26 @@
 #include <string>
 #include <vector>
 
+#include "tests/mp/collective_case.h"
 #include "tests/mp/harness.h"
 
 using namespace braidtest;
 
+namespace braidtest {
+
 namespace {
-
-constexpr braidDataType_t kTypes[] = {braidInt8,   braidUint8,   braidInt32,    braidUint32,  braidInt64,
-                                      braidUint64, braidFloat16, braidBfloat16, braidFloat32, braidFloat64};
-constexpr braidRedOp_t kOps[] = {braidSum, braidProd, braidMin, braidMax, braidAvg};
-constexpr size_t kSmallCounts[] = {0, 1, 7, 1023};
-constexpr size_t kLargeCount = (1u << 20) + 3;
 constexpr double kSentinel = 99;
+// Values for the data-moving collectives: distinct per (source, target, index), exact in int8.
+double moveValue(int from, int to, size_t i) { return static_cast<double>((from * 5 + to * 3 + i) % 60); }
+}  // namespace
 
-enum class C { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll };
 const char* cname(C c) {
   static const char* k[] = {"AllReduce", "Reduce", "ReduceScatter", "AllGather", "Broadcast", "AllToAll"};
   return k[static_cast<int>(c)];
 }
 
-// Values for the data-moving collectives: distinct per (source, target, index), exact in int8.
-double moveValue(int from, int to, size_t i) { return static_cast<double>((from * 5 + to * 3 + i) % 60); }
-
-struct Buffers {
-  std::vector<char> send, recv;
-};
-
-// Runs one call and checks it; returns 0 or 1 (after printing what differed).
 int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRedOp_t op, size_t count, bool inPlace,
-            int root, Buffers& b) {
+            int root, Buffers& b, DeviceCopies* dev) {
   const size_t es = elemSize(dt);
   size_t sendElems = count, recvElems = count;
   if (c == C::kReduceScatter) sendElems = count * n;
@@ -67,32 +58,40 @@ int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRed
     }
     storeElem(dt, in, inOffset + i, v);
   }
-  const void* sp = inPlace ? (c == C::kAllGather ? b.recv.data() + rank * count * es : b.recv.data()) : b.send.data();
-  void* rp = inPlace && c == C::kReduceScatter ? b.recv.data() + rank * count * es : b.recv.data();
+  // Where the call's buffers are: the host vectors, or their device copies on a stream.
+  const char* sendBase = b.send.data();
+  char* recvBase = b.recv.data();
+  braidStream_t stream = nullptr;
+  if (dev != nullptr && !dev->upload(b, &sendBase, &recvBase, &stream))
+    return fail(rank, "%s: copying the buffers to the device failed", cname(c));
+  const void* sp = inPlace ? (c == C::kAllGather ? recvBase + rank * count * es : recvBase) : sendBase;
+  void* rp = inPlace && c == C::kReduceScatter ? recvBase + rank * count * es : recvBase;
   braidResult_t r = braidSuccess;
   switch (c) {
     case C::kAllReduce:
-      r = braidAllReduce(sp, rp, count, dt, op, comm, nullptr);
+      r = braidAllReduce(sp, rp, count, dt, op, comm, stream);
       break;
     case C::kReduce:
-      r = braidReduce(sp, rp, count, dt, op, root, comm, nullptr);
+      r = braidReduce(sp, rp, count, dt, op, root, comm, stream);
       break;
     case C::kReduceScatter:
-      r = braidReduceScatter(sp, rp, count, dt, op, comm, nullptr);
+      r = braidReduceScatter(sp, rp, count, dt, op, comm, stream);
       break;
     case C::kAllGather:
-      r = braidAllGather(sp, rp, count, dt, comm, nullptr);
+      r = braidAllGather(sp, rp, count, dt, comm, stream);
       break;
     case C::kBroadcast:
-      r = braidBroadcast(sp, rp, count, dt, root, comm, nullptr);
+      r = braidBroadcast(sp, rp, count, dt, root, comm, stream);
       break;
     case C::kAllToAll:
-      r = braidAllToAll(sp, rp, count, dt, comm, nullptr);
+      r = braidAllToAll(sp, rp, count, dt, comm, stream);
       break;
   }
   if (r != braidSuccess)
     return fail(rank, "%s %s %s count %zu %s: %s: %s", cname(c), typeName(dt), opName(op), count,
                 inPlace ? "in-place" : "out-of-place", braidGetErrorString(r), braidGetLastError());
+  if (dev != nullptr && !dev->download(&b))
+    return fail(rank, "%s: waiting for the stream or copying the result back failed", cname(c));
   // Expected output over the whole receive allocation (sentinels where nothing may be written).
   const char* out = b.recv.data();
   const size_t outBase = inPlace && c == C::kReduceScatter ? rank * count : 0;
@@ -138,6 +137,13 @@ int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRed
       if (loadElem(dt, out, i) != kSentinel) return fail(rank, "%s wrote past its output at %zu", cname(c), i);
   return 0;
 }
+
+}  // namespace braidtest
+
+namespace {
+
+constexpr size_t kSmallCounts[] = {0, 1, 7, 1023};
+constexpr size_t kLargeCount = (1u << 20) + 3;
 
 // Which calls a sweep makes: every collective, type and op by default.
 struct SweepSet {

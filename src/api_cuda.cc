@@ -1,0 +1,101 @@
+// The C API's device buffers (issue "GPUs"): which calls run through host staging, and the staging
+// of one call. The mechanism (copies and a flag wait on the caller's stream, the executor as the
+// proxy that runs the host collective between them) is described at the top of src/cuda/staging.h.
+//
+// COMPILE-ONLY: built and linked with CUDA, never run on a GPU.
+//
+// Semantics, as NCCL's. A collective (or braidSend/braidRecv) whose buffers are device memory is
+// ordered on `stream` (NULL: the legacy default stream): after the work enqueued on it before the
+// call, before the work enqueued after. The host call returns once the copies are enqueued, also in
+// its blocking form (which then has no request: its failure reaches the caller through
+// braidCommGetAsyncError and the next call). A nonblocking call's request completes when the result
+// is back in the device buffer. Inside braidGroupStart/braidGroupEnd device buffers are refused (not
+// built yet), as are tagged calls on them.
+//
+// Cost on the host path: nothing without a device (the communicator's cudaDevice is -1 and no
+// lookup is made); with one, a cached memory-type lookup per buffer (src/cuda/memtype.h).
+#include <cstdint>
+
+#include "src/api.h"
+#include "src/comm.h"
+#include "src/cuda/memtype.h"
+
+namespace braid {
+
+namespace {
+
+bool onDevice(const PtrInfo& info) { return memTypeOf(info.kind) == MemType::kCuda; }
+
+Status checkDevice(const braidComm* comm, const PtrInfo& info, const char* what) {
+  if (info.device == comm->cudaDevice) return okStatus();
+  return errorf(braidInvalidArgument,
+                "%s is %s memory of CUDA device %d, but the communicator uses device %d (BRAID_CUDA_DEVICE, or the "
+                "device current at init)",
+                what, ptrKindName(info.kind), info.device, comm->cudaDevice);
+}
+
+Status stagingOf(braidComm* comm, DeviceStaging** out) {
+  std::lock_guard<std::mutex> hold(comm->stagingMu);
+  if (comm->staging == nullptr)
+    BRAID_TRY(makeDeviceStaging(comm->cudaDevice, comm->settings.timeoutSec, &comm->staging));
+  *out = comm->staging.get();
+  return okStatus();
+}
+
+}  // namespace
+
+Status routeDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, bool* onDeviceOut) {
+  PtrInfo send, recv;
+  if (b.sendBytes > 0) BRAID_TRY(pointerKind(b.send, b.sendBytes, &send));
+  if (b.recvBytes > 0) {
+    if (b.sendBytes > 0 && b.recv == b.send)
+      recv = send;  // in place: one lookup
+    else
+      BRAID_TRY(pointerKind(b.recv, b.recvBytes, &recv));
+  }
+  const bool sendDev = b.sendBytes > 0 && onDevice(send), recvDev = b.recvBytes > 0 && onDevice(recv);
+  const bool sendHost = b.sendBytes > 0 && !sendDev, recvHost = b.recvBytes > 0 && !recvDev;
+  if ((sendDev || recvDev) && (sendHost || recvHost))
+    return errorf(braidInvalidArgument,
+                  "sendbuff is %s memory and recvbuff %s memory: a call's buffers must all be host or all be device "
+                  "memory",
+                  ptrKindName(send.kind), ptrKindName(recv.kind));
+  if (sendDev) BRAID_TRY(checkDevice(comm, send, "sendbuff"));
+  if (recvDev) BRAID_TRY(checkDevice(comm, recv, "recvbuff"));
+  if (!sendDev && !recvDev && stream != nullptr && (sendHost || recvHost))
+    return errorf(braidInvalidUsage,
+                  "a stream was given but the buffers are %s memory: a stream is for device buffers "
+                  "(pass NULL for host buffers)",
+                  ptrKindName(sendHost ? send.kind : recv.kind));
+  // A call with no bytes here and a stream is ordered on the stream like its peers' device calls.
+  *onDeviceOut = sendDev || recvDev || stream != nullptr;
+  return okStatus();
+}
+
+Status stageDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, StagedCall* out) {
+  // Nothing goes on the stream for a call the engine would refuse (a race with a failure that comes
+  // later is handled by abandonDeviceCall).
+  if (comm->control->failed()) {
+    const Status f = comm->control->failure();
+    return Status(f.code(), f.message() + " [a device call, not started: the communicator had failed]");
+  }
+  BRAID_TRY(checkStagingStream(comm->cudaDevice, static_cast<CUstream_st*>(stream)));
+  DeviceStaging* staging = nullptr;
+  BRAID_TRY(stagingOf(comm, &staging));
+  return staging->stage(b, static_cast<CUstream_st*>(stream), out);
+}
+
+void abandonDeviceCall(braidComm* comm, const StagedCall& staged) { comm->staging->abandon(staged.gate); }
+
+Status requireHostBuffer(braidComm* comm, const void* buf, uint64_t bytes, braidStream_t stream, const char* what) {
+  if (stream != nullptr) return errorf(braidInvalidUsage, "tagged calls take host buffers only: stream must be NULL");
+  if (comm->cudaDevice < 0 || bytes == 0) return okStatus();
+  PtrInfo info;
+  BRAID_TRY(pointerKind(buf, bytes, &info));
+  if (onDevice(info))
+    return errorf(braidInvalidArgument, "%s is %s memory: tagged calls take host buffers only", what,
+                  ptrKindName(info.kind));
+  return okStatus();
+}
+
+}  // namespace braid

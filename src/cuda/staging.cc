@@ -1,0 +1,369 @@
+// Host staging of device-buffer calls: the slot pool and its stream operations. The design, and why
+// a flag with cuStreamWaitValue32, is at the top of src/cuda/staging.h.
+//
+// COMPILE-ONLY: built and linked with nvcc 13, never run on a GPU.
+#include "src/cuda/staging.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "braid_build_config.h"
+#include "src/base/clock.h"
+#include "src/base/log.h"
+
+#if BRAID_HAVE_CUDA
+#include <cuda.h>  // driver types only: cuStreamWaitValue32 is reached through the runtime's entry points
+#include <cuda_runtime_api.h>
+
+#include "src/cuda/check.h"
+#endif
+
+namespace braid {
+
+#if BRAID_HAVE_CUDA
+
+namespace {
+
+// Calls in flight per communicator (each holds a slot until its copy back completed). Far above what
+// a training step keeps in flight (a few gradient buckets); a 33rd call waits for the oldest.
+constexpr int kMaxSlots = 32;
+// One flag per 64-byte line, so that the executor's store to one does not share a line the GPU polls
+// for another.
+constexpr size_t kFlagStride = 64 / sizeof(uint32_t);
+// A slot's first buffer, and the rounding of later ones: small calls never reallocate.
+constexpr size_t kMinStagingBytes = 64 << 10;
+// The receive range starts on this boundary when the two ranges are staged apart: every dtype's
+// alignment, and the 16-byte alignment the CPU kernels' vector loads like.
+constexpr size_t kStagingAlign = 256;
+// How long destroy waits for a slot's copy back before it leaves the slot's buffer allocated rather
+// than free memory a copy may still write.
+constexpr double kDrainAtDestroySec = 5.0;
+
+using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// cuStreamWaitValue32 through the runtime (src/cuda/check.h: driverEntryPoint); null when the
+// driver lacks it.
+WaitValue32 waitValueFn() {
+  static const WaitValue32 fn = reinterpret_cast<WaitValue32>(driverEntryPoint("cuStreamWaitValue32"));
+  return fn;
+}
+
+size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+Status checkStream(int device, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const cudaError_t e = cudaStreamIsCapturing(stream, &capture);
+  if (e == cudaErrorStreamCaptureImplicit || (e == cudaSuccess && capture != cudaStreamCaptureStatusNone)) {
+    (void)cudaGetLastError();
+    return errorf(braidInvalidUsage,
+                  "the stream is being captured into a CUDA graph: braid's device calls cannot be captured (each "
+                  "launch needs the host executor and a fresh flag value)");
+  }
+  if (e != cudaSuccess) return cudaStatus(e, "cudaStreamIsCapturing (is the stream a live cudaStream_t?)");
+  int dev = -1;
+  BRAID_CUDA_TRY(cudaStreamGetDevice(stream, &dev));
+  if (dev != device)
+    return errorf(braidInvalidArgument, "the stream belongs to CUDA device %d, the communicator to device %d", dev,
+                  device);
+  return okStatus();
+}
+
+class Slot final : public OpGate {
+ public:
+  Slot(uint32_t* flag, CUdeviceptr flagDev) : flag_(flag), flagDev_(flagDev) {}
+  ~Slot() override {
+    if (in_ != nullptr) (void)cudaEventDestroy(in_);
+    if (out_ != nullptr) (void)cudaEventDestroy(out_);
+    if (buf_ != nullptr && !lost_) (void)cudaFreeHost(buf_);
+    (void)cudaGetLastError();
+  }
+
+  Status init() {
+    BRAID_CUDA_TRY(cudaEventCreateWithFlags(&in_, cudaEventDisableTiming));
+    BRAID_CUDA_TRY(cudaEventCreateWithFlags(&out_, cudaEventDisableTiming));
+    return okStatus();
+  }
+
+  // Free for a new call: the engine retired the last one and its copy back completed (an event never
+  // recorded counts as completed). Pool lock held.
+  bool idle() {
+    if (lost_ || !retired_.load(std::memory_order_acquire)) return false;
+    const cudaError_t e = cudaEventQuery(out_);
+    if (e == cudaErrorNotReady) return false;
+    (void)cudaGetLastError();
+    return true;
+  }
+
+  // Room for `bytes`; only an idle slot grows (no copy is in flight on its buffer).
+  Status reserve(size_t bytes) {
+    if (buf_ != nullptr && cap_ >= bytes) return okStatus();
+    const size_t cap = alignUp(std::max({bytes, kMinStagingBytes, cap_ * 2}), kMinStagingBytes);
+    if (buf_ != nullptr) BRAID_CUDA_TRY(cudaFreeHost(buf_));
+    buf_ = nullptr;
+    cap_ = 0;
+    void* p = nullptr;
+    BRAID_CUDA_TRY(cudaHostAlloc(&p, cap, cudaHostAllocPortable));
+    buf_ = static_cast<char*>(p);
+    cap_ = cap;
+    return okStatus();
+  }
+
+  // A new call takes the slot: the value its stream waits for.
+  uint32_t begin() {
+    retired_.store(false, std::memory_order_relaxed);
+    return ++target_;
+  }
+
+  // A use that never reached the engine: lets its stream go on and frees the slot.
+  void abandonUse() {
+    release(false);
+    retire();
+  }
+
+  // The call's stream work could not all be enqueued: whatever was waits on the flag no more, and
+  // the slot is never reused (a copy may still be in flight on its buffer, which stays allocated).
+  void lose() {
+    lost_ = true;
+    abandonUse();
+  }
+
+  bool ready(Status* failure) override {
+    const cudaError_t e = cudaEventQuery(in_);
+    if (e == cudaErrorNotReady) return false;
+    if (e != cudaSuccess) *failure = cudaStatus(e, "the copy of a device call's input to the host (cudaEventQuery)");
+    return true;
+  }
+
+  void release(bool ok) override {
+    (void)ok;  // the stream goes on either way; the caller hears of the failure from the engine
+    // Release: the staged result (plain stores of the host collective) is in memory before the
+    // stream, which then copies it back, can see the flag.
+    __atomic_store_n(flag_, target_, __ATOMIC_RELEASE);
+  }
+
+  bool drained() override {
+    const cudaError_t e = cudaEventQuery(out_);
+    if (e == cudaErrorNotReady) return false;
+    if (e != cudaSuccess) {
+      // A faulted stream: the fault is the user's to see on it (sticky), and waiting cannot help.
+      const Status s = cudaStatus(e, "the copy of a device call's result back (cudaEventQuery)");
+      BRAID_WARN(kLogColl, "%s", s.message().c_str());
+    }
+    return true;
+  }
+
+  void retire() override { retired_.store(true, std::memory_order_release); }
+
+  // The fallback wait (cudaLaunchHostFunc): CUDA's callback thread spins until the flag is written.
+  static void waitOnHost(void* arg) {
+    auto* s = static_cast<Slot*>(arg);
+    while (static_cast<int32_t>(__atomic_load_n(s->flag_, __ATOMIC_ACQUIRE) - s->target_) < 0) sched_yield();
+  }
+
+  // Waits (bounded) for the last copy back before destroy frees the buffer; keeps the buffer when
+  // it does not end.
+  void drainForDestroy() {
+    if (lost_) return;
+    const Deadline until = Deadline::afterSeconds(kDrainAtDestroySec);
+    while (cudaEventQuery(out_) == cudaErrorNotReady) {
+      if (until.expired()) {
+        BRAID_WARN(kLogColl, "destroy: a device call's copy back did not end in %.0f s; its staging stays allocated",
+                   kDrainAtDestroySec);
+        lost_ = true;
+        return;
+      }
+      sched_yield();
+    }
+    (void)cudaGetLastError();
+  }
+
+  char* buf() const { return buf_; }
+  CUdeviceptr flagDev() const { return flagDev_; }
+  cudaEvent_t in() const { return in_; }
+  cudaEvent_t out() const { return out_; }
+
+ private:
+  uint32_t* flag_;
+  CUdeviceptr flagDev_;
+  uint32_t target_ = 0;              // this use's value; the flag reaches it when the call is over
+  std::atomic<bool> retired_{true};  // the engine is done with the current use (or there is none)
+  bool lost_ = false;
+  char* buf_ = nullptr;
+  size_t cap_ = 0;
+  cudaEvent_t in_ = nullptr;
+  cudaEvent_t out_ = nullptr;
+};
+
+class Pool final : public DeviceStaging {
+ public:
+  Pool(int device, double timeoutSec) : device_(device), timeoutSec_(timeoutSec) {}
+
+  ~Pool() override {
+    DeviceScope on(device_);
+    for (auto& s : slots_) s->drainForDestroy();
+    slots_.clear();
+    if (flags_ != nullptr) (void)cudaFreeHost(flags_);
+    (void)cudaGetLastError();
+  }
+
+  Status init() {
+    DeviceScope on(device_);
+    BRAID_TRY(on.status());
+    void* p = nullptr;
+    // Mapped: the GPU reads the flags where they are (the stream's wait polls them over the bus).
+    BRAID_CUDA_TRY(
+        cudaHostAlloc(&p, kMaxSlots * kFlagStride * sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    flags_ = static_cast<uint32_t*>(p);
+    for (size_t i = 0; i < kMaxSlots * kFlagStride; ++i) flags_[i] = 0;
+    void* d = nullptr;
+    BRAID_CUDA_TRY(cudaHostGetDevicePointer(&d, p, 0));
+    flagsDev_ = reinterpret_cast<CUdeviceptr>(d);
+    waitValue_ = waitValueFn();
+    BRAID_INFO(kLogInit, "CUDA device %d: device calls wait on their stream with %s", device_,
+               waitValue_ != nullptr ? "cuStreamWaitValue32" : "cudaLaunchHostFunc (no stream memory operations)");
+    return okStatus();
+  }
+
+  Status stage(const CallBuffers& r, CUstream_st* stream, StagedCall* out) override {
+    std::lock_guard<std::mutex> hold(mu_);
+    DeviceScope on(device_);
+    BRAID_TRY(on.status());
+    const char* s = static_cast<const char*>(r.send);
+    char* d = static_cast<char*>(r.recv);
+    size_t bytes = 0, sendOff = 0, recvOff = 0;
+    if (r.inPlace) {
+      const char* lo = std::min<const char*>(s, d);
+      const char* hi = std::max<const char*>(s + r.sendBytes, d + r.recvBytes);
+      bytes = static_cast<size_t>(hi - lo);
+      sendOff = static_cast<size_t>(s - lo);
+      recvOff = static_cast<size_t>(d - lo);
+    } else {
+      recvOff = alignUp(r.sendBytes, kStagingAlign);
+      bytes = recvOff + r.recvBytes;
+    }
+    Slot* slot = nullptr;
+    BRAID_TRY(take(bytes, &slot));
+    char* stagedSend = slot->buf() + sendOff;
+    char* stagedRecv = slot->buf() + recvOff;
+    const uint32_t target = slot->begin();
+    if (r.sendBytes > 0) {
+      const Status copied = cudaStatus(cudaMemcpyAsync(stagedSend, r.send, r.sendBytes, cudaMemcpyDeviceToHost, stream),
+                                       "cudaMemcpyAsync of the input to the host");
+      if (!copied.ok()) {
+        slot->abandonUse();  // nothing was enqueued: the slot is free again
+        return copied;
+      }
+    }
+    // From here something is on the stream: a failure loses the slot (see Slot::lose).
+    Status st = cudaStatus(cudaEventRecord(slot->in(), stream), "cudaEventRecord");
+    if (st.ok()) st = enqueueWait(stream, slot, target);
+    if (st.ok() && r.recvBytes > 0)
+      st = cudaStatus(cudaMemcpyAsync(r.recv, stagedRecv, r.recvBytes, cudaMemcpyHostToDevice, stream),
+                      "cudaMemcpyAsync of the result to the device");
+    if (st.ok()) st = cudaStatus(cudaEventRecord(slot->out(), stream), "cudaEventRecord");
+    if (!st.ok()) {
+      slot->lose();
+      return st;
+    }
+    out->send = stagedSend;
+    out->recv = stagedRecv;
+    out->gate = slot;
+    return okStatus();
+  }
+
+  void abandon(OpGate* gate) override { static_cast<Slot*>(gate)->abandonUse(); }
+
+ private:
+  Status enqueueWait(cudaStream_t stream, Slot* slot, uint32_t target) {
+    if (waitValue_ != nullptr) {
+      const CUresult r =
+          waitValue_(reinterpret_cast<CUstream>(stream), slot->flagDev(), target, CU_STREAM_WAIT_VALUE_GEQ);
+      if (r == CUDA_SUCCESS) return okStatus();
+      if (r != CUDA_ERROR_NOT_SUPPORTED)
+        return errorf(braidSystemError, "cuStreamWaitValue32 on CUDA device %d failed (CUresult %d)", device_,
+                      static_cast<int>(r));
+      waitValue_ = nullptr;
+      BRAID_WARN(kLogColl,
+                 "CUDA device %d has no stream memory operations: device calls now wait on their stream through "
+                 "cudaLaunchHostFunc (slower; see src/cuda/staging.h)",
+                 device_);
+    }
+    return cudaStatus(cudaLaunchHostFunc(stream, &Slot::waitOnHost, slot), "cudaLaunchHostFunc");
+  }
+
+  // An idle slot with room for `bytes` (round robin from the last one taken), a new one while fewer
+  // than kMaxSlots exist, else waits for one to become idle. Pool lock held.
+  Status take(size_t bytes, Slot** out) {
+    const Deadline until = Deadline::afterSeconds(timeoutSec_);
+    for (;;) {
+      const size_t n = slots_.size();
+      for (size_t i = 0; i < n; ++i) {
+        Slot* s = slots_[(next_ + i) % n].get();
+        if (!s->idle()) continue;
+        BRAID_TRY(s->reserve(bytes));
+        next_ = (next_ + i + 1) % n;
+        *out = s;
+        return okStatus();
+      }
+      if (n < kMaxSlots) {
+        auto s = std::make_unique<Slot>(flags_ + n * kFlagStride, flagsDev_ + n * kFlagStride * sizeof(uint32_t));
+        BRAID_TRY(s->init());
+        BRAID_TRY(s->reserve(bytes));
+        slots_.push_back(std::move(s));
+        *out = slots_.back().get();
+        return okStatus();
+      }
+      if (until.expired())
+        return errorf(braidTimeout,
+                      "%d device calls of this communicator are in flight and none ended within BRAID_TIMEOUT (%.0f "
+                      "s): are their streams waiting for something that comes later?",
+                      kMaxSlots, timeoutSec_);
+      sched_yield();
+    }
+  }
+
+  const int device_;
+  const double timeoutSec_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  size_t next_ = 0;
+  uint32_t* flags_ = nullptr;
+  CUdeviceptr flagsDev_ = 0;
+  WaitValue32 waitValue_ = nullptr;
+};
+
+}  // namespace
+
+Status checkStagingStream(int device, CUstream_st* stream) {
+  DeviceScope on(device);  // the legacy default stream is the current device's
+  BRAID_TRY(on.status());
+  return checkStream(device, stream);
+}
+
+Status makeDeviceStaging(int device, double timeoutSec, std::unique_ptr<DeviceStaging>* out) {
+  auto pool = std::make_unique<Pool>(device, timeoutSec);
+  BRAID_TRY(pool->init().withContext("device staging on CUDA device " + std::to_string(device)));
+  *out = std::move(pool);
+  return okStatus();
+}
+
+#else  // !BRAID_HAVE_CUDA
+
+Status checkStagingStream(int, CUstream_st*) {
+  return errorf(braidInvalidUsage, "device buffers: CUDA is not compiled in (meson option cuda)");
+}
+
+Status makeDeviceStaging(int, double, std::unique_ptr<DeviceStaging>*) {
+  return errorf(braidInvalidUsage, "device buffers: CUDA is not compiled in (meson option cuda)");
+}
+
+#endif
+
+}  // namespace braid

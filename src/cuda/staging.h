@@ -1,0 +1,97 @@
+// Host staging of collectives on device buffers, with NCCL's stream semantics (issue "GPUs").
+//
+// COMPILE-ONLY: this code has been built and linked, but never run on a GPU.
+//
+// A call on device buffers with a cudaStream_t runs as the ordinary host collective on pinned host
+// copies of its buffers. stage() enqueues on the caller's stream, and returns without waiting:
+//
+//   1. cudaMemcpyAsync device -> pinned staging (the input), then cudaEventRecord(in);
+//   2. a wait until a flag in mapped pinned memory reaches this call's number (cuStreamWaitValue32);
+//   3. cudaMemcpyAsync pinned staging -> device (the output), then cudaEventRecord(out).
+//
+// The executor starts the host collective once `in` completed (OpGate::ready: one cudaEventQuery,
+// polled by whoever drives progress, the background thread included; the calling thread never
+// blocks), writes the flag when the collective is over (OpGate::release), and completes the
+// operation once `out` completed (OpGate::drained). So the call is ordered after earlier work on the
+// stream, later work on the stream sees its result, and a nonblocking request completes when the
+// result is back in the caller's device buffer.
+//
+// Why a flag and a stream wait. The stream must stop between the two copies until a host thread
+// (the executor) says the collective is over. cuStreamWaitValue32 does that on the GPU's front end:
+// the stream waits, nothing on the host blocks, and the flag is a plain store from the executor. It
+// is a driver function: it is looked up at run time through cudaGetDriverEntryPointByVersion, so braid
+// does not link libcuda (a binary linked to it would not even load without the driver). Where the
+// driver refuses stream memory operations (CUDA_ERROR_NOT_SUPPORTED, or no entry point), the wait is
+// a cudaLaunchHostFunc whose function spins until the flag is written. Its cost: it occupies CUDA's
+// one callback thread for the whole collective (every other host function of the process waits
+// behind it), and a host function adds tens of microseconds of stream latency. The choice is made
+// once per pool and logged.
+//
+// Staging memory. A pool of slots per communicator, each with its own pinned buffer (cudaHostAlloc,
+// grown on demand to the largest call it served, never shrunk), two events and a flag. A slot is
+// reused once the engine retired its previous call (OpGate::retire) and that call's copy back
+// completed, so nonblocking calls in flight each have their own; once warm, a call allocates nothing. At most kMaxSlots
+// are in use at once; one more call waits in stage() for the oldest to end.
+//
+// Not supported (refused before anything is enqueued): graph capture of the stream (the executor
+// needs a fresh flag value and event per launch, which a replayed graph cannot give it); a stream of
+// another device than the communicator's.
+//
+// Failure. A failed collective still releases the flag (the stream must not hang); the copy back
+// then writes whatever the staging holds, and the failure is the request's result or, for the
+// blocking form, braidCommGetAsyncError's. A fault of the copy in fails the communicator.
+//
+// Threads: stage() may be called from several threads (a mutex guards the pool; this is not the
+// host hot path); the gates are the engine's (src/op_gate.h).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "src/base/status.h"
+#include "src/op_gate.h"
+
+struct CUstream_st;  // cudaStream_t is a CUstream_st*
+
+namespace braid {
+
+// One call's buffers as this rank reads (send) and writes (recv) them; bytes 0 for a buffer the
+// call does not touch on this rank. inPlace: the collective's in-place layout (the two ranges
+// overlap as its in-place form has them), staged as one range so that the layout is kept.
+struct CallBuffers {
+  const void* send = nullptr;
+  size_t sendBytes = 0;
+  void* recv = nullptr;
+  size_t recvBytes = 0;
+  bool inPlace = false;
+};
+
+// What the host collective runs on: pinned host addresses laid out as the caller's buffers, and the
+// gate that ties its operation to the stream.
+struct StagedCall {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  OpGate* gate = nullptr;
+};
+
+class DeviceStaging {
+ public:
+  virtual ~DeviceStaging() = default;
+  // Enqueues the call's copies and wait on `stream` (null: the legacy default stream; checked
+  // with checkStagingStream first) and returns the staged buffers. On failure nothing waits on the
+  // stream and no slot is held.
+  virtual Status stage(const CallBuffers& call, CUstream_st* stream, StagedCall* out) = 0;
+  // A call staged but never posted (the communicator had failed): lets its stream go on.
+  virtual void abandon(OpGate* gate) = 0;
+};
+
+// Refuses a stream the staging cannot order calls on: one being captured into a CUDA graph (before
+// anything else touches CUDA, as a call that is not capture-safe would end the capture), one of
+// another device, a handle that is no stream. Without CUDA: braidInvalidUsage.
+Status checkStagingStream(int device, CUstream_st* stream);
+
+// A pool for `device`; timeoutSec bounds a stage() that waits for a free slot (BRAID_TIMEOUT).
+// Without CUDA: braidInvalidUsage saying so. *out set on success only.
+Status makeDeviceStaging(int device, double timeoutSec, std::unique_ptr<DeviceStaging>* out);
+
+}  // namespace braid

@@ -1,0 +1,330 @@
+// Collectives on device buffers through host staging (src/cuda/staging.h), on real processes that
+// share one GPU: every collective in place and out of place, every dtype and op of AllReduce, 1, 2
+// and 4 ranks, checked on the host; the stream order (a kernel before the call writes its input, a
+// kernel after it reads its output); a nonblocking request; send/recv; and the refusals. Built only
+// with CUDA; skipped, saying why, where no GPU is present (asked in a child process: CUDA set up in
+// this process would be unusable in the ranks forked from it).
+#include <cuda_runtime_api.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "src/cuda/kernels.h"
+#include "src/cuda/runtime.h"
+#include "tests/mp/collective_case.h"
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+// Why the ranks cannot use a GPU ("" when they can), asked once per test process in a child.
+const std::string& gpuAbsence() {
+  static const std::string why = [] {
+    int fds[2];
+    if (pipe(fds) != 0) return std::string("pipe failed");
+    pid_t pid = spawnProcess({}, [&] {
+      close(fds[0]);
+      const std::string w = braid::gpuDeviceCount() > 0 ? "" : braid::gpuAbsentReason();
+      ssize_t k = write(fds[1], w.data(), w.size());
+      (void)k;
+      close(fds[1]);
+      return 0;
+    });
+    close(fds[1]);
+    std::string w;
+    char buf[256];
+    ssize_t k;
+    while ((k = read(fds[0], buf, sizeof(buf))) > 0) w.append(buf, static_cast<size_t>(k));
+    close(fds[0]);
+    const RankResult r = waitProcess(pid, 60);
+    if (r.status != 0) return "the process asking CUDA for devices failed (status " + std::to_string(r.status) + ")";
+    return w;
+  }();
+  return why;
+}
+
+// True (after a WARN saying why) when the ranks would have no GPU: the test returns and reads as
+// skipped in the log.
+bool noGpu() {
+  if (gpuAbsence().empty()) return false;
+  WARN("skipped: " << gpuAbsence());
+  return true;
+}
+
+#define CUDA_OK(rank, call)                                                                                \
+  do {                                                                                                     \
+    const cudaError_t e_ = (call);                                                                         \
+    if (e_ != cudaSuccess) return ::braidtest::fail(rank, "%s failed: %s", #call, cudaGetErrorString(e_)); \
+  } while (0)
+
+// Device copies of a case's buffers, on `stream` (null: the legacy default stream). Grown, reused.
+class OnDevice final : public DeviceCopies {
+ public:
+  explicit OnDevice(cudaStream_t stream) : stream_(stream) {}
+  ~OnDevice() override {
+    cudaFree(send_);
+    cudaFree(recv_);
+  }
+
+  bool upload(const Buffers& b, const char** send, char** recv, braidStream_t* stream) override {
+    if (!grow(&send_, &sendCap_, b.send.size()) || !grow(&recv_, &recvCap_, b.recv.size())) return false;
+    if (!ok(cudaMemcpyAsync(send_, b.send.data(), b.send.size(), cudaMemcpyHostToDevice, stream_), "upload") ||
+        !ok(cudaMemcpyAsync(recv_, b.recv.data(), b.recv.size(), cudaMemcpyHostToDevice, stream_), "upload"))
+      return false;
+    *send = send_;
+    *recv = recv_;
+    *stream = stream_;
+    return true;
+  }
+
+  bool download(Buffers* b) override {
+    return ok(cudaMemcpyAsync(b->recv.data(), recv_, b->recv.size(), cudaMemcpyDeviceToHost, stream_), "download") &&
+           ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+ private:
+  static bool ok(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return true;
+    fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    return false;
+  }
+  static bool grow(char** p, size_t* cap, size_t bytes) {
+    if (*cap >= bytes && *p != nullptr) return true;
+    cudaFree(*p);
+    *p = nullptr;
+    *cap = 0;
+    if (!ok(cudaMalloc(reinterpret_cast<void**>(p), bytes == 0 ? 1 : bytes), "cudaMalloc")) return false;
+    *cap = bytes;
+    return true;
+  }
+
+  cudaStream_t stream_;
+  char* send_ = nullptr;
+  char* recv_ = nullptr;
+  size_t sendCap_ = 0, recvCap_ = 0;
+};
+
+// A host function that holds its stream until *open is set: the test decides when the stream may
+// run, so "the call returned while its stream had not reached it" is certain, not a race.
+void holdUntilOpen(void* open) {
+  auto* flag = static_cast<std::atomic<int>*>(open);
+  while (flag->load(std::memory_order_acquire) == 0) sched_yield();
+}
+
+}  // namespace
+
+TEST_CASE("device buffers: every collective in place and out of place, 1, 2 and 4 ranks", "[gpu][mp]") {
+  if (noGpu()) return;
+  const int n = GENERATE(1, 2, 4);
+  const bool legacyStream = GENERATE(false, true);
+  INFO("nranks " << n << (legacyStream ? ", the legacy default stream" : ", a stream of its own"));
+  auto res = runComm(n, {}, [legacyStream](braidComm_t comm, int rank, int size) {
+    cudaStream_t stream = nullptr;
+    if (!legacyStream) CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    OnDevice dev(stream);
+    Buffers b;
+    int rootPick = 0;
+    for (C c : {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll})
+      for (braidDataType_t dt : {braidFloat32, braidInt8, braidBfloat16})
+        for (size_t count : {size_t{0}, size_t{1}, size_t{1031}, (size_t{1} << 20) + 3})
+          for (bool inPlace : {false, true})
+            if (runCase(comm, rank, size, c, dt, braidSum, count, inPlace, (rootPick++) % size, b, &dev) != 0) return 1;
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("device AllReduce: every dtype and op, 1, 2 and 4 ranks", "[gpu][mp]") {
+  if (noGpu()) return;
+  const int n = GENERATE(1, 2, 4);
+  INFO("nranks " << n);
+  auto res = runComm(n, {}, [](braidComm_t comm, int rank, int size) {
+    cudaStream_t stream = nullptr;
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    OnDevice dev(stream);
+    Buffers b;
+    for (braidDataType_t dt : kTypes)
+      for (braidRedOp_t op : kOps)
+        for (size_t count : {size_t{7}, size_t{65537}})
+          for (bool inPlace : {false, true})
+            if (runCase(comm, rank, size, C::kAllReduce, dt, op, count, inPlace, 0, b, &dev) != 0) return 1;
+    cudaStreamDestroy(stream);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("device calls are ordered on their stream: a kernel before writes the input, one after reads the output",
+          "[gpu][mp]") {
+  if (noGpu()) return;
+  const int n = GENERATE(1, 2);
+  auto res = runComm(n, {}, [](braidComm_t comm, int rank, int size) {
+    const size_t count = (size_t{1} << 20) + 5, bytes = count * sizeof(float);
+    std::vector<float> seed(count), sentinel(count, -1.0f), out(count), second(count);
+    for (size_t i = 0; i < count; ++i) seed[i] = static_cast<float>(inputValue(braidSum, rank, i, size));
+    float *dSeed = nullptr, *dIn = nullptr, *dOut = nullptr, *dSecond = nullptr;
+    for (float** p : {&dSeed, &dIn, &dOut, &dSecond}) CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(p), bytes));
+    CUDA_OK(rank, cudaMemcpy(dSeed, seed.data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(rank, cudaMemset(dIn, 0, bytes));
+    CUDA_OK(rank, cudaMemcpy(dOut, sentinel.data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(rank, cudaMemset(dSecond, 0, bytes));
+    CUDA_OK(rank, cudaDeviceSynchronize());
+    cudaStream_t s = nullptr;
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::atomic<int> open{0};
+    CUDA_OK(rank, cudaLaunchHostFunc(s, holdUntilOpen, &open));
+    const braid::GpuLaunch launch{s, 0, 0};
+    // input = seed, by a kernel the stream runs only once it is opened: a collective that read its
+    // input at once would reduce zeros.
+    if (!braid::gpuScaleBy(braidFloat32, dIn, dSeed, count, 1.0, launch).ok()) return fail(rank, "gpuScaleBy");
+    // Returns while the stream is held (a call that waited for its stream would never return).
+    CHECK_BRAID(rank, braidAllReduce(dIn, dOut, count, braidFloat32, braidSum, comm, s));
+    // second = output, by a kernel after the call: a stream that ran past the collective would copy
+    // the sentinels.
+    if (!braid::gpuScaleBy(braidFloat32, dSecond, dOut, count, 1.0, launch).ok()) return fail(rank, "gpuScaleBy");
+    open.store(1, std::memory_order_release);
+    CUDA_OK(rank, cudaStreamSynchronize(s));
+    CUDA_OK(rank, cudaMemcpy(out.data(), dOut, bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(rank, cudaMemcpy(second.data(), dSecond, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i) {
+      const float want = static_cast<float>(expectedValue(braidFloat32, braidSum, i, size));
+      if (out[i] != want) return fail(rank, "output[%zu] is %g, expected %g", i, out[i], want);
+      if (second[i] != want)
+        return fail(rank, "the kernel after the call read %g at %zu, expected %g", second[i], i, want);
+    }
+    cudaStreamDestroy(s);
+    for (float* p : {dSeed, dIn, dOut, dSecond}) cudaFree(p);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a nonblocking device AllReduce completes once its result is in the device buffer", "[gpu][mp]") {
+  if (noGpu()) return;
+  auto res = runComm(2, {}, [](braidComm_t comm, int rank, int size) {
+    const size_t count = 300007, bytes = count * sizeof(float);
+    std::vector<float> in(count), out(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(inputValue(braidSum, rank, i, size));
+    float *dIn = nullptr, *dOut = nullptr;
+    CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(&dIn), bytes));
+    CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(&dOut), bytes));
+    CUDA_OK(rank, cudaMemcpy(dIn, in.data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(rank, cudaMemset(dOut, 0, bytes));
+    CUDA_OK(rank, cudaDeviceSynchronize());
+    cudaStream_t s = nullptr, other = nullptr;
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    std::atomic<int> open{0};
+    CUDA_OK(rank, cudaLaunchHostFunc(s, holdUntilOpen, &open));
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(dIn, dOut, count, braidFloat32, braidSum, comm, s, &req));
+    int done = -1;
+    CHECK_BRAID(rank, braidTest(req, &done));
+    // The stream is held before the copy of the input: the operation cannot be done.
+    if (done != 0) return fail(rank, "braidTest said done while the stream had not reached the call");
+    open.store(1, std::memory_order_release);
+    CHECK_BRAID(rank, braidWait(req));
+    // No synchronize with `s`: the request's completion alone must mean the result is on the device.
+    CUDA_OK(rank, cudaMemcpyAsync(out.data(), dOut, bytes, cudaMemcpyDeviceToHost, other));
+    CUDA_OK(rank, cudaStreamSynchronize(other));
+    for (size_t i = 0; i < count; ++i) {
+      const float want = static_cast<float>(expectedValue(braidFloat32, braidSum, i, size));
+      if (out[i] != want) return fail(rank, "after braidWait, output[%zu] is %g, expected %g", i, out[i], want);
+    }
+    CUDA_OK(rank, cudaStreamSynchronize(s));
+    cudaStreamDestroy(s);
+    cudaStreamDestroy(other);
+    cudaFree(dIn);
+    cudaFree(dOut);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("braidSend and braidRecv on device buffers", "[gpu][mp]") {
+  if (noGpu()) return;
+  auto res = runComm(2, {}, [](braidComm_t comm, int rank, int) {
+    const size_t count = 100003, bytes = count * sizeof(int32_t);
+    std::vector<int32_t> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = rank == 0 ? static_cast<int32_t>(i * 7 + 1) : -1;
+    int32_t* d = nullptr;
+    CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(&d), bytes));
+    CUDA_OK(rank, cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
+    cudaStream_t s = nullptr;
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (rank == 0)
+      CHECK_BRAID(rank, braidSend(d, count, braidInt32, 1, comm, s));
+    else
+      CHECK_BRAID(rank, braidRecv(d, count, braidInt32, 0, comm, s));
+    CUDA_OK(rank, cudaStreamSynchronize(s));
+    CUDA_OK(rank, cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i)
+      if (h[i] != static_cast<int32_t>(i * 7 + 1)) return fail(rank, "element %zu is %d", i, h[i]);
+    cudaStreamDestroy(s);
+    cudaFree(d);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("device calls refuse mixed buffers, host buffers with a stream, groups, tagged calls and graph capture",
+          "[gpu][mp]") {
+  if (noGpu()) return;
+  auto res = runComm(2, {}, [](braidComm_t comm, int rank, int size) {
+    const size_t count = 64, bytes = count * sizeof(float);
+    std::vector<float> host(count, 5.0f), host2(count, 6.0f);
+    float* d = nullptr;
+    CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(&d), bytes));
+    std::vector<float> ones(count, 1.0f);
+    CUDA_OK(rank, cudaMemcpy(d, ones.data(), bytes, cudaMemcpyHostToDevice));
+    cudaStream_t s = nullptr;
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    auto expect = [&](braidResult_t got, braidResult_t want, const char* what) {
+      if (got == want) return 0;
+      return fail(rank, "%s: got %s, expected %s (%s)", what, braidGetErrorString(got), braidGetErrorString(want),
+                  braidGetLastError());
+    };
+    if (expect(braidAllReduce(d, host.data(), count, braidFloat32, braidSum, comm, s), braidInvalidArgument,
+               "device send, host recv"))
+      return 1;
+    if (host[0] != 5.0f) return fail(rank, "a refused call wrote the host buffer");
+    if (expect(braidAllReduce(host.data(), host2.data(), count, braidFloat32, braidSum, comm, s), braidInvalidUsage,
+               "host buffers with a stream"))
+      return 1;
+    CHECK_BRAID(rank, braidGroupStart());
+    const braidResult_t inGroup = braidAllReduce(d, d, count, braidFloat32, braidSum, comm, s);
+    CHECK_BRAID(rank, braidGroupEnd());
+    if (expect(inGroup, braidInvalidUsage, "device buffers in a group")) return 1;
+    if (expect(braidSendTagged(d, count, braidFloat32, 1 - rank, 3, comm, nullptr), braidInvalidArgument,
+               "a tagged send of device memory"))
+      return 1;
+    CUDA_OK(rank, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    const braidResult_t captured = braidAllReduce(d, d, count, braidFloat32, braidSum, comm, s);
+    cudaGraph_t graph = nullptr;
+    CUDA_OK(rank, cudaStreamEndCapture(s, &graph));
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (expect(captured, braidInvalidUsage, "a call on a capturing stream")) return 1;
+    // None of that reached the peers: the communicator still works, and the device buffer holds 1s.
+    CHECK_BRAID(rank, braidAllReduce(d, d, count, braidFloat32, braidSum, comm, s));
+    CUDA_OK(rank, cudaStreamSynchronize(s));
+    CUDA_OK(rank, cudaMemcpy(ones.data(), d, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i)
+      if (ones[i] != static_cast<float>(size)) return fail(rank, "element %zu is %g after the refusals", i, ones[i]);
+    cudaStreamDestroy(s);
+    cudaFree(d);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
