@@ -59,9 +59,11 @@ Status routeDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stre
 // on and its gate. A call staged and then not posted must be given to abandonDeviceCall.
 Status stageDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, StagedCall* out);
 void abandonDeviceCall(braidComm* comm, const StagedCall& staged);
-// For calls that take host buffers only (tagged point-to-point): refuses a stream, and a device
-// buffer where the communicator has a device. `what` names the buffer.
-Status requireHostBuffer(braidComm* comm, const void* buf, uint64_t bytes, braidStream_t stream, const char* what);
+// For calls that take host buffers only (tagged point-to-point, neighbour allreduces): refuses a
+// stream, and a device buffer where the communicator has a device. `what` names the buffer, `calls`
+// the kind of call ("tagged calls") in the message.
+Status requireHostBuffer(braidComm* comm, const void* buf, uint64_t bytes, braidStream_t stream, const char* what,
+                         const char* calls);
 
 // Whether this thread is between braidGroupStart and braidGroupEnd (src/api_coll.cc).
 bool inGroup();

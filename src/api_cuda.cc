@@ -87,14 +87,15 @@ Status stageDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stre
 
 void abandonDeviceCall(braidComm* comm, const StagedCall& staged) { comm->staging->abandon(staged.gate); }
 
-Status requireHostBuffer(braidComm* comm, const void* buf, uint64_t bytes, braidStream_t stream, const char* what) {
-  if (stream != nullptr) return errorf(braidInvalidUsage, "tagged calls take host buffers only: stream must be NULL");
+Status requireHostBuffer(braidComm* comm, const void* buf, uint64_t bytes, braidStream_t stream, const char* what,
+                         const char* calls) {
+  if (stream != nullptr) return errorf(braidInvalidUsage, "%s take host buffers only: stream must be NULL", calls);
   if (comm->cudaDevice < 0 || bytes == 0) return okStatus();
   PtrInfo info;
   BRAID_TRY(pointerKind(buf, bytes, &info));
   if (onDevice(info))
-    return errorf(braidInvalidArgument, "%s is %s memory: tagged calls take host buffers only", what,
-                  ptrKindName(info.kind));
+    return errorf(braidInvalidArgument, "%s is %s memory: %s take host buffers only", what, ptrKindName(info.kind),
+                  calls);
   return okStatus();
 }
 

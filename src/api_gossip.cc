@@ -284,8 +284,6 @@ Status neighborAllReduce(const void* send, void* recv, size_t count, braidDataTy
   if (!validDtype(dt)) return errorf(braidInvalidArgument, "datatype %d is not a braidDataType_t", dt);
   if (!isFloatType(dt))
     return errorf(braidInvalidArgument, "datatype %s: neighbour allreduce takes floating types only", dtypeName(dt));
-  if (stream != nullptr)
-    return errorf(braidInvalidUsage, "stream must be NULL: device buffers are not supported by this build");
   braidGraph* graph = nullptr;
   BRAID_TRY(graphOf(graphHandle, &graph));
   if (graph->commHandle != commHandle) {
@@ -304,6 +302,9 @@ Status neighborAllReduce(const void* send, void* recv, size_t count, braidDataTy
   const bool inPlace = send == recv && send != nullptr;
   if (!inPlace && overlaps(send, bytes, recv, bytes))
     return errorf(braidInvalidArgument, "sendbuff and recvbuff overlap without being the same buffer");
+  // Device buffers would go down the host path (no staging for graph calls yet).
+  BRAID_TRY(requireHostBuffer(comm, send, bytes, stream, "sendbuff", "neighbour allreduces"));
+  BRAID_TRY(requireHostBuffer(comm, recv, bytes, stream, "recvbuff", "neighbour allreduces"));
   Op* op = nullptr;
   {
     GraphLock hold(graph);

@@ -37,7 +37,8 @@ Status checkTagged(const TaggedCall& c, braidComm** comm) {
                   c.isSend ? "to" : "from", c.peer);
   if (any && n == 1) return errorf(braidInvalidUsage, "a receive from any rank on a communicator of one rank");
   BRAID_TRY(checkP2pBuffer(c.buf, c.count, c.dtype, c.isSend));
-  return requireHostBuffer(*comm, c.buf, c.count * dtypeSize(c.dtype), c.stream, c.isSend ? "sendbuff" : "recvbuff");
+  return requireHostBuffer(*comm, c.buf, c.count * dtypeSize(c.dtype), c.stream, c.isSend ? "sendbuff" : "recvbuff",
+                           "tagged calls");
 }
 
 Status issueTagged(const TaggedCall& c, braidRequest_t* request, bool nonblocking) {

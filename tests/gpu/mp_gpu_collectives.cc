@@ -278,7 +278,7 @@ TEST_CASE("braidSend and braidRecv on device buffers", "[gpu][mp]") {
   REQUIRE(allOk(res));
 }
 
-TEST_CASE("device calls refuse mixed buffers, host buffers with a stream, groups, tagged calls and graph capture",
+TEST_CASE("device calls refuse mixed buffers, host buffers with a stream, groups, tagged and graph calls, capture",
           "[gpu][mp]") {
   if (noGpu()) return;
   auto res = runComm(2, {}, [](braidComm_t comm, int rank, int size) {
@@ -309,6 +309,15 @@ TEST_CASE("device calls refuse mixed buffers, host buffers with a stream, groups
     if (expect(braidSendTagged(d, count, braidFloat32, 1 - rank, 3, comm, nullptr), braidInvalidArgument,
                "a tagged send of device memory"))
       return 1;
+    // Neighbour allreduces take host buffers only (graph calls are not staged).
+    braidGraph_t ring = nullptr;
+    const int other = 1 - rank;
+    const double weight = 0.5;
+    CHECK_BRAID(rank, braidGraphCreate(comm, 1, &other, &weight, 0.5, &ring));
+    if (expect(braidNeighborAllReduce(d, d, count, braidFloat32, ring, comm, nullptr), braidInvalidArgument,
+               "a neighbour allreduce of device memory"))
+      return 1;
+    CHECK_BRAID(rank, braidGraphDestroy(ring));
     CUDA_OK(rank, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     const braidResult_t captured = braidAllReduce(d, d, count, braidFloat32, braidSum, comm, s);
     cudaGraph_t graph = nullptr;
