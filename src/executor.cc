@@ -63,6 +63,9 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
   sendBlocked_.assign(n, 0);
   recvBlocked_.assign(n, 0);
   transportDriven_.assign(comm->transports.size(), 0);
+  p2pSent_.assign(n, 0);
+  p2pRecvd_.assign(n, 0);
+  tagLeaveSeen_.assign(n, 0);
   active_.reserve(64);
   timeoutSec_ = comm->settings.timeoutSec;
   spinNs_ = comm->settings.spinUs * 1000;
@@ -166,6 +169,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->userOwned = userOwned;
   op->seq = ++seq_;
   control_.notePosted(op->seq);  // heartbeats report it
+  countPosted(*plan);
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   op->coll = plan->coll;
   // Fails only when out of memory, which the API boundary reports like any bad_alloc.
@@ -524,6 +528,7 @@ bool Engine::progressOnce() {
     return any;
   }
   if (head_ >= active_.size() && tagActive_.empty() && byesPending_ == 0) return false;
+  if (leaversToCheck() && checkLeavers()) return true;
   if (linkFailedAtNs_ != 0 && linkFailedTag_ != 0 && control_.left(linkFailedPeer_)) {
     tagPeerLeft(linkFailedTag_ - 1, linkFailedPeer_);  // its goodbye came after all
     linkFailedAtNs_ = 0;
@@ -712,11 +717,6 @@ Status Engine::drain() {
   if (pending > 0 && first == nullptr)
     BRAID_INFO(kLogColl, "destroy drops %d finished operation(s) nobody waited for", pending);
   return dropped;
-}
-
-// Rank 0 lingers until the background thread has counted every other rank's goodbye (or death).
-void Engine::waitDeparted(Deadline deadline) {
-  while (control_.departed() < comm_->nranks - 1 && !deadline.expired() && bg_.joinable()) usleep(1000);
 }
 
 void Engine::bgLoop() {

@@ -139,9 +139,10 @@ class Engine {
   // once no thread is left inside wait() or test() (braidCommAbort frees the engine next).
   void abortWaiters();
 
-  // Rank 0 in destroy: returns once every other rank said goodbye (or died), which the background
-  // thread hears, or once `deadline` passed.
-  void waitDeparted(Deadline deadline);
+  // Destroy, after drain(): how far this rank got, for its goodbye (ControlPlane::sayGoodbye): the
+  // collectives it posted and, per peer, the point-to-point messages it sent and received and
+  // whether it sent tagged ones. Empty when the communicator failed (the peers heard why already).
+  std::string leaveRecord();
 
  private:
   bool tryLock() { return !lock_.exchange(true, std::memory_order_acquire); }
@@ -162,6 +163,14 @@ class Engine {
   void wake() { control_.wake(); }
 
   bool progressOnce();
+  // Leave notices (src/executor_leave.cc): whether a pass must look at the ranks that left (one
+  // relaxed load and two compares on the hot path).
+  bool leaversToCheck() const { return control_.leaveGen() != leaveSeen_ || colls_ > collLimit_ || p2pToLeaver_; }
+  // Fails the communicator, naming the leaver, when a running operation needs a rank that left
+  // before it; true when it did.
+  bool checkLeavers();
+  // The plan op's share of the per-kind counts the leave records compare (prepare).
+  void countPosted(const Plan& plan);
   // Drives transport t once per pass; false when it failed (the failure is held as linkFailure_).
   bool driveTransport(int t, int peer);
   // The tagged operations' share of a pass (src/executor_tags.cc); false-y `any` when idle.
@@ -219,6 +228,17 @@ class Engine {
   uint64_t tagSeq_ = 0;    // tagged operations posted (their own numbering: see postTagged)
   int byesPending_ = 0;    // goodbyes posted and not yet out (counted in activeCount_)
   int linkFailedTag_ = 0;  // the held link failure is of tag transport linkFailedTag_ - 1 (0: none)
+  // Leaving (src/executor_leave.cc). Collectives match across ranks by their count, point-to-point
+  // messages by their count per peer and direction (a link's k-th message is the same on both
+  // sides); the leavers' records say how far they got in each.
+  uint64_t colls_ = 0;                        // collectives posted
+  std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per peer: point-to-point messages posted
+  uint32_t leaveSeen_ = 0;                    // control_.leaveGen() when last read
+  std::vector<ControlPlane::LeaveRecord> leaves_;
+  uint64_t collLimit_ = UINT64_MAX;  // collectives past this one need a rank that left (collLeaver_)
+  int collLeaver_ = -1;
+  bool p2pToLeaver_ = false;           // a point-to-point op with a rank that left was posted since the last look
+  std::vector<uint8_t> tagLeaveSeen_;  // per rank: its leave was told to the tag matcher
 
   std::atomic<int> activeCount_{0};
   std::atomic<int> waiters_{0};

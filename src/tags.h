@@ -101,6 +101,13 @@ class TagMatcher {
   // `peer` left the communicator and its tag link closed (no goodbye on it: it sent us nothing, or
   // the goodbye was read already): as a goodbye, and what was still in flight on the link fails.
   void peerLeft(int peer);
+  // `peer` left and said (on the control plane) that it sent this rank no tagged message: nothing
+  // will come on its tag link, so receives that only it could match fail now (as on its goodbye).
+  void leftWithoutSending(int peer) {
+    if (!peers_[peer].left) onGoodbye(peer);
+  }
+  // Whether this rank sent `peer` a tagged message (its goodbye then follows them on the tag link).
+  bool sentTo(int peer) const { return peers_[peer].sentTo; }
   // Reaps the transfers the transports completed, matches arrived headers, reads more headers
   // where a pending receive needs them, and appends the finished operations to *done (op->error set
   // for a failure of its own). A malformed header fails the communicator: the error (naming the
