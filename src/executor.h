@@ -169,8 +169,16 @@ class Engine {
   // Fails the communicator, naming the leaver, when a running operation needs a rank that left
   // before it; true when it did.
   bool checkLeavers();
-  // The plan op's share of the per-kind counts the leave records compare (prepare).
-  void countPosted(const Plan& plan);
+  // The plan op's share of the per-kind counts the leave records compare (prepare): one increment
+  // for a collective; point-to-point groups (built per call, off the hot path) count per peer.
+  void countPosted(const Plan& plan) {
+    if (plan.coll != Coll::kSendRecv) {
+      ++colls_;
+      return;
+    }
+    countP2p(plan);
+  }
+  void countP2p(const Plan& plan);
   // Drives transport t once per pass; false when it failed (the failure is held as linkFailure_).
   bool driveTransport(int t, int peer);
   // The tagged operations' share of a pass (src/executor_tags.cc); false-y `any` when idle.

@@ -40,11 +40,7 @@
 namespace braid {
 
 // Engine lock held (prepare).
-void Engine::countPosted(const Plan& plan) {
-  if (plan.coll != Coll::kSendRecv) {
-    ++colls_;
-    return;
-  }
+void Engine::countP2p(const Plan& plan) {
   for (const Plan::PeerQueue& q : plan.peers) {
     p2pSent_[q.peer] += q.sends.size();
     p2pRecvd_[q.peer] += q.recvs.size();
