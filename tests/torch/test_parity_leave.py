@@ -44,6 +44,16 @@ def peer_leaves(rank, world, backend, path, out, pending):
     _mark(out, rank, what="exit")
 
 
+def _all_reduce_without_root(rank, out, t):
+    """An all_reduce that rank 0 never joins: marks the error it raises (None if none), then the exit."""
+    try:
+        dist.all_reduce(t)
+        _mark(out, rank, what="error", error=None)
+    except RuntimeError as exc:
+        _mark(out, rank, what="error", error=str(exc))
+    _mark(out, rank, what="exit")
+
+
 def root_raises(rank, world, backend, path, out):
     _init(backend, rank, world, path)
     t = torch.ones(4)
@@ -52,12 +62,7 @@ def root_raises(rank, world, backend, path, out):
         time.sleep(0.5)  # the others wait in the next all_reduce by then
         _mark(out, rank, what="exit")
         raise RuntimeError("rank 0 gives up (an uncaught exception: the test wants it)")
-    try:
-        dist.all_reduce(t)  # rank 0 never joins it
-        _mark(out, rank, what="error", error=None)
-    except RuntimeError as exc:
-        _mark(out, rank, what="error", error=str(exc))
-    _mark(out, rank, what="exit")
+    _all_reduce_without_root(rank, out, t)
 
 
 def root_leaves(rank, world, backend, path, out, destroy):
@@ -72,12 +77,7 @@ def root_leaves(rank, world, backend, path, out, destroy):
             _mark(out, rank, what="destroyed", seconds=time.monotonic() - start)
         _mark(out, rank, what="exit")
         sys.exit(0)
-    try:
-        dist.all_reduce(t)  # rank 0 never joins it
-        _mark(out, rank, what="error", error=None)
-    except RuntimeError as exc:
-        _mark(out, rank, what="error", error=str(exc))
-    _mark(out, rank, what="exit")
+    _all_reduce_without_root(rank, out, t)
 
 
 def check_peers_named(res, what, world, leaver, strict):
