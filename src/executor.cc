@@ -169,7 +169,8 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->userOwned = userOwned;
   op->seq = ++seq_;
   control_.notePosted(op->seq);  // heartbeats report it
-  countPosted(*plan);
+  // The one compare the leave notices cost a post (src/executor_leave.cc).
+  if (seq_ > collSeqLimit_) leaveSeen_ = kLeaveRecheck;
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   op->coll = plan->coll;
   // Fails only when out of memory, which the API boundary reports like any bad_alloc.
@@ -289,6 +290,7 @@ Status Engine::postGroup(Plan* plan, bool userOwned, Op** out) {
         std::swap(op->ownedPlan, *plan);
         op->ownedPlan.finalize();
         op->plan = &op->ownedPlan;
+        countP2p(op->ownedPlan);
         op->kernel = nullptr;
         op->reduceSpec = ReduceSpec{};
       },

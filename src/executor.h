@@ -164,20 +164,14 @@ class Engine {
 
   bool progressOnce();
   // Leave notices (src/executor_leave.cc): whether a pass must look at the ranks that left (one
-  // relaxed load and two compares on the hot path).
-  bool leaversToCheck() const { return control_.leaveGen() != leaveSeen_ || colls_ > collLimit_ || p2pToLeaver_; }
+  // relaxed load and a compare on the hot path): a notice came, or an op that may need a leaver was
+  // posted since the last look (leaveSeen_ = kLeaveRecheck).
+  bool leaversToCheck() const { return control_.leaveGen() != leaveSeen_; }
   // Fails the communicator, naming the leaver, when a running operation needs a rank that left
   // before it; true when it did.
   bool checkLeavers();
-  // The plan op's share of the per-kind counts the leave records compare (prepare): one increment
-  // for a collective; point-to-point groups (built per call, off the hot path) count per peer.
-  void countPosted(const Plan& plan) {
-    if (plan.coll != Coll::kSendRecv) {
-      ++colls_;
-      return;
-    }
-    countP2p(plan);
-  }
+  // A point-to-point group's share of the counts the leave records compare (postGroup: built per
+  // call, off the hot path): its messages per peer and direction, and one more group.
   void countP2p(const Plan& plan);
   // Drives transport t once per pass; false when it failed (the failure is held as linkFailure_).
   bool driveTransport(int t, int peer);
@@ -239,13 +233,18 @@ class Engine {
   // Leaving (src/executor_leave.cc). Collectives match across ranks by their count, point-to-point
   // messages by their count per peer and direction (a link's k-th message is the same on both
   // sides); the leavers' records say how far they got in each.
-  uint64_t colls_ = 0;                        // collectives posted
+  // Collectives posted: seq_ - groups_ (nothing counted on their path).
+  uint64_t groups_ = 0;                       // point-to-point groups posted
   std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per peer: point-to-point messages posted
-  uint32_t leaveSeen_ = 0;                    // control_.leaveGen() when last read
+  uint32_t leaveSeen_ = 0;                    // control_.leaveGen() when last read, or kLeaveRecheck
+  // Never a leaveGen() (which counts goodbyes, one per rank at most): forces the next look.
+  static constexpr uint32_t kLeaveRecheck = UINT32_MAX;
   std::vector<ControlPlane::LeaveRecord> leaves_;
   uint64_t collLimit_ = UINT64_MAX;  // collectives past this one need a rank that left (collLeaver_)
+  // A sequence number no later op can have without perhaps being such a collective: prepare() asks
+  // for a look past it (groups posted meanwhile move it up).
+  uint64_t collSeqLimit_ = UINT64_MAX;
   int collLeaver_ = -1;
-  bool p2pToLeaver_ = false;           // a point-to-point op with a rank that left was posted since the last look
   std::vector<uint8_t> tagLeaveSeen_;  // per rank: its leave was told to the tag matcher
 
   std::atomic<int> activeCount_{0};

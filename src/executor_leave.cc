@@ -29,8 +29,12 @@
 // point-to-point call for a rank whose communicator failed this way waits until BRAID_TIMEOUT.
 //
 // Races. A notice may come before the leaver's last bytes: the counts keep those ops alive. An op
-// posted after the notice: prepare() counted it, so the next pass (leaversToCheck: the count past
-// the limit) fails it.
+// posted after the notice: prepare() saw its sequence number past collSeqLimit_ (a collective) or
+// countP2p saw its peer gone (a group) and asked for a look, so the next pass fails it if it needs
+// the leaver.
+//
+// Cost on the hot path: one compare per post (prepare) and one relaxed load and compare per pass
+// (leaversToCheck). Collectives are counted as seq_ - groups_, so their posts count nothing.
 #include <cstdio>
 
 #include "src/base/log.h"
@@ -39,12 +43,14 @@
 
 namespace braid {
 
-// Engine lock held (prepare).
+// Engine lock held (postGroup).
 void Engine::countP2p(const Plan& plan) {
+  ++groups_;
+  if (collSeqLimit_ != UINT64_MAX) ++collSeqLimit_;  // the group takes a sequence number
   for (const Plan::PeerQueue& q : plan.peers) {
     p2pSent_[q.peer] += q.sends.size();
     p2pRecvd_[q.peer] += q.recvs.size();
-    if (control_.left(q.peer)) p2pToLeaver_ = true;
+    if (control_.left(q.peer)) leaveSeen_ = kLeaveRecheck;
   }
 }
 
@@ -59,7 +65,7 @@ std::string Engine::leaveRecord() {
       perPeer[3 * p + 1] = p2pRecvd_[p];
       perPeer[3 * p + 2] = tagsEnabled_ && p != comm_->rank && tags_.sentTo(p) ? 1 : 0;
     }
-    out = ControlPlane::encodeLeave(colls_, perPeer);
+    out = ControlPlane::encodeLeave(seq_ - groups_, perPeer);
   }
   unlock();
   return out;
@@ -67,9 +73,8 @@ std::string Engine::leaveRecord() {
 
 // Engine lock held.
 bool Engine::checkLeavers() {
-  p2pToLeaver_ = false;
   const uint32_t gen = control_.leaveGen();
-  if (gen != leaveSeen_) {
+  if (gen != leaveSeen_) {  // a notice, or a forced look (which reads the records again: rare)
     leaveSeen_ = gen;
     std::atomic_thread_fence(std::memory_order_acquire);  // pairs with leaveGen_'s release increment
     leaves_ = control_.leaves();
@@ -85,10 +90,14 @@ bool Engine::checkLeavers() {
         tags_.leftWithoutSending(r);
       }
     }
+    // The next collective past the limit gets at least this sequence number (more if groups come
+    // first): posts beyond it ask for a look. Those already posted are in the walk below.
+    const uint64_t colls = seq_ - groups_;
+    if (collLimit_ != UINT64_MAX) collSeqLimit_ = seq_ + (collLimit_ > colls ? collLimit_ - colls : 0);
   }
   // Walk from the newest op back, counting down: each op's last collective number and last message
   // number per peer. The earliest op that needs a leaver is named.
-  uint64_t coll = colls_;
+  uint64_t coll = seq_ - groups_;
   std::vector<uint64_t> sent = p2pSent_, recvd = p2pRecvd_;
   const Op* needy = nullptr;
   int leaver = -1;
