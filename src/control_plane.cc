@@ -144,15 +144,16 @@ std::vector<ControlPlane::LeaveRecord> ControlPlane::leaves() const {
 void ControlPlane::onGoodbye(int who, const std::string& record) {
   LeaveRecord rec;
   if (record.size() >= 8) {
-    std::vector<uint64_t> table(3 * static_cast<size_t>(comm_->nranks));
+    std::vector<uint64_t> table(kLeaveFields * static_cast<size_t>(comm_->nranks));
     memcpy(&rec.colls, record.data(), 8);
     decodeProgress(reinterpret_cast<const uint8_t*>(record.data()) + 8, record.size() - 8, &table);
-    const size_t me = 3 * static_cast<size_t>(comm_->rank);
+    const size_t me = kLeaveFields * static_cast<size_t>(comm_->rank);
     rec.known = true;
     rec.sentToMe = table[me];
     rec.recvdFromMe = table[me + 1];
     // Unknown (a cut table) counts as "sent": then only its tag link's own goodbye ends receives.
     rec.taggedToMe = table[me + 2] != 0;
+    rec.taggedFromMe = table[me + 3] == kProgressUnknown ? 0 : table[me + 3];
   }
   {
     std::lock_guard<std::mutex> g(failMu_);

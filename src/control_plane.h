@@ -71,11 +71,12 @@ class ControlPlane {
   bool left(int peer) const { return left_[peer].load(std::memory_order_acquire) != 0; }
   // Leave notices (see sayGoodbye): how far a rank that left had got, as far as this rank is concerned.
   struct LeaveRecord {
-    bool known = false;        // the goodbye said how far it got (else: only that it left)
-    uint64_t colls = 0;        // collectives it posted (and finished: it left with none pending)
-    uint64_t sentToMe = 0;     // point-to-point messages (plan steps) it sent to this rank
-    uint64_t recvdFromMe = 0;  // ... and received from this rank
-    bool taggedToMe = true;    // it sent this rank tagged messages (then its tag link carries a goodbye too)
+    bool known = false;         // the goodbye said how far it got (else: only that it left)
+    uint64_t colls = 0;         // collectives it posted (and finished: it left with none pending)
+    uint64_t sentToMe = 0;      // point-to-point messages (plan steps) it sent to this rank
+    uint64_t recvdFromMe = 0;   // ... and received from this rank
+    bool taggedToMe = true;     // it sent this rank tagged messages (then its tag link carries a goodbye too)
+    uint64_t taggedFromMe = 0;  // tagged messages of this rank it received (their sends are done)
   };
   // Bumped (release) whenever a leave notice arrives; the engine compares it on every pass (relaxed)
   // and reads leaves() when it changed.
@@ -90,8 +91,10 @@ class ControlPlane {
   // (`record`, Engine::leaveRecord(): empty when unknown), so that every operation of theirs that
   // still needs it fails at once instead of at BRAID_TIMEOUT. Background thread stopped.
   void sayGoodbye(const std::string& record);
-  // A goodbye's record: `colls` collectives posted; perPeer[3p .. 3p+2]: point-to-point messages
-  // sent to rank p, received from it, and whether tagged messages went to it (0 or 1).
+  // A goodbye's record: `colls` collectives posted; perPeer[kLeaveFields * p ...]: point-to-point
+  // messages sent to rank p, received from it, whether tagged messages went to it (0 or 1), and how
+  // many tagged messages came from it.
+  static constexpr size_t kLeaveFields = 4;
   static std::string encodeLeave(uint64_t colls, const std::vector<uint64_t>& perPeer);
 
  private:

@@ -543,7 +543,10 @@ bool Engine::progressOnce() {
     // thread not having run yet on a busy host: let it be read before the blame falls.
     if (held < kMaxBlameGraceNs && !control_.left(linkFailedPeer_) && control_.ctrlPending(linkFailedPeer_))
       return false;
-    if (control_.left(linkFailedPeer_))
+    // A leaver whose goodbye said how far it got had finished what is still waiting here (what it
+    // had not, checkLeavers failed already): the link's own error says what went wrong (a length
+    // that differs, bytes that never came). Without that record, its leaving is the likely cause.
+    if (control_.left(linkFailedPeer_) && !leaverFinished(linkFailedPeer_))
       linkFailure_ = errorf(braidRemoteError,
                             "%s left the communicator (braidCommDestroy) while an operation of this rank still needed "
                             "it (it did not post the call, or the calls differ)",

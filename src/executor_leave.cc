@@ -59,11 +59,14 @@ std::string Engine::leaveRecord() {
   std::string out;
   if (!control_.failed()) {
     const int n = comm_->nranks;
-    std::vector<uint64_t> perPeer(3 * static_cast<size_t>(n), 0);
+    constexpr size_t kF = ControlPlane::kLeaveFields;
+    std::vector<uint64_t> perPeer(kF * static_cast<size_t>(n), 0);
     for (int p = 0; p < n; ++p) {
-      perPeer[3 * p] = p2pSent_[p];
-      perPeer[3 * p + 1] = p2pRecvd_[p];
-      perPeer[3 * p + 2] = tagsEnabled_ && p != comm_->rank && tags_.sentTo(p) ? 1 : 0;
+      const bool tagged = tagsEnabled_ && p != comm_->rank;
+      perPeer[kF * p] = p2pSent_[p];
+      perPeer[kF * p + 1] = p2pRecvd_[p];
+      perPeer[kF * p + 2] = tagged && tags_.sentTo(p) ? 1 : 0;
+      perPeer[kF * p + 3] = tagged ? tags_.receivedFrom(p) : 0;
     }
     out = ControlPlane::encodeLeave(seq_ - groups_, perPeer);
   }
