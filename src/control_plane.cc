@@ -159,6 +159,8 @@ void ControlPlane::onGoodbye(int who, const std::string& record) {
     std::lock_guard<std::mutex> g(failMu_);
     leaves_[who] = rec;
   }
+  // The generation first: a thread that sees left(who) (acquire) then sees the record's generation.
+  leaveGen_.fetch_add(1, std::memory_order_release);
   left_[who].store(1, std::memory_order_release);
   if (rec.known)
     BRAID_INFO(kLogInit, "%s left the communicator after operation #%llu", comm_->describeRank(who).c_str(),
@@ -171,7 +173,6 @@ void ControlPlane::onGoodbye(int who, const std::string& record) {
     for (int r = 1; r < comm_->nranks; ++r)
       if (r != who && !gone_[r]) (void)comm_->boot->sendCtrl(r, CtrlType::kBye, who, record);
   }
-  leaveGen_.fetch_add(1, std::memory_order_release);
   wake();
 }
 

@@ -170,8 +170,10 @@ class Engine {
   // Fails the communicator, naming the leaver, when a running operation needs a rank that left
   // before it; true when it did.
   bool checkLeavers();
-  // Whether `peer` left with a goodbye that said how far it got (leaves_, read by checkLeavers).
-  bool leaverFinished(int peer) const { return !leaves_.empty() && leaves_[peer].known; }
+  // Reads the leave records when a notice came since the last read (or a look was forced).
+  void readLeaves();
+  // Whether `peer` left with a goodbye that said how far it got (the records read now if news came).
+  bool leaverFinished(int peer);
   // A point-to-point group's share of the counts the leave records compare (postGroup: built per
   // call, off the hot path): its messages per peer and direction, and one more group.
   void countP2p(const Plan& plan);

@@ -75,7 +75,7 @@ std::string Engine::leaveRecord() {
 }
 
 // Engine lock held.
-bool Engine::checkLeavers() {
+void Engine::readLeaves() {
   const uint32_t gen = control_.leaveGen();
   if (gen != leaveSeen_) {  // a notice, or a forced look (which reads the records again: rare)
     leaveSeen_ = gen;
@@ -98,6 +98,21 @@ bool Engine::checkLeavers() {
     const uint64_t colls = seq_ - groups_;
     if (collLimit_ != UINT64_MAX) collSeqLimit_ = seq_ + (collLimit_ > colls ? collLimit_ - colls : 0);
   }
+}
+
+bool Engine::leaverFinished(int peer) {
+  // Called where a link to `peer` failed, which may be news of its leaving that came after this
+  // pass looked: read the records now, and have the next pass walk the operations too.
+  if (leaversToCheck()) {
+    readLeaves();
+    leaveSeen_ = kLeaveRecheck;
+  }
+  return !leaves_.empty() && leaves_[peer].known;
+}
+
+// Engine lock held.
+bool Engine::checkLeavers() {
+  readLeaves();
   // Walk from the newest op back, counting down: each op's last collective number and last message
   // number per peer. The earliest op that needs a leaver is named.
   uint64_t coll = seq_ - groups_;

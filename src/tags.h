@@ -30,6 +30,10 @@
 // messages to, after them: a receive that only that rank could match then fails at once. A tag link
 // that closes under a receive (a process that exited; shm notices only once the FIFO is drained, tcp
 // after the last byte) is a failure only when the peer did not say goodbye on the control plane.
+// That goodbye (src/executor_leave.cc) also tells each rank whether the leaver sent it any tagged
+// message (if not, no goodbye header will come, and receives only it could match fail at once) and
+// how many of its tagged messages the leaver received (those sends are done, whatever the closing
+// link did to their completions).
 //
 // Threads: everything here runs with the engine lock held (src/executor.h).
 #pragma once
