@@ -525,21 +525,13 @@ Status commDestroy(braidComm* comm) {
   comm->successor = nullptr;
   comm->engine->postTagGoodbyes();
   Status drained = comm->engine->drain();
-  if (comm->rank == 0) {
-    // Rank 0 carries the failure notices: stay until the others left (or the deadline). Its
-    // background thread counts the goodbyes.
-    if (!comm->control->failed()) comm->engine->waitDeparted(Deadline::afterSeconds(comm->settings.timeoutSec));
-    comm->engine->stop();
-    // Those still here (a failed communicator, or the deadline passed) must not take our leaving
-    // for a death.
-    comm->control->sayGoodbye();
-  } else {
-    // Stop listening first: rank 0 may leave as soon as it has our goodbye, and its closing
-    // connection is no failure then. Also on a failed communicator: survivors that shrink must not
-    // count us among the failed.
-    comm->engine->stop();
-    comm->control->sayGoodbye();
-  }
+  // How far this rank got, for the others: their operations that still need it fail at once.
+  const std::string record = comm->engine->leaveRecord();
+  // Stop listening first: rank 0 may leave as soon as it has our goodbye, and its closing
+  // connection is no failure then. Also on a failed communicator: survivors that shrink must not
+  // count us among the failed. Rank 0 leaves at once too (ControlPlane::sayGoodbye says why).
+  comm->engine->stop();
+  comm->control->sayGoodbye(record);
   freeComm(comm);
   return drained;
 }

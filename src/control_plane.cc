@@ -11,6 +11,11 @@
 //
 // Propagation. Whoever detects a failure tells rank 0 (or is rank 0); rank 0 sends everyone its
 // table of the ranks' progress, then the notice. Ranks learn within one control-socket wakeup.
+//
+// Leaving. A rank's goodbye says how far it got (Engine::leaveRecord); rank 0 passes it on to
+// everyone still here, and rank 0's own goes to everyone. Each rank's engine then fails exactly the
+// operations that need the leaver and were posted after what it finished (Engine::checkLeavers,
+// src/executor_leave.cc).
 #include "src/control_plane.h"
 
 #include <sys/epoll.h>
@@ -63,6 +68,7 @@ Status watchFd(int ep, int fd, uint64_t tag, uint32_t events) {
 
 ControlPlane::ControlPlane(braidComm* comm) : comm_(comm) {
   gone_.assign(comm->nranks, 0);
+  leaves_.resize(comm->nranks);
   left_.reset(new std::atomic<uint8_t>[comm->nranks]());
 }
 
@@ -104,12 +110,70 @@ void ControlPlane::wake() {
 
 bool ControlPlane::ctrlPending(int peer) { return comm_->boot->ctrlPending(peer); }
 
-void ControlPlane::sayGoodbye() {
+void ControlPlane::sayGoodbye(const std::string& record) {
   if (comm_->rank == 0) {
-    for (int r = 1; r < comm_->nranks; ++r) (void)comm_->boot->sendCtrl(r, CtrlType::kBye, 0, "");
+    // Rank 0 goes at once, without waiting for the others to leave (it did until 2026-12: failure
+    // notices travel through it). Why that is safe: it finished every operation it posted, so no
+    // rank needs its bytes beyond what is already in flight, and every rank learns from this notice
+    // which of its operations need rank 0 (they fail now). What rank 0 no longer does for the others
+    // is relay failures and goodbyes among them: from here on they find those locally, through the
+    // links (a peer that exits closes them) and their operations' deadlines. Lingering instead would
+    // keep rank 0's process for as long as any other rank runs, up to BRAID_TIMEOUT, and waiting for
+    // acknowledgements would only shorten that window, not remove it.
+    for (int r = 1; r < comm_->nranks; ++r)
+      if (!gone_[r]) (void)comm_->boot->sendCtrl(r, CtrlType::kBye, 0, record);
   } else {
-    (void)comm_->boot->sendCtrl(0, CtrlType::kBye, comm_->rank, "");
+    (void)comm_->boot->sendCtrl(0, CtrlType::kBye, comm_->rank, record);
   }
+}
+
+std::string ControlPlane::encodeLeave(uint64_t colls, const std::vector<uint64_t>& perPeer) {
+  std::string out(reinterpret_cast<const char*>(&colls), 8);
+  std::string table = encodeProgress(perPeer);
+  // Whole runs only, within a control message: ranks past the cut decode as unknown.
+  const size_t room = (kMaxCtrlText - 8) / 12 * 12;
+  if (table.size() > room) table.resize(room);
+  return out + table;
+}
+
+std::vector<ControlPlane::LeaveRecord> ControlPlane::leaves() const {
+  std::lock_guard<std::mutex> g(failMu_);
+  return leaves_;
+}
+
+void ControlPlane::onGoodbye(int who, const std::string& record) {
+  LeaveRecord rec;
+  if (record.size() >= 8) {
+    std::vector<uint64_t> table(kLeaveFields * static_cast<size_t>(comm_->nranks));
+    memcpy(&rec.colls, record.data(), 8);
+    decodeProgress(reinterpret_cast<const uint8_t*>(record.data()) + 8, record.size() - 8, &table);
+    const size_t me = kLeaveFields * static_cast<size_t>(comm_->rank);
+    rec.known = true;
+    rec.sentToMe = table[me];
+    rec.recvdFromMe = table[me + 1];
+    // Unknown (a cut table) counts as "sent": then only its tag link's own goodbye ends receives.
+    rec.taggedToMe = table[me + 2] != 0;
+    rec.taggedFromMe = table[me + 3] == kProgressUnknown ? 0 : table[me + 3];
+  }
+  {
+    std::lock_guard<std::mutex> g(failMu_);
+    leaves_[who] = rec;
+  }
+  // The generation first: a thread that sees left(who) (acquire) then sees the record's generation.
+  leaveGen_.fetch_add(1, std::memory_order_release);
+  left_[who].store(1, std::memory_order_release);
+  if (rec.known)
+    BRAID_INFO(kLogInit, "%s left the communicator after operation #%llu", comm_->describeRank(who).c_str(),
+               static_cast<unsigned long long>(rec.colls));
+  else
+    BRAID_INFO(kLogInit, "%s left the communicator", comm_->describeRank(who).c_str());
+  if (comm_->rank == 0 && who != 0) {
+    // Everyone still here hears it, in the one order of rank 0's notices (noticeMu_).
+    std::lock_guard<std::mutex> order(noticeMu_);
+    for (int r = 1; r < comm_->nranks; ++r)
+      if (r != who && !gone_[r]) (void)comm_->boot->sendCtrl(r, CtrlType::kBye, who, record);
+  }
+  wake();
 }
 
 void ControlPlane::fail(const Status& s, int culprit, bool notify, int skip, const std::string& relayText) {
@@ -218,12 +282,15 @@ void ControlPlane::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
       }
       break;
     case CtrlType::kBye:
-      // A departure, not a failure (rank 0 says goodbye only once the others left or failed).
-      gone_[peer] = 1;
-      left_[peer].store(1, std::memory_order_release);
-      departed_.fetch_add(1, std::memory_order_acq_rel);
-      comm_->boot->closeCtrl(peer);
-      BRAID_INFO(kLogInit, "%s left the communicator", comm_->describeRank(peer).c_str());
+      // A departure, not a failure. From rank r to rank 0, or from rank 0 about itself: the sender
+      // goes, its control socket with it. From rank 0 about another rank: a goodbye passed on.
+      if (comm_->rank == 0 || msg.rank == 0) {
+        gone_[peer] = 1;
+        comm_->boot->closeCtrl(peer);
+        onGoodbye(peer, msg.text);
+      } else if (msg.rank != comm_->rank) {
+        onGoodbye(msg.rank, msg.text);
+      }
       break;
     case CtrlType::kAbort:
     case CtrlType::kTimeout:
@@ -295,7 +362,6 @@ void ControlPlane::servePeer(int peer) {
       fail(errorf(braidRemoteError, "%s died: its control connection closed without a goodbye",
                   comm_->describeRank(peer).c_str()),
            peer, true);
-      if (comm_->rank == 0) departed_.fetch_add(1, std::memory_order_acq_rel);
     }
     return;
   }

@@ -66,22 +66,44 @@ class ControlPlane {
   std::string reachedText(uint64_t seq, bool timedOut) const;
 
   // Whether `peer` said goodbye: a peer that left cleanly did not die, it left while an operation
-  // still needed it (read where a link failure is blamed).
+  // still needed it (read where a link failure is blamed). Every rank learns it: rank 0 relays
+  // each goodbye to the others.
   bool left(int peer) const { return left_[peer].load(std::memory_order_acquire) != 0; }
+  // Leave notices (see sayGoodbye): how far a rank that left had got, as far as this rank is concerned.
+  struct LeaveRecord {
+    bool known = false;         // the goodbye said how far it got (else: only that it left)
+    uint64_t colls = 0;         // collectives it posted (and finished: it left with none pending)
+    uint64_t sentToMe = 0;      // point-to-point messages (plan steps) it sent to this rank
+    uint64_t recvdFromMe = 0;   // ... and received from this rank
+    bool taggedToMe = true;     // it sent this rank tagged messages (then its tag link carries a goodbye too)
+    uint64_t taggedFromMe = 0;  // tagged messages of this rank it received (their sends are done)
+  };
+  // Bumped (release) whenever a leave notice arrives; the engine compares it on every pass (relaxed)
+  // and reads leaves() when it changed.
+  uint32_t leaveGen() const { return leaveGen_.load(std::memory_order_relaxed); }
+  // Every rank's record (unknown for ranks still here).
+  std::vector<LeaveRecord> leaves() const;
   // Whether bytes from `peer` wait unread on its control socket (a goodbye or a notice the
   // background thread has not read yet). One poll(); for failure paths, not the hot path.
   bool ctrlPending(int peer);
-  // Ranks that said goodbye or, seen by rank 0, died (rank 0 lingers in destroy until all did).
-  int departed() const { return departed_.load(std::memory_order_acquire); }
-  // Destroy: rank 0 tells everyone still here, the others tell rank 0, that this rank leaves (so
-  // its closing connection is not taken for a death).
-  void sayGoodbye();
+  // Destroy: rank 0 tells everyone still here, the others tell rank 0 (which tells everyone), that
+  // this rank leaves, so that its closing connection is not taken for a death, and how far it got
+  // (`record`, Engine::leaveRecord(): empty when unknown), so that every operation of theirs that
+  // still needs it fails at once instead of at BRAID_TIMEOUT. Background thread stopped.
+  void sayGoodbye(const std::string& record);
+  // A goodbye's record: `colls` collectives posted; perPeer[kLeaveFields * p ...]: point-to-point
+  // messages sent to rank p, received from it, whether tagged messages went to it (0 or 1), and how
+  // many tagged messages came from it.
+  static constexpr size_t kLeaveFields = 4;
+  static std::string encodeLeave(uint64_t colls, const std::vector<uint64_t>& perPeer);
 
  private:
   // Reads and handles every control message already queued from `peer`; notes its goodbye or death.
   void servePeer(int peer);
   // One control message from `peer`.
   void onControl(int peer, const Bootstrap::CtrlMsg& msg);
+  // A goodbye of rank `who` (from `who` itself, or relayed by rank 0): records it and tells the engine.
+  void onGoodbye(int who, const std::string& record);
   Status readHeartbeatSettings();
 
   // epoll tags besides control sockets (whose tag is the peer's rank).
@@ -116,10 +138,11 @@ class ControlPlane {
   uint64_t lastReported_ = 0;
 
   // Departures.
-  std::atomic<int> departed_{0};
   std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)
   // Per rank: said goodbye (written by the background thread, read by whoever blames a link).
   std::unique_ptr<std::atomic<uint8_t>[]> left_;
+  std::vector<LeaveRecord> leaves_;  // failMu_
+  std::atomic<uint32_t> leaveGen_{0};
 
   // The background thread's sleep.
   int wakeFd_ = -1;

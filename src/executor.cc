@@ -68,6 +68,9 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
   sendBlocked_.assign(n, 0);
   recvBlocked_.assign(n, 0);
   transportDriven_.assign(comm->transports.size(), 0);
+  p2pSent_.assign(n, 0);
+  p2pRecvd_.assign(n, 0);
+  tagLeaveSeen_.assign(n, 0);
   active_.reserve(64);
   timeoutSec_ = comm->settings.timeoutSec;
   spinNs_ = comm->settings.spinUs * 1000;
@@ -181,6 +184,8 @@ void Engine::prepare(Op* op, bool userOwned) {
   if (op->gate != nullptr) gatesClosed_.fetch_add(1, std::memory_order_relaxed);
   op->seq = ++seq_;
   control_.notePosted(op->seq);  // heartbeats report it
+  // The one compare the leave notices cost a post (src/executor_leave.cc).
+  if (seq_ > collSeqLimit_) leaveSeen_ = kLeaveRecheck;
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   op->coll = plan->coll;
   // Fails only when out of memory, which the API boundary reports like any bad_alloc.
@@ -305,6 +310,7 @@ Status Engine::postGroup(Plan* plan, bool userOwned, Op** out, OpGate* gate, boo
         std::swap(op->ownedPlan, *plan);
         op->ownedPlan.finalize();
         op->plan = &op->ownedPlan;
+        countP2p(op->ownedPlan);
         op->kernel = nullptr;
         op->reduceSpec = ReduceSpec{};
         op->gate = gate;
@@ -532,6 +538,7 @@ bool Engine::progressOnce() {
     return any;
   }
   if (head_ >= active_.size() && tagActive_.empty() && byesPending_ == 0) return false;
+  if (leaversToCheck() && checkLeavers()) return true;
   if (linkFailedAtNs_ != 0 && linkFailedTag_ != 0 && control_.left(linkFailedPeer_)) {
     tagPeerLeft(linkFailedTag_ - 1, linkFailedPeer_);  // its goodbye came after all
     linkFailedAtNs_ = 0;
@@ -544,7 +551,10 @@ bool Engine::progressOnce() {
     // thread not having run yet on a busy host: let it be read before the blame falls.
     if (held < kMaxBlameGraceNs && !control_.left(linkFailedPeer_) && control_.ctrlPending(linkFailedPeer_))
       return false;
-    if (control_.left(linkFailedPeer_))
+    // A leaver whose goodbye said how far it got had finished what is still waiting here (what it
+    // had not, checkLeavers failed already): the link's own error says what went wrong (a length
+    // that differs, bytes that never came). Without that record, its leaving is the likely cause.
+    if (control_.left(linkFailedPeer_) && !leaverFinished(linkFailedPeer_))
       linkFailure_ = errorf(braidRemoteError,
                             "%s left the communicator (braidCommDestroy) while an operation of this rank still needed "
                             "it (it did not post the call, or the calls differ)",
@@ -726,11 +736,6 @@ Status Engine::drain() {
   if (pending > 0 && first == nullptr)
     BRAID_INFO(kLogColl, "destroy drops %d finished operation(s) nobody waited for", pending);
   return dropped;
-}
-
-// Rank 0 lingers until the background thread has counted every other rank's goodbye (or death).
-void Engine::waitDeparted(Deadline deadline) {
-  while (control_.departed() < comm_->nranks - 1 && !deadline.expired() && bg_.joinable()) usleep(1000);
 }
 
 void Engine::bgLoop() {

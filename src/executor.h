@@ -151,9 +151,10 @@ class Engine {
   // once no thread is left inside wait() or test() (braidCommAbort frees the engine next).
   void abortWaiters();
 
-  // Rank 0 in destroy: returns once every other rank said goodbye (or died), which the background
-  // thread hears, or once `deadline` passed.
-  void waitDeparted(Deadline deadline);
+  // Destroy, after drain(): how far this rank got, for its goodbye (ControlPlane::sayGoodbye): the
+  // collectives it posted and, per peer, the point-to-point messages it sent and received and
+  // whether it sent tagged ones. Empty when the communicator failed (the peers heard why already).
+  std::string leaveRecord();
 
  private:
   bool tryLock() { return !lock_.exchange(true, std::memory_order_acquire); }
@@ -175,6 +176,20 @@ class Engine {
   void wake() { control_.wake(); }
 
   bool progressOnce();
+  // Leave notices (src/executor_leave.cc): whether a pass must look at the ranks that left (one
+  // relaxed load and a compare on the hot path): a notice came, or an op that may need a leaver was
+  // posted since the last look (leaveSeen_ = kLeaveRecheck).
+  bool leaversToCheck() const { return control_.leaveGen() != leaveSeen_; }
+  // Fails the communicator, naming the leaver, when a running operation needs a rank that left
+  // before it; true when it did.
+  bool checkLeavers();
+  // Reads the leave records when a notice came since the last read (or a look was forced).
+  void readLeaves();
+  // Whether `peer` left with a goodbye that said how far it got (the records read now if news came).
+  bool leaverFinished(int peer);
+  // A point-to-point group's share of the counts the leave records compare (postGroup: built per
+  // call, off the hot path): its messages per peer and direction, and one more group.
+  void countP2p(const Plan& plan);
   // Drives transport t once per pass; false when it failed (the failure is held as linkFailure_).
   bool driveTransport(int t, int peer);
   // The tagged operations' share of a pass (src/executor_tags.cc); false-y `any` when idle.
@@ -239,6 +254,22 @@ class Engine {
   uint64_t tagSeq_ = 0;    // tagged operations posted (their own numbering: see postTagged)
   int byesPending_ = 0;    // goodbyes posted and not yet out (counted in activeCount_)
   int linkFailedTag_ = 0;  // the held link failure is of tag transport linkFailedTag_ - 1 (0: none)
+  // Leaving (src/executor_leave.cc). Collectives match across ranks by their count, point-to-point
+  // messages by their count per peer and direction (a link's k-th message is the same on both
+  // sides); the leavers' records say how far they got in each.
+  // Collectives posted: seq_ - groups_ (nothing counted on their path).
+  uint64_t groups_ = 0;                       // point-to-point groups posted
+  std::vector<uint64_t> p2pSent_, p2pRecvd_;  // per peer: point-to-point messages posted
+  uint32_t leaveSeen_ = 0;                    // control_.leaveGen() when last read, or kLeaveRecheck
+  // Never a leaveGen() (which counts goodbyes, one per rank at most): forces the next look.
+  static constexpr uint32_t kLeaveRecheck = UINT32_MAX;
+  std::vector<ControlPlane::LeaveRecord> leaves_;
+  uint64_t collLimit_ = UINT64_MAX;  // collectives past this one need a rank that left (collLeaver_)
+  // A sequence number no later op can have without perhaps being such a collective: prepare() asks
+  // for a look past it (groups posted meanwhile move it up).
+  uint64_t collSeqLimit_ = UINT64_MAX;
+  int collLeaver_ = -1;
+  std::vector<uint8_t> tagLeaveSeen_;  // per rank: its leave was told to the tag matcher
 
   std::atomic<int> activeCount_{0};
   std::atomic<int> gatesClosed_{0};  // gated ops not started yet: the background thread polls them

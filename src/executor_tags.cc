@@ -122,7 +122,7 @@ bool Engine::progressTagged(bool* linkFailed) {
 
 void Engine::tagPeerLeft(int transport, int peer) {
   BRAID_INFO(kLogP2p, "%s left: its tag link closed", comm_->describeRank(peer).c_str());
-  tags_.peerLeft(peer);
+  tags_.peerLeft(peer, leaverFinished(peer) ? leaves_[peer].taggedFromMe : 0);
   comm_->tagTransports[transport]->dropLink(peer);
 }
 

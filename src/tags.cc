@@ -38,7 +38,10 @@ void TagMatcher::init(std::vector<Link*> links) {
 
 Status TagMatcher::postSend(TagOp* op) {
   Link* link = peers_[op->peer].link;
-  if (op->tag != kByeTag) peers_[op->peer].sentTo = true;
+  if (op->tag != kByeTag) {
+    peers_[op->peer].sentTo = true;
+    op->index = ++peers_[op->peer].sent;
+  }
   op->header = TagHeader{kTagMagic, op->tag, op->bytes};
   op->headerX = Xfer{};
   op->headerX.data = &op->header;
@@ -107,7 +110,7 @@ void TagMatcher::onGoodbye(int peer) {
   }
 }
 
-void TagMatcher::peerLeft(int peer) {
+void TagMatcher::peerLeft(int peer, uint64_t delivered) {
   if (!peers_[peer].left) onGoodbye(peer);
   peers_[peer].reading = false;
   size_t kept = 0;
@@ -115,7 +118,9 @@ void TagMatcher::peerLeft(int peer) {
     // Transfers on the closed link that it did not finish (a finished one goes back from poll()).
     const bool stuck = op->isSend ? op->peer == peer && !(op->headerX.complete && op->payloadX.complete)
                                   : op->from == nullptr && op->source == peer && !op->payloadX.complete;
-    if (stuck) {
+    if (stuck && op->isSend && op->index != 0 && op->index <= delivered) {
+      ready_.push_back(op);  // it arrived: the leaver said so
+    } else if (stuck) {
       op->error =
           errorf(braidRemoteError, "rank %d left the communicator (braidCommDestroy) during a tagged %s of tag %d",
                  peer, op->isSend ? "send to it" : "receive from it", op->tag);
@@ -184,6 +189,7 @@ Status TagMatcher::onHeader(int peer, std::vector<TagOp*>* done) {
     onGoodbye(peer);
     return okStatus();
   }
+  ++peers_[peer].received;
   Link* link = peers_[peer].link;
   TagOp* op = nullptr;
   for (TagOp* p : posted_) {

@@ -30,6 +30,10 @@
 // messages to, after them: a receive that only that rank could match then fails at once. A tag link
 // that closes under a receive (a process that exited; shm notices only once the FIFO is drained, tcp
 // after the last byte) is a failure only when the peer did not say goodbye on the control plane.
+// That goodbye (src/executor_leave.cc) also tells each rank whether the leaver sent it any tagged
+// message (if not, no goodbye header will come, and receives only it could match fail at once) and
+// how many of its tagged messages the leaver received (those sends are done, whatever the closing
+// link did to their completions).
 //
 // Threads: everything here runs with the engine lock held (src/executor.h).
 #pragma once
@@ -82,6 +86,7 @@ struct TagOp {
   int* sourceOut = nullptr;  // receive: where the matched peer goes on success (may be null)
   int source = -1;           // receive: the peer it matched
   TagHeader header{};        // send: what goes ahead of the payload
+  uint64_t index = 0;        // send: the how-manyth to its peer (1, 2, ...)
   Xfer headerX, payloadX;
   Unexpected* from = nullptr;  // receive: the unexpected message it claimed, still arriving
   Status error;                // a failure of this operation alone (a length that differs)
@@ -99,8 +104,19 @@ class TagMatcher {
   // (destroy); returns how many went out. They come back from poll() with a null owner.
   Status postByes(int* posted);
   // `peer` left the communicator and its tag link closed (no goodbye on it: it sent us nothing, or
-  // the goodbye was read already): as a goodbye, and what was still in flight on the link fails.
-  void peerLeft(int peer);
+  // the goodbye was read already): as a goodbye, and what was still in flight on the link fails,
+  // but for the first `delivered` sends to it, which its goodbye said it received (the transport may
+  // not have reported their completion before the link closed).
+  void peerLeft(int peer, uint64_t delivered = 0);
+  // `peer` left and said (on the control plane) that it sent this rank no tagged message: nothing
+  // will come on its tag link, so receives that only it could match fail now (as on its goodbye).
+  void leftWithoutSending(int peer) {
+    if (!peers_[peer].left) onGoodbye(peer);
+  }
+  // Whether this rank sent `peer` a tagged message (its goodbye then follows them on the tag link).
+  bool sentTo(int peer) const { return peers_[peer].sentTo; }
+  // Tagged messages (headers, goodbyes aside) that came from `peer`.
+  uint64_t receivedFrom(int peer) const { return peers_[peer].received; }
   // Reaps the transfers the transports completed, matches arrived headers, reads more headers
   // where a pending receive needs them, and appends the finished operations to *done (op->error set
   // for a failure of its own). A malformed header fails the communicator: the error (naming the
@@ -116,10 +132,12 @@ class TagMatcher {
     Link* link = nullptr;
     TagHeader header{};
     Xfer headerX;
-    bool reading = false;  // headerX is posted
-    int waiting = 0;       // unmatched receives naming this peer
-    bool left = false;     // its goodbye arrived: nothing more will come
-    bool sentTo = false;   // this rank sent it a tagged message (it gets a goodbye)
+    bool reading = false;   // headerX is posted
+    int waiting = 0;        // unmatched receives naming this peer
+    bool left = false;      // its goodbye arrived: nothing more will come
+    bool sentTo = false;    // this rank sent it a tagged message (it gets a goodbye)
+    uint64_t sent = 0;      // tagged messages posted to it
+    uint64_t received = 0;  // tagged messages that came from it
   };
   bool wantsHeaders(int peer) const {
     const Peer& p = peers_[peer];

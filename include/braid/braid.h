@@ -188,7 +188,9 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
 braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 
 /* Waits for this rank's pending operations (up to BRAID_TIMEOUT), leaves the communicator and frees
- * it. Not collective, but rank 0 serves failure notices for the others and lingers until they left.
+ * it. Not collective, and it does not wait for the others, rank 0 included: its goodbye says how far
+ * it got, and every other rank fails at once, with braidRemoteError naming it, the operations that
+ * still need it (later collectives, point-to-point calls with it past what it sent or received).
  * Operations posted and never waited for are dropped: when any of them failed, the result is the
  * earliest one's code (braidTimeout, braidRemoteError, ...) and braidGetLastError() says how many
  * were pending, how many failed and the first failure; the communicator is freed all the same.

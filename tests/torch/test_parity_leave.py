@@ -6,8 +6,11 @@ BRAID_TIMEOUT=60; times are printed, a generous 30 s is asserted.
    wait in an all_reduce it never joins, once with a receive of its own pending while they wait to
    receive from it.
 2. Rank 0 ends with an uncaught exception while the others wait in an all_reduce (braid on 2 and 3
-   ranks, gloo on 2 for comparison). (Rank 0 ending cleanly would wait for the others to leave:
-   braid's failure notices go through it; see the README.)
+   ranks, gloo on 2 for comparison).
+3. Rank 0 leaves cleanly while the others wait in an all_reduce it never joins, once through
+   destroy_process_group (whose time is printed) and once through sys.exit(0) alone (braid on 2 and
+   3 ranks, gloo on 2 for comparison). Its goodbye says how far it got, so the others fail at once,
+   and rank 0 goes without waiting for them to leave.
 """
 import sys
 import time
@@ -41,6 +44,16 @@ def peer_leaves(rank, world, backend, path, out, pending):
     _mark(out, rank, what="exit")
 
 
+def _all_reduce_without_root(rank, out, t):
+    """An all_reduce that rank 0 never joins: marks the error it raises (None if none), then the exit."""
+    try:
+        dist.all_reduce(t)
+        _mark(out, rank, what="error", error=None)
+    except RuntimeError as exc:
+        _mark(out, rank, what="error", error=str(exc))
+    _mark(out, rank, what="exit")
+
+
 def root_raises(rank, world, backend, path, out):
     _init(backend, rank, world, path)
     t = torch.ones(4)
@@ -49,12 +62,41 @@ def root_raises(rank, world, backend, path, out):
         time.sleep(0.5)  # the others wait in the next all_reduce by then
         _mark(out, rank, what="exit")
         raise RuntimeError("rank 0 gives up (an uncaught exception: the test wants it)")
-    try:
-        dist.all_reduce(t)  # rank 0 never joins it
-        _mark(out, rank, what="error", error=None)
-    except RuntimeError as exc:
-        _mark(out, rank, what="error", error=str(exc))
-    _mark(out, rank, what="exit")
+    _all_reduce_without_root(rank, out, t)
+
+
+def root_leaves(rank, world, backend, path, out, destroy):
+    _init(backend, rank, world, path)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 0:
+        time.sleep(0.5)  # the others wait in the next all_reduce by then
+        if destroy:
+            start = time.monotonic()
+            dist.destroy_process_group()
+            _mark(out, rank, what="destroyed", seconds=time.monotonic() - start)
+        _mark(out, rank, what="exit")
+        sys.exit(0)
+    _all_reduce_without_root(rank, out, t)
+
+
+def check_peers_named(res, what, world, leaver, strict):
+    """The ranks other than `leaver` raised an error naming it; prints how long after it left."""
+    failed = 0
+    left = next((m["t"] for m in res[leaver][1] if m["what"] == "exit"), None)
+    for rank in range(world):
+        if rank == leaver:
+            continue
+        errs = [m for m in res[rank][1] if m["what"] == "error"]
+        msg = errs[0]["error"] if errs else None
+        named = msg and (f"rank {leaver}" in msg if strict else True)
+        if not named:
+            print(f"{'FAIL' if strict else 'note'} {what}: rank {rank} got no error naming rank {leaver}: {msg!r}")
+            failed += strict
+        elif left is not None:
+            print(f"     {what}: rank {rank} raised {errs[0]['t'] - left:.2f} s after rank {leaver} left: "
+                  f"{msg.splitlines()[0][:200]}")
+    return failed
 
 
 def main():
@@ -64,36 +106,31 @@ def main():
             what = f"rank 1 exits {'with operations pending' if pending else 'cleanly'} while {world - 1} wait"
             res = run(peer_leaves, world, "braid", pending)
             failed += check_exits(res, what, {1: 3})
-            left = next((m["t"] for m in res[1][1] if m["what"] == "exit"), None)
-            for rank in range(world):
-                if rank == 1:
-                    continue
-                errs = [m for m in res[rank][1] if m["what"] == "error"]
-                msg = errs[0]["error"] if errs else None
-                if not msg or "rank 1" not in msg:
-                    print(f"FAIL {what}: rank {rank} got no error naming rank 1: {msg!r}")
-                    failed += 1
-                elif left is not None:
-                    print(f"     {what}: rank {rank} raised {errs[0]['t'] - left:.2f} s after rank 1 left: "
-                          f"{msg.splitlines()[0][:200]}")
+            failed += check_peers_named(res, what, world, 1, True)
 
     for world in (2, 3):
         for backend in ("braid", "gloo") if world == 2 else ("braid",):
             what = f"rank 0 raises while {world - 1} wait, {backend}"
             res = run(root_raises, world, backend)
             failed += check_exits(res, what, {0: 1}, strict=backend == "braid")
-            left = next((m["t"] for m in res[0][1] if m["what"] == "exit"), None)
-            for rank in range(1, world):
-                errs = [m for m in res[rank][1] if m["what"] == "error"]
-                msg = errs[0]["error"] if errs else None
-                named = msg and ("rank 0" in msg if backend == "braid" else True)
-                if not named:
-                    print(f"{'FAIL' if backend == 'braid' else 'note'} {what}: rank {rank} got no error naming rank 0: "
-                          f"{msg!r}")
-                    failed += backend == "braid"
-                elif left is not None:
-                    print(f"     {what}: rank {rank} raised {errs[0]['t'] - left:.2f} s after rank 0 left: "
-                          f"{msg.splitlines()[0][:200]}")
+            failed += check_peers_named(res, what, world, 0, backend == "braid")
+
+    for world in (2, 3):
+        for destroy in (True, False):
+            for backend in ("braid", "gloo") if world == 2 else ("braid",):
+                how = "destroy_process_group" if destroy else "sys.exit(0)"
+                what = f"rank 0 leaves cleanly ({how}) while {world - 1} wait, {backend}"
+                strict = backend == "braid"
+                res = run(root_leaves, world, backend, destroy)
+                failed += check_exits(res, what, {}, strict=strict)
+                failed += check_peers_named(res, what, world, 0, strict)
+                if destroy:
+                    took = [m.get("seconds") for m in res[0][1] if m["what"] == "destroyed"]
+                    if not took:
+                        print(f"{'FAIL' if strict else 'note'} {what}: destroy_process_group did not return on rank 0")
+                        failed += strict
+                    else:
+                        print(f"     {what}: destroy_process_group took {took[0]:.2f} s on rank 0")
 
     print("ok   leave parity" if failed == 0 else f"FAIL leave parity: {failed} problem(s)")
     return 1 if failed else 0
