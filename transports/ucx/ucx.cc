@@ -339,10 +339,11 @@ void UcxTransport::answerGoodbyes() {
 }
 
 void UcxTransport::finishGoodbyes() {
+  // Every link is gone by now: an endpoint still open is one whose goodbye went out (~UcxRmaLink).
   // A peer whose own goodbye came has finished: it needs nothing more from us, and may be gone.
   auto waiting = [this] {
     for (const auto& st : states_)
-      if (st->finSent && !st->finAcked && !st->finSeen && st->ep != nullptr && st->error == UCS_OK) return true;
+      if (st->ep != nullptr && !st->finAcked && !st->finSeen && st->error == UCS_OK) return true;
     return false;
   };
   const int64_t until = nowNs() + kGoodbyeNs;

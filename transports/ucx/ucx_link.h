@@ -74,8 +74,8 @@ struct UcxEndpointState {
   // destruction and says it has sent its last message; the transport closes the endpoint once the
   // peer acknowledged (or failed, or kGoodbyeNs passed).
   ucp_ep_h ep = nullptr;  // the open endpoint, for the goodbye and its answer; null once closing
+                          // (after the link's destruction: non-null only when its goodbye went out)
   bool peerErrors = false;
-  bool finSent = false;   // our goodbye is under way
   bool finAcked = false;  // the peer has every message we sent before it
   bool finSeen = false;   // the peer's goodbye came (it has finished)
   bool ackOwed = false;   // and waits for our answer

@@ -107,7 +107,6 @@ UcxRmaLink::~UcxRmaLink() {
     closeUcxEndpoint(ep_, state_, pending, peerErrors_);
     state_->ep = nullptr;
   }
-  state_->finSent = state_->ep != nullptr;
   state_->abandoned = directWrites_ > 0;
   ep_ = nullptr;
 }
