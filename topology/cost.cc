@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/patterns/binomial.h"
 #include "src/base/config.h"
 
 namespace braid::topo {
@@ -158,6 +159,10 @@ class Model {
     const Rates r = rates(multiHost()), s = rates(multiHost(), c_.maxHostSize());
     const int d = std::max(1, ceilLog2(p + 1) - 1);  // depth of a binary tree of p nodes
     const double half = S / 2, k = std::max(1.0, std::ceil(half / chunk())), c = half / k;
+    if ((coll == Coll::kBroadcast || coll == Coll::kReduce) && S <= std::min<double>(kBinomialMaxBytes, chunk())) {
+      // Small buffers go whole down one binomial tree (algorithms/broadcast/tree.cc).
+      return ceilLog2(p) * (r.alphaUs + S * (r.betaUs + (coll == Coll::kReduce ? r.gammaUs : 0)));
+    }
     switch (coll) {
       case Coll::kAllReduce:  // up and down overlap: per chunk 4c in and out; 2d hops to fill
         return 2 * d * (r.alphaUs + 2 * c * r.betaUs) + (k - 1) * (s.alphaUs + 4 * c * s.betaUs) + S * r.gammaUs;

@@ -13,9 +13,22 @@
 #include "algorithms/patterns/tree.h"
 
 #include "algorithms/algorithms.h"
+#include "algorithms/patterns/binomial.h"
 #include "algorithms/patterns/ring.h"
 
 namespace braid {
+
+namespace {
+
+void binomialBroadcast(const CollArgs& a, uint64_t total, Plan* plan) {
+  const BinomialLinks l = binomialLinks(a.rank, a.nranks, a.root);
+  int32_t got = -1;
+  if (l.parent >= 0) got = plan->recv(l.parent, recvBuf(0), total);
+  const BufRef src = l.parent < 0 ? sendBuf(0) : recvBuf(0);
+  for (int k = 0; k < l.numChildren; ++k) plan->send(binomialAbs(l.children[k], a.nranks, a.root), src, total, got);
+}
+
+}  // namespace
 
 void buildTreeBroadcast(const CollArgs& a, Plan* plan) {
   const int n = a.nranks, r = a.rank;
@@ -26,6 +39,7 @@ void buildTreeBroadcast(const CollArgs& a, Plan* plan) {
   const bool isRoot = r == a.root;
   if (isRoot) plan->selfCopy(a.inPlace, total);
   if (n == 1) return;
+  if (total <= kBinomialMaxBytes && total <= a.chunkBytes) return binomialBroadcast(a, total, plan);
   const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
   TreeLinks links[2] = {rootedDtreeLinks(r, n, a.root, 0), rootedDtreeLinks(r, n, a.root, 1)};
   for (uint64_t c = 0; c < chunks; ++c) {

@@ -1,5 +1,5 @@
-// Pure rank math of the binomial tree (Gather and Scatter, algorithm "tree"). No I/O, unit-tested
-// alone (tests/unit/test_plans_gather.cc).
+// Pure rank math of the binomial tree (Gather and Scatter, algorithm "tree"; Broadcast and Reduce
+// "tree" for small buffers). No I/O, unit-tested alone (tests/unit/test_plans_gather.cc).
 //
 // Ranks are renumbered relative to the root: v = (r - root) mod n, so the root is v = 0. The parent of
 // v > 0 is v minus its lowest set bit; the children of v are v + 2^k for every 2^k below v's lowest
@@ -16,6 +16,12 @@
 #include <cstdint>
 
 namespace braid {
+
+// Broadcast and Reduce "tree" buffers of at most this many bytes (and at most one chunk) go whole down one binomial
+// tree over all n ranks: n - 1 messages, ceil(log2 n) deep. The double binary tree would cut them in halves and send 2
+// (n - 1) messages, 2 + floor(log2 n) deep, for no gain: below a few KiB a message costs its handling, not its bytes
+// (and on a host with more ranks than cores, every message costs a turn of the scheduler).
+constexpr uint64_t kBinomialMaxBytes = 4096;
 
 // One rank's place in the binomial tree rooted at `root`, over n >= 1 ranks.
 struct BinomialLinks {

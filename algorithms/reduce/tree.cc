@@ -13,16 +13,44 @@
 // was sent, which is the first receive's dependency. Chunks are emitted in (chunk, tree) order on
 // every rank, so both ends of a link see its messages in the same order; every dependency points to
 // an earlier step of the same chunk or to an earlier chunk.
+//
+// Up to kBinomialMaxBytes the buffer goes whole up one binomial tree instead
+// (algorithms/patterns/binomial.h): a rank folds its children's sums into one scratch buffer (the
+// root into its receive buffer), the smallest subtree first since it is ready first, then sends.
 #include "algorithms/patterns/tree.h"
 
 #include "algorithms/algorithms.h"
+#include "algorithms/patterns/binomial.h"
 #include "algorithms/patterns/ring.h"
 
 namespace braid {
 
 namespace {
+
 constexpr uint64_t kSlots = 4;
+
+void binomialReduce(const CollArgs& a, uint64_t total, Plan* plan) {
+  const BinomialLinks l = binomialLinks(a.rank, a.nranks, a.root);
+  const bool isRoot = l.parent < 0;
+  if (l.numChildren == 0) {  // a leaf (never the root: n > 1)
+    plan->send(l.parent, sendBuf(0), total);
+    return;
+  }
+  if (!isRoot) plan->scratchBytes = total;
+  const BufRef acc = isRoot ? recvBuf(0) : scratchBuf(0);
+  int32_t got = -1;
+  for (int k = l.numChildren - 1; k >= 0; --k) {
+    const BufRef local = k == l.numChildren - 1 ? sendBuf(0) : acc;
+    got = plan->recvReduce(binomialAbs(l.children[k], a.nranks, a.root), acc, local, total, got);
+  }
+  if (!isRoot) {
+    plan->send(l.parent, acc, total, got);
+  } else if (a.avg) {
+    plan->scale(recvBuf(0), total, got);
+  }
 }
+
+}  // namespace
 
 void buildTreeReduce(const CollArgs& a, Plan* plan) {
   const int n = a.nranks, r = a.rank;
@@ -35,6 +63,7 @@ void buildTreeReduce(const CollArgs& a, Plan* plan) {
     plan->selfCopy(a.inPlace, total);
     return;
   }
+  if (total <= kBinomialMaxBytes && total <= a.chunkBytes) return binomialReduce(a, total, plan);
   const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
   const uint64_t perChunk = partition(partition(a.count, 2, 0).count, chunks, 0).count * es;  // the largest
   TreeLinks links[2] = {rootedDtreeLinks(r, n, a.root, 0), rootedDtreeLinks(r, n, a.root, 1)};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/patterns/binomial.h"
 #include "algorithms/patterns/tree.h"
 #include "tests/unit/plan_sim.h"
 
@@ -224,6 +225,45 @@ TEST_CASE("tree plans name their algorithm and keep every transfer within the ch
         for (const Step& s : p.steps) {
           CHECK(s.bytes > 0);
           if (s.kind != StepKind::kCopy) CHECK(s.bytes <= a.chunkBytes);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("small tree broadcasts and reduces go whole down one binomial tree: n - 1 messages", "[unit][plan]") {
+  // The double binary tree would send each half on its own: 2 (n - 1) messages for a buffer whose
+  // messages cost their handling, not their bytes. Above the limit (or a chunk) the halves return.
+  for (Coll coll : {Coll::kBroadcast, Coll::kReduce}) {
+    for (int n : {2, 3, 4, 7, 8, 13}) {
+      for (uint64_t bytes : {uint64_t{4}, kBinomialMaxBytes, kBinomialMaxBytes + 4}) {
+        int sends = 0, maxRecvs = 0;
+        for (int r = 0; r < n; ++r) {
+          CollArgs a;
+          a.coll = coll;
+          a.algo = Algo::kTree;
+          a.nranks = n;
+          a.rank = r;
+          a.root = n / 2;
+          a.count = bytes / 4;
+          a.elemSize = 4;
+          a.chunkBytes = 1 << 20;
+          Plan p;
+          buildPlan(a, &p);
+          int recvs = 0;
+          for (const Step& s : p.steps) {
+            sends += s.kind == StepKind::kSend;
+            recvs += s.kind == StepKind::kRecv || s.kind == StepKind::kRecvReduce;
+          }
+          maxRecvs = std::max(maxRecvs, recvs);
+        }
+        INFO(collName(coll) << " n=" << n << " " << bytes << " B");
+        if (bytes <= kBinomialMaxBytes) {
+          CHECK(sends == n - 1);
+          // Broadcast: every rank hears once; Reduce: the root hears once per subtree.
+          CHECK(maxRecvs == (coll == Coll::kBroadcast ? 1 : std::bit_width(static_cast<unsigned>(n - 1))));
+        } else {
+          CHECK(sends == 2 * (n - 1));
         }
       }
     }
