@@ -5,6 +5,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "braid/braid.h"
 
@@ -13,19 +14,41 @@ namespace braid {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(braidResult_t code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(braidResult_t code, std::string message)
+      : code_(code), message_(code == braidSuccess ? nullptr : new std::string(std::move(message))) {}
+  Status(const Status& o) : code_(o.code_), message_(o.message_ != nullptr ? new std::string(*o.message_) : nullptr) {}
+  Status(Status&& o) noexcept : code_(o.code_), message_(o.message_) {
+    o.code_ = braidSuccess;
+    o.message_ = nullptr;
+  }
+  Status& operator=(const Status& o) {
+    if (this != &o) *this = Status(o);
+    return *this;
+  }
+  Status& operator=(Status&& o) noexcept {
+    std::swap(code_, o.code_);
+    std::swap(message_, o.message_);
+    return *this;
+  }
+  ~Status() { delete message_; }
 
   bool ok() const { return code_ == braidSuccess; }
   braidResult_t code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ != nullptr ? *message_ : emptyMessage(); }
   // Prefixes context ("while connecting to peer 3: ") to a failure; a success stays a success.
   Status withContext(const std::string& context) const {
-    return ok() ? *this : Status(code_, context + ": " + message_);
+    return ok() ? *this : Status(code_, context + ": " + message());
   }
 
  private:
+  static const std::string& emptyMessage() {
+    static const std::string empty;
+    return empty;
+  }
+  // A success is a code and a null pointer: every call on the hot path returns one, so it costs two
+  // stores and a test, where a std::string member cost a construction and a destruction each time.
   braidResult_t code_ = braidSuccess;
-  std::string message_;
+  std::string* message_ = nullptr;
 };
 
 inline Status okStatus() { return Status(); }
