@@ -36,6 +36,7 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan);
 void buildHierarchicalAllReduce(const CollArgs& a, Plan* plan);
 void buildGossipAllReduce(const CollArgs& a, Plan* plan);
 void buildRingAllGather(const CollArgs& a, Plan* plan);
+void buildLinearAllGather(const CollArgs& a, Plan* plan);
 void buildRingReduceScatter(const CollArgs& a, Plan* plan);
 void buildChainBroadcast(const CollArgs& a, Plan* plan);
 void buildTreeBroadcast(const CollArgs& a, Plan* plan);

@@ -45,7 +45,10 @@ void buildPlan(const CollArgs& a, Plan* plan) {
         buildChainReduce(a, plan);
       break;
     case Coll::kAllGather:
-      buildRingAllGather(a, plan);
+      if (a.algo == Algo::kLinear)
+        buildLinearAllGather(a, plan);
+      else
+        buildRingAllGather(a, plan);
       break;
     case Coll::kReduceScatter:
       buildRingReduceScatter(a, plan);

@@ -64,6 +64,7 @@ bool algoAvailable(Coll coll, Algo a) {
     case Coll::kReduce:
       return a == Algo::kRing || a == Algo::kTree;
     case Coll::kAllGather:
+      return a == Algo::kRing || a == Algo::kLinear;
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
     case Coll::kBarrier:

@@ -137,6 +137,16 @@ class Model {
     return (p - 1) * (r.alphaUs + S / p * r.betaUs);
   }
 
+  // AllGather, linear: every block goes straight to every rank, all messages at once, so the gather
+  // is one message latency plus the bytes. On one host only: across hosts every rank's n - 1 messages
+  // hit the network together, where the ring keeps each link to one neighbour.
+  double linearAllGather(double S) const {
+    if (multiHost()) return kInf;
+    const int p = n();
+    const Rates r = rates(false, c_.maxHostSize());
+    return r.alphaUs + (p - 1) * (S / p) * r.betaUs;
+  }
+
   // Gather/Scatter, binomial tree: ceil(log2 n) message steps on the critical path, and the root
   // still moves all n - 1 blocks. A block whose rank sits at depth d (the popcount of its distance
   // from the root) is forwarded d - 1 times by interior ranks; those copies compete with the root's
@@ -339,6 +349,7 @@ double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, co
     case Algo::kGossip:
       return coll == Coll::kAllReduce ? m.gossip(S, p.gossipRounds) : kInf;
     case Algo::kLinear:
+      if (coll == Coll::kAllGather) return m.linearAllGather(S);
       return coll == Coll::kGather || coll == Coll::kScatter ? m.linear(S) : kInf;
   }
   return kInf;

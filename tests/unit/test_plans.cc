@@ -49,16 +49,19 @@ TEST_CASE("ring reduce-scatter plans give rank r the full reduction of block r",
   }
 }
 
-TEST_CASE("ring allgather, chain broadcast and reduce, pairwise alltoall, barrier plans", "[unit][plan]") {
+TEST_CASE("ring and linear allgather, chain broadcast and reduce, pairwise alltoall, barrier plans", "[unit][plan]") {
   for (int n = 1; n <= 16; ++n) {
     for (uint64_t count : {0, 1, 6, 13}) {
       for (bool inPlace : {false, true}) {
         INFO("n=" << n << " count=" << count << " inPlace=" << inPlace);
-        Sim ag = simulate(Coll::kAllGather, n, count, inPlace, false);
-        REQUIRE(ag.run());
-        for (int r = 0; r < n; ++r)
-          for (int j = 0; j < n; ++j)
-            for (uint64_t i = 0; i < count; ++i) REQUIRE(ag.ranks[r].recv[j * count + i] == (Cell(1) << j));
+        for (Algo algo : {Algo::kRing, Algo::kLinear}) {
+          INFO("allgather " << algoName(algo));
+          Sim ag = simulate(Coll::kAllGather, n, count, inPlace, false, 0, 3, algo);
+          REQUIRE(ag.run());
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < n; ++j)
+              for (uint64_t i = 0; i < count; ++i) REQUIRE(ag.ranks[r].recv[j * count + i] == (Cell(1) << j));
+        }
         for (int root : {0, n - 1, n / 2}) {
           Sim bc = simulate(Coll::kBroadcast, n, count, inPlace, false, root);
           REQUIRE(bc.run());

@@ -2,6 +2,7 @@
 // model's orderings that the table depends on.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "topology/select.h"
@@ -203,4 +204,20 @@ TEST_CASE("cost defaults are the table's; the chunk and gossip rounds of the env
   p.chunkBytes = 12345;
   REQUIRE(p.applyEnv().ok());
   CHECK(p.chunkBytes == 12345);  // unset variables leave the file's value
+}
+
+TEST_CASE("AllGather goes linear on one host and ring across hosts", "[unit][select]") {
+  // One round of messages beats n - 1 rounds of the ring wherever every pair shares memory; across
+  // hosts the linear gather's messages would all hit the network at once.
+  for (int n : {3, 4, 8}) {
+    const Selector one = make(ClusterShape::single(n, 2));
+    for (uint64_t bytes : {uint64_t{16}, uint64_t{1} << 20, uint64_t{1} << 28}) {
+      INFO("n=" << n << " bytes=" << bytes);
+      CHECK(one.pick(Coll::kAllGather, bytes) == Algo::kLinear);
+    }
+  }
+  CHECK(predictUs(Coll::kAllGather, Algo::kLinear, 1 << 20, ClusterShape::blocks(8, 2, 4), CostParams::defaults()) ==
+        std::numeric_limits<double>::infinity());
+  const Selector two = make(ClusterShape::blocks(8, 2, 4));
+  CHECK(two.pick(Coll::kAllGather, 1 << 20) == Algo::kRing);
 }
