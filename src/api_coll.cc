@@ -45,7 +45,7 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
 }
 
 // Checks a collective's arguments and derives its plan shape, and the bytes of its buffers this rank
-// touches (for device buffers, when asked). Nothing is written anywhere.
+// touches (for device buffers, when asked). Nothing is written anywhere but *out and *bufs, and those only on success.
 Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   const int n = a.comm->nranks, rank = a.comm->rank;
   const bool reducing = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
@@ -94,7 +94,8 @@ Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   }
   if (!inPlace && overlaps(s, sendBytes, r, recvBytes))
     return errorf(braidInvalidArgument, "sendbuff and recvbuff overlap without being the in-place layout");
-  PostArgs p;
+  PostArgs& p = *out;
+  p = PostArgs{};
   p.shape.coll = a.coll;
   p.shape.rank = rank;
   p.shape.nranks = n;
@@ -115,7 +116,6 @@ Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   p.recv = a.recv;
   p.dtype = a.dtype;
   p.op = reducing ? a.op : braidSum;
-  *out = p;
   if (bufs != nullptr) *bufs = CallBuffers{a.send, sendBytes, a.recv, recvBytes, inPlace};
   return okStatus();
 }

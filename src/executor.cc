@@ -189,7 +189,9 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->deadline = Deadline::afterSeconds(timeoutSec_);
   op->coll = plan->coll;
   // Fails only when out of memory, which the API boundary reports like any bad_alloc.
-  if (!op->scratch.reserve(plan->scratchBytes, MemType::kHost).ok()) throw std::bad_alloc();
+  if ((op->scratch.capacity() < plan->scratchBytes || op->scratch.memType() != MemType::kHost) &&
+      !op->scratch.reserve(plan->scratchBytes, MemType::kHost).ok())
+    throw std::bad_alloc();
   op->bufs[static_cast<int>(Buf::kScratch)] = op->scratch.data();
   if (plan->checkAt != UINT64_MAX) {
     CallHeader h{kCallHeaderMagic,
@@ -620,13 +622,16 @@ void Engine::backoff(int64_t idleSinceNs) {
 }
 
 // Drives progress in the calling thread until done() holds. Ops time out through checkDeadline()
-// inside progressOnce(); `backstop` (read while idle, every 256 passes) ends a wait they miss.
+// inside progressOnce(); the backstop (read while idle, every 256 passes) ends a wait they miss. It
+// counts from the first idle pass: a wait that needs none (the common small call) reads no clock. The
+// caller counts itself in waiters_ around it (which parks the background thread).
 template <class Done>
-bool Engine::driveUntil(Done done, Deadline backstop) {
-  waiters_.fetch_add(1, std::memory_order_acq_rel);
+bool Engine::driveUntil(Done done, double backstopSec) {
   int64_t idleSince = 0;
   int idle = 0;
   bool met = true;
+  Deadline backstop;
+  bool backstopSet = false;
   while (!done()) {
     bool progressed = false;
     if (tryLock()) {
@@ -638,13 +643,16 @@ bool Engine::driveUntil(Done done, Deadline backstop) {
       continue;
     }
     if (idle++ == 0) idleSince = nowNs();
+    if (!backstopSet) {
+      backstop = Deadline{idleSince + static_cast<int64_t>(backstopSec * 1e9)};
+      backstopSet = true;
+    }
     if ((idle & 255) == 0 && backstop.expired()) {
       met = false;
       break;
     }
     backoff(idleSince);
   }
-  waiters_.fetch_sub(1, std::memory_order_acq_rel);
   return met;
 }
 
@@ -670,7 +678,7 @@ Status Engine::wait(Op* op) {
   // is left inside it.
   waiters_.fetch_add(1, std::memory_order_acq_rel);
   auto isDone = [op] { return op->state.load(std::memory_order_acquire) == Op::kDone; };
-  if (!driveUntil(isDone, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec))) {
+  if (!driveUntil(isDone, timeoutSec_ + kBackstopSlackSec)) {
     char what[96];
     snprintf(what, sizeof(what), "waiting for %s #%llu", collName(op->coll), static_cast<unsigned long long>(op->seq));
     failStuckWait(what);
@@ -712,8 +720,10 @@ Status Engine::test(Op* op, bool* done) {
 
 Status Engine::drain() {
   auto idle = [this] { return activeCount_.load(std::memory_order_acquire) == 0 || control_.failed(); };
-  if (!driveUntil(idle, Deadline::afterSeconds(timeoutSec_ + kBackstopSlackSec)))
-    failStuckWait("draining the operations before destroy");
+  waiters_.fetch_add(1, std::memory_order_acq_rel);
+  const bool drained = driveUntil(idle, timeoutSec_ + kBackstopSlackSec);
+  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  if (!drained) failStuckWait("draining the operations before destroy");
   // What is left unreleased was posted and never waited for: destroy is the caller's last chance to
   // hear that it failed.
   lock();

@@ -216,9 +216,9 @@ class Engine {
   void checkDeadline();
   void backoff(int64_t idleSinceNs);
   bool worthWaking(const Op* op) const;
-  // Drives progress until done() holds; false when `backstop` passed first.
+  // Drives progress until done() holds; false when `backstopSec` seconds passed first.
   template <class Done>
-  bool driveUntil(Done done, Deadline backstop);
+  bool driveUntil(Done done, double backstopSec);
   // A wait that outlived every deadline it should have met (see wait()).
   void failStuckWait(const char* what);
   Status finish(Op* op);

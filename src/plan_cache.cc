@@ -29,7 +29,7 @@ const Plan* CollPlans::acquire(const CollArgs& shape, MemType mem, uint32_t** us
   key.avg = static_cast<uint8_t>(shape.avg);
   key.algo = static_cast<uint8_t>(shape.algo);
   key.mem = static_cast<uint8_t>(mem);
-  PlanCache::Entry* e = cache_.find(key);
+  PlanCache::Entry* e = last_ != nullptr && key == lastKey_ ? last_ : cache_.find(key);
   if (e != nullptr) {
     BRAID_INFO(kLogPlan, "plan %s/%s rank %d: %zu steps (built earlier, shown then)", collName(shape.coll),
                e->plan->algorithm, shape.rank, e->plan->steps.size());
@@ -41,8 +41,11 @@ const Plan* CollPlans::acquire(const CollArgs& shape, MemType mem, uint32_t** us
     const bool lowered = lowerPlan(target, plan.get());
     if (checkMismatch_) addMismatchCheck(plan.get());
     BRAID_INFO(kLogPlan, "%s%s", lowered ? "(lowered) " : "", plan->describe().c_str());
+    last_ = nullptr;  // the insert may evict it
     e = cache_.insert(key, std::move(plan));
   }
+  lastKey_ = key;
+  last_ = e;
   ++e->users;
   *users = &e->users;
   return e->plan.get();

@@ -96,6 +96,10 @@ class CollPlans {
 
  private:
   PlanCache cache_{kMaxPlans};
+  // The last key acquired and its entry: a training loop calls the same shape over and over, and a
+  // compare is cheaper than the hash and the probe. Reset whenever the cache may drop entries.
+  PlanKey lastKey_;
+  PlanCache::Entry* last_ = nullptr;
   LowerTarget target_;
   bool checkMismatch_ = false;
 };
