@@ -7,6 +7,8 @@ it prints the median out-of-place time of each side over the rounds, Open MPI's 
 is faster; the ratio of the medians), the median busbw of each, and for the 2-rank AllReduce braid's
 busbw over the limit's (the better of its plain and non-temporal stores, median over the rounds).
 Sizes that only one side measured are left out. Closes with the sizes where braid is behind.
+With OUTDIR/base_*.run<R>.txt (compare_colls.sh's BASELINE) it adds the baseline build's median time
+and this build's speedup over it (> 1: this build is faster).
 """
 import glob
 import os
@@ -77,8 +79,12 @@ def main():
                 share = c == "allreduce" and np == "2" and limit
                 nruns = len(runs_of(d, "braid_" + name))
                 print(f"### {c}, {np} ranks, {t} (medians of {nruns} rounds; Open MPI {'vader' if t == 'shm' else 'tcp'})\n")
+                base = medians(runs_of(d, "base_" + name), rows)
                 head = "| size | braid us | Open MPI us | OMPI/braid | braid busbw | OMPI busbw |"
                 rule = "|---:|---:|---:|---:|---:|---:|"
+                if base:
+                    head += " baseline us | baseline/braid |"
+                    rule += "---:|---:|"
                 if share:
                     head += " braid/limit |"
                     rule += "---:|"
@@ -88,6 +94,8 @@ def main():
                     (bt, bb), (ot, ob) = b[s], o[s]
                     ratio = ot / bt if bt > 0 else float("nan")
                     line = f"| {human(s)} | {bt:.2f} | {ot:.2f} | {ratio:.2f} | {bb:.3f} | {ob:.3f} |"
+                    if base:
+                        line += f" {base[s][0]:.2f} | {base[s][0] / bt:.2f} |" if s in base and bt > 0 else " | |"
                     if share:
                         line += f" {bb / limit[s]:.2f} |" if limit.get(s) else " |"
                     print(line)

@@ -12,6 +12,10 @@
 #   SIZES="-b 16 -e 256M -f 4"  BRAID_ITERS="-n 50 -w 5"  OMPI_ITERS=""  (Open MPI's programs pick
 #   their iterations per size from a byte budget unless told; on a loaded machine OMPI_ITERS="-n 50
 #   -w 5" keeps their runs as short as braid's)  NO_LIMIT=1 leaves the limit program out
+#   BUILD=/path/to/build (default: this checkout's build/) is the braid measured;
+#   BASELINE=/path/to/other/build (a build folder of another braid commit, with its perf/ and
+#   tools/braidrun) runs that build too, right before this one each time: the table then shows the
+#   baseline's times and this build's speedup over it, measured in the same run
 # Needs: openmpi-bin libopenmpi-dev (see ../shared/peers/README.md) and a built tree (build/).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +27,7 @@ COLLS=${COLLS:-"allreduce allgather reducescatter alltoall bcast reduce"}
 SIZES=${SIZES:-"-b 16 -e 256M -f 4"}
 BRAID_ITERS=${BRAID_ITERS:-"-n 50 -w 5"}
 OMPI_ITERS=${OMPI_ITERS:-}
+BUILD=${BUILD:-$top/build}
 . "$top/perf/peers_env.sh"
 
 # braid's *_perf program for a collective, and Open MPI's program and its -c name.
@@ -45,9 +50,14 @@ for r in $(seq 1 "$REPS"); do
   for np in $NPS; do
     for t in $TRANSPORTS; do
       for c in $COLLS; do
+        if [ -n "${BASELINE:-}" ]; then
+          # shellcheck disable=SC2086  # the argument lists are words
+          measure "$OUT/base_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" \
+            "$BASELINE/tools/braidrun" -n "$np" "$BASELINE/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS -z 1
+        fi
         # shellcheck disable=SC2086  # the argument lists are words
         measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" \
-          "$top/build/tools/braidrun" -n "$np" "$top/build/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS -z 1
+          "$BUILD/tools/braidrun" -n "$np" "$BUILD/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS -z 1
         # shellcheck disable=SC2086,SC2046
         measure "$OUT/ompi_np${np}_${t}_$c.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ob1 \
           --mca btl "$(btl "$t")" -np "$np" --oversubscribe $(ompi_prog "$c") $SIZES $OMPI_ITERS
