@@ -25,9 +25,13 @@ class [[nodiscard]] Status {
     if (this != &o) *this = Status(o);
     return *this;
   }
+  // The source is left a success, as after a move construction.
   Status& operator=(Status&& o) noexcept {
-    std::swap(code_, o.code_);
-    std::swap(message_, o.message_);
+    if (this != &o) {
+      delete message_;
+      code_ = std::exchange(o.code_, braidSuccess);
+      message_ = std::exchange(o.message_, nullptr);
+    }
     return *this;
   }
   ~Status() { delete message_; }
