@@ -630,8 +630,7 @@ bool Engine::driveUntil(Done done, double backstopSec) {
   int64_t idleSince = 0;
   int idle = 0;
   bool met = true;
-  Deadline backstop;
-  bool backstopSet = false;
+  Deadline backstop;  // set at the first idle pass (until then: never)
   while (!done()) {
     bool progressed = false;
     if (tryLock()) {
@@ -643,10 +642,7 @@ bool Engine::driveUntil(Done done, double backstopSec) {
       continue;
     }
     if (idle++ == 0) idleSince = nowNs();
-    if (!backstopSet) {
-      backstop = Deadline{idleSince + static_cast<int64_t>(backstopSec * 1e9)};
-      backstopSet = true;
-    }
+    if (backstop.atNs == INT64_MAX) backstop = Deadline{idleSince + static_cast<int64_t>(backstopSec * 1e9)};
     if ((idle & 255) == 0 && backstop.expired()) {
       met = false;
       break;

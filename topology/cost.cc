@@ -169,7 +169,8 @@ class Model {
     const Rates r = rates(multiHost()), s = rates(multiHost(), c_.maxHostSize());
     const int d = std::max(1, ceilLog2(p + 1) - 1);  // depth of a binary tree of p nodes
     const double half = S / 2, k = std::max(1.0, std::ceil(half / chunk())), c = half / k;
-    if ((coll == Coll::kBroadcast || coll == Coll::kReduce) && S <= std::min<double>(kBinomialMaxBytes, chunk())) {
+    if ((coll == Coll::kBroadcast || coll == Coll::kReduce) &&
+        binomialTreeFits(static_cast<uint64_t>(S), static_cast<uint64_t>(chunk()))) {
       // Small buffers go whole down one binomial tree (algorithms/broadcast/tree.cc).
       return ceilLog2(p) * (r.alphaUs + S * (r.betaUs + (coll == Coll::kReduce ? r.gammaUs : 0)));
     }

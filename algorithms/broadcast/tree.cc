@@ -39,7 +39,7 @@ void buildTreeBroadcast(const CollArgs& a, Plan* plan) {
   const bool isRoot = r == a.root;
   if (isRoot) plan->selfCopy(a.inPlace, total);
   if (n == 1) return;
-  if (total <= kBinomialMaxBytes && total <= a.chunkBytes) return binomialBroadcast(a, total, plan);
+  if (binomialTreeFits(total, a.chunkBytes)) return binomialBroadcast(a, total, plan);
   const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
   TreeLinks links[2] = {rootedDtreeLinks(r, n, a.root, 0), rootedDtreeLinks(r, n, a.root, 1)};
   for (uint64_t c = 0; c < chunks; ++c) {

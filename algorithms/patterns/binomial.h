@@ -22,6 +22,11 @@ namespace braid {
 // (n - 1) messages, 2 + floor(log2 n) deep, for no gain: below a few KiB a message costs its handling, not its bytes
 // (and on a host with more ranks than cores, every message costs a turn of the scheduler).
 constexpr uint64_t kBinomialMaxBytes = 4096;
+// Whether a Broadcast or Reduce "tree" of `bytes` with pipelining chunk `chunkBytes` takes the
+// binomial tree: what the plans build and the cost model prices.
+inline bool binomialTreeFits(uint64_t bytes, uint64_t chunkBytes) {
+  return bytes <= kBinomialMaxBytes && bytes <= chunkBytes;
+}
 
 // One rank's place in the binomial tree rooted at `root`, over n >= 1 ranks.
 struct BinomialLinks {

@@ -63,7 +63,7 @@ void buildTreeReduce(const CollArgs& a, Plan* plan) {
     plan->selfCopy(a.inPlace, total);
     return;
   }
-  if (total <= kBinomialMaxBytes && total <= a.chunkBytes) return binomialReduce(a, total, plan);
+  if (binomialTreeFits(total, a.chunkBytes)) return binomialReduce(a, total, plan);
   const uint64_t chunks = chunksFor(partition(a.count, 2, 0).count, es, a.chunkBytes);
   const uint64_t perChunk = partition(partition(a.count, 2, 0).count, chunks, 0).count * es;  // the largest
   TreeLinks links[2] = {rootedDtreeLinks(r, n, a.root, 0), rootedDtreeLinks(r, n, a.root, 1)};

@@ -261,7 +261,8 @@ TEST_CASE("small tree broadcasts and reduces go whole down one binomial tree: n 
         if (bytes <= kBinomialMaxBytes) {
           CHECK(sends == n - 1);
           // Broadcast: every rank hears once; Reduce: the root hears once per subtree.
-          CHECK(maxRecvs == (coll == Coll::kBroadcast ? 1 : std::bit_width(static_cast<unsigned>(n - 1))));
+          CHECK(maxRecvs ==
+                (coll == Coll::kBroadcast ? 1 : static_cast<int>(std::bit_width(static_cast<unsigned>(n - 1)))));
         } else {
           CHECK(sends == 2 * (n - 1));
         }
