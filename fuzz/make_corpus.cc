@@ -194,7 +194,7 @@ void tcpAddrs() {
 void shmHeaders() {
   using namespace shm;
   const uint32_t slotSize = 4096, nslots = 4, nfifos = 2;
-  const uint64_t fifo = fifoBytes(slotSize, nslots, fuzz::kPage);
+  const uint64_t fifo = fifoBytes(slotSize, nslots, fuzz::kPage, 0);
   const uint64_t header = headerBytes(nfifos, fuzz::kPage);
   const uint64_t file = header + nfifos * fifo;
   SegmentHeader h{};

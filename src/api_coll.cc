@@ -270,6 +270,9 @@ Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool non
   }
   if (a.coll != Coll::kSendRecv && tGroup.depth == 0) {
     // The hot path: no group, no allocation (the plan and the op come from the engine's pools).
+    // Hotter still: a small blocking call on one host, run on the mailboxes at once.
+    Status small;
+    if (!nonblocking && a.comm->engine->runSmall(p, &small)) return small;
     Op* op = nullptr;
     BRAID_TRY(a.comm->engine->post(p, nonblocking, &op));
     if (nonblocking) {

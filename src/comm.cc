@@ -14,6 +14,7 @@
 #include "src/base/log.h"
 #include "src/cuda/runtime.h"
 #include "src/link_check.h"
+#include "transports/mailbox.h"
 
 std::string braidComm::describeRank(int r) const { return braid::describePeer(peers, r); }
 
@@ -338,6 +339,27 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
   return okStatus();
 }
 
+// Small collectives run on mailboxes (src/small_coll.h) only if every rank has them toward every
+// other, of one capacity: each rank says what its links have, and all take the same verdict, so
+// that every rank runs the same calls there. (A pair that the self-test moved to tcp has none.)
+Status agreeOnMailboxes(braidComm* comm, Deadline deadline) {
+  uint64_t mine = comm->nranks > 1 ? UINT64_MAX : 0;
+  for (int p = 0; p < comm->nranks && mine != 0; ++p) {
+    if (p == comm->rank) continue;
+    const Mailboxes* m = comm->links[p] != nullptr ? comm->links[p]->mailboxes() : nullptr;
+    const uint64_t cap = m != nullptr ? m->capacity : 0;
+    mine = mine == UINT64_MAX || mine == cap ? cap : 0;
+  }
+  std::vector<uint64_t> all(comm->nranks);
+  BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
+  comm->mailBytes = static_cast<size_t>(mine);
+  for (uint64_t v : all)
+    if (v != mine) comm->mailBytes = 0;
+  BRAID_INFO(kLogInit, "small collectives on mailboxes: %s (%zu bytes)", comm->mailBytes > 0 ? "on" : "off",
+             comm->mailBytes);
+  return okStatus();
+}
+
 // Every rank listens for the rendezvous of communicators derived later (shrink, split); the
 // addresses are gathered now, while everyone is alive. Connections are only accepted during such a
 // rendezvous, and are authenticated like any other.
@@ -380,6 +402,7 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
     if (strcmp(p.hostId, me.hostId) == 0 && p.rank != rank) comm->localRanks++;
   BRAID_TRY(setupTopology(comm.get(), deadline));
   BRAID_TRY(connectLinks(comm.get(), deadline, id.secret));
+  BRAID_TRY(agreeOnMailboxes(comm.get(), deadline));
   comm->control = std::make_unique<ControlPlane>(comm.get());
   BRAID_TRY(comm->control->start());
   comm->engine = std::make_unique<Engine>(comm.get(), *comm->control);

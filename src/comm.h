@@ -38,6 +38,9 @@ struct braidComm {
   std::unique_ptr<braid::Engine> engine;
   braid::CommSettings settings;       // read once at init (src/settings.h)
   int localRanks = 1;                 // ranks on this host
+  // Payload bytes of the mailboxes that every rank has toward every other (src/small_coll.h), agreed
+  // at init; 0 when some link has none (another host, another transport, BRAID_SHM_SMALL_BYTES=0).
+  size_t mailBytes = 0;
   braid::topo::ClusterShape cluster;  // hosts of the ranks (hostOf feeds the hierarchical plans)
   braid::topo::Selector selector;     // (collective, bytes) -> algorithm
   bool approximate = false;           // BRAID_APPROXIMATE: avg AllReduce may gossip

@@ -33,6 +33,7 @@
 #include "src/plan.h"
 #include "src/plan_cache.h"
 #include "src/reduce.h"
+#include "src/small_coll.h"
 #include "src/tags.h"
 #include "transports/transport.h"
 
@@ -82,6 +83,10 @@ struct braidRequest {
   // A tagged send or receive (src/tags.h) has no plan: the tag matcher drives `tagged`.
   bool isTagged = false;
   braid::TagOp tagged;
+  // A small collective on the mailboxes (src/small_coll.h): `small` runs it, `plan` is an empty one
+  // that only names the collective.
+  bool isSmall = false;
+  braid::SmallCall small;
   // A call on device buffers (src/cuda/staging.h): its steps start once gate->ready() and it
   // completes once gate->drained() after gate->release(). Null for host calls.
   braid::OpGate* gate = nullptr;
@@ -121,6 +126,11 @@ class Engine {
   // Posts a collective. On success *out is running. userOwned: a nonblocking call (wakes the
   // background thread so the operation progresses while the caller computes).
   Status post(const PostArgs& args, bool userOwned, Op** out);
+  // A blocking collective that runs on the mailboxes (src/small_coll.h), run by the caller at once
+  // while the engine is idle: no op, no queue. False when it did not take the call (not small, or
+  // other operations running): then post() and wait() it. A call that is not done within a few
+  // microseconds continues as an op, waited for like any other; *result is the call's result.
+  bool runSmall(const PostArgs& args, Status* result);
   // Posts a point-to-point group; `plan` steps use Buf::kAbsolute addresses. Swapped into the op.
   // gate and detached: as in PostArgs.
   Status postGroup(Plan* plan, bool userOwned, Op** out, OpGate* gate = nullptr, bool detached = false);
@@ -208,6 +218,10 @@ class Engine {
   // Marks a finished or failed op done; a detached one goes back to the pool.
   void markDone(Op* op);
   bool postSteps(Op* op);
+  // Whether a call runs on the mailboxes; fills *c when it does.
+  bool smallCall(const PostArgs& a, SmallCall* c) const;
+  // A pass over a small op: runs it as far as it goes; true when something changed.
+  bool stepSmall(Op* op);
   bool reapAndRunLocals(Op* op);
   bool runLocal(Op* op, const Step& s);
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
@@ -241,6 +255,8 @@ class Engine {
   uint64_t epoch_ = 0;
   std::vector<uint64_t> sendBlocked_, recvBlocked_;  // per rank: == epoch_ when set
   std::vector<uint64_t> transportDriven_;            // per transport: == epoch_ when driven this pass
+  std::unique_ptr<SmallColls> small_;                // null unless the communicator has mailboxes
+  Plan smallPlans_[kNumColls];                       // by collective: the plan of a small op
   uint64_t seq_ = 0;
   Status linkFailure_;  // a link's error, held back briefly (see progressOnce)
   int linkFailedPeer_ = -1;

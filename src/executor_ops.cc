@@ -13,7 +13,6 @@
 
 namespace braid {
 
-namespace {
 std::string describeCall(const CallHeader& h) {
   if (h.magic != kCallHeaderMagic) return "something that is not a braid collective";
   const Coll c = static_cast<Coll>(h.coll);
@@ -31,7 +30,6 @@ std::string describeCall(const CallHeader& h) {
   more("%s", ")");
   return buf;
 }
-}  // namespace
 
 bool Engine::checkHeaders(const CallHeader& mine, const CallHeader& theirs) {
   if (memcmp(&mine, &theirs, sizeof(mine)) == 0) return true;

@@ -160,6 +160,8 @@ struct CallHeader {
 };
 static_assert(sizeof(CallHeader) == 32, "call header is 32 bytes");
 constexpr uint32_t kCallHeaderMagic = 0x4c4c4143;  // "CALL"
+// "AllReduce #7 (count 4, float32, sum)": a call as mismatch errors name it (src/executor_ops.cc).
+std::string describeCall(const CallHeader& h);
 
 // Puts a mismatch check in front of a finalized plan: every rank sends its call header to the next
 // rank of a ring and compares the one from the previous rank before any other step may start (two

@@ -19,6 +19,8 @@
 
 namespace braid {
 
+struct Mailboxes;  // transports/mailbox.h
+
 // Where a buffer lives. A transport declares the kinds it can touch (TransportCaps::memTypes); the
 // lowering pass (src/lower.h) keeps every other kind away from it with explicit copy steps.
 enum class MemType : uint8_t {
@@ -133,6 +135,12 @@ class Link {
   virtual Status progress() = 0;
   // True when something is posted and not complete.
   virtual bool busy() const = 0;
+  // The link's mailboxes (transports/mailbox.h), where its transport has them: null otherwise.
+  virtual const Mailboxes* mailboxes() const { return nullptr; }
+  // For a waiter that waits on the peer outside the link's queues (the mailboxes): the check that
+  // progress() makes while idle, whether the peer still exists (braidRemoteError naming it when
+  // not). Cheap enough to call on every idle pass.
+  virtual Status peerCheck() { return okStatus(); }
 };
 
 // What a transport publishes about this rank before connecting (its fabric id, GID, GPU UUID;

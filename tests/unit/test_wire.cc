@@ -201,7 +201,7 @@ TEST_CASE("tcp handshake and address record", "[unit][wire]") {
 TEST_CASE("shm segment header: ours passes; a hostile one is refused before anything is mapped", "[unit][wire]") {
   const UniqueIdData id = testId();
   const size_t page = 4096;
-  const uint64_t fifo = shm::fifoBytes(1024, 2, page), header = shm::headerBytes(2, page);
+  const uint64_t fifo = shm::fifoBytes(1024, 2, page, 0), header = shm::headerBytes(2, page);
   struct Head {
     shm::SegmentHeader h;
     shm::FifoEntry dir[2];
@@ -249,10 +249,29 @@ TEST_CASE("shm segment header: ours passes; a hostile one is refused before anyt
   bad = seg;
   bad.h.nslots = 0;
   CHECK(refused(bad, want));
+  bad = seg;
+  bad.h.mailBytes = 4096;  // mailboxes the FIFO's size has no room for
+  CHECK(refused(bad, want));
   shm::SegmentExpect smaller = want;
   smaller.fileBytes -= page;  // the file is not as big as the header says
   CHECK(refused(seg, smaller));
   CHECK(!shm::checkSegmentHeader(raw(seg), sizeof(shm::SegmentHeader) + 8, want, &place).ok());
+  // With mailboxes: a FIFO sized for them passes and says where they are; a capacity beyond the
+  // limit or off the cache line is refused even when the size adds up.
+  for (uint32_t mail : {64u, 4096u, static_cast<uint32_t>(kMaxMailBytes), static_cast<uint32_t>(kMaxMailBytes) + 64u,
+                        100u}) {
+    Head m = seg;
+    const uint64_t f = shm::fifoBytes(1024, 2, page, mail);
+    m.h.mailBytes = mail;
+    m.h.fifoBytes = f;
+    m.h.segmentBytes = header + 2 * f;
+    m.dir[1].offset = header + f;
+    shm::SegmentExpect w = want;
+    w.fileBytes = m.h.segmentBytes;
+    const bool good = mail <= kMaxMailBytes && mail % 64 == 0;
+    CHECK(shm::checkSegmentHeader(raw(m), sizeof(m), w, &place).ok() == good);
+    if (good) CHECK(place.mailBytes == mail);
+  }
 }
 
 TEST_CASE("tcp stripes: parts tile the message, aligned, on at most the sockets there are", "[unit][wire]") {

@@ -58,6 +58,7 @@ struct Config {
   uint32_t nslots = 0;
   CmaMode cma = CmaMode::kAuto;
   size_t cmaMin = 0;
+  size_t mailBytes = 0;  // payload bytes per mail slot: BRAID_SHM_SMALL_BYTES rounded up to a cache line
 };
 
 // nfifos: this rank's shm peers, one FIFO each in its segment.
@@ -71,6 +72,9 @@ Status loadConfig(size_t nfifos, Config* out) {
   int64_t slots = 0;
   BRAID_TRY(paramInt("BRAID_SHM_SLOTS", &slots));
   c.nslots = static_cast<uint32_t>(slots);
+  size_t small = 0;
+  BRAID_TRY(paramSize("BRAID_SHM_SMALL_BYTES", &small));  // the table holds it to [0, kMaxMailBytes]
+  c.mailBytes = roundUp(small, kCacheLine);
   // Every rank of this host (this one and its nfifos shm peers) creates and populates a segment of
   // nfifos FIFOs. Half the host's memory for all of them leaves room for the job's own buffers;
   // beyond that a slot size such as 1G pushes the host into swap or the OOM killer.
@@ -78,7 +82,7 @@ Status loadConfig(size_t nfifos, Config* out) {
   const long physPages = sysconf(_SC_PHYS_PAGES);
   const size_t hostBytes = physPages > 0 ? static_cast<size_t>(physPages) * page : SIZE_MAX;
   size_t perRank = 0, needed = 0;
-  if (__builtin_mul_overflow(fifoBytes(c.slotSize, c.nslots, page), nfifos, &perRank) ||
+  if (__builtin_mul_overflow(fifoBytes(c.slotSize, c.nslots, page, c.mailBytes), nfifos, &perRank) ||
       __builtin_mul_overflow(perRank, nfifos + 1, &needed) || needed > hostBytes / 2)
     return errorf(braidInvalidArgument,
                   "BRAID_SHM_SLOT_SIZE=%zu x BRAID_SHM_SLOTS=%u x %zu FIFOs per rank x %zu ranks on this host needs "
@@ -226,7 +230,7 @@ struct PeerNames {
 Status createSegment(const TransportContext& ctx, int peer, const Config& cfg, OwnSegment* seg) {
   const size_t page = pageSize();
   seg->headerBytes = headerBytes(1, page);
-  const size_t fifo = fifoBytes(cfg.slotSize, cfg.nslots, page);
+  const size_t fifo = fifoBytes(cfg.slotSize, cfg.nslots, page, cfg.mailBytes);
   const size_t total = seg->headerBytes + fifo;
   // No retry under another name: with our pid and 96 random bits in it, EEXIST means that someone
   // took the name on purpose.
@@ -259,12 +263,17 @@ Status createSegment(const TransportContext& ctx, int peer, const Config& cfg, O
   h->slotSize = static_cast<uint32_t>(cfg.slotSize);
   h->nslots = cfg.nslots;
   h->nfifos = 1;
+  h->mailBytes = static_cast<uint32_t>(cfg.mailBytes);
   auto* dir = reinterpret_cast<FifoEntry*>(h + 1);
   dir[0] = FifoEntry{peer, 0, seg->headerBytes};
   unsigned char* base = seg->mapping->data() + seg->headerBytes;
   new (base) FifoControl{};
   for (uint32_t k = 0; k < cfg.nslots; ++k)
     new (base + sizeof(FifoControl) + k * slotStride(cfg.slotSize)) SlotHeader{};
+  if (cfg.mailBytes > 0) {
+    auto* mail = reinterpret_cast<MailSlot*>(base + mailOffset(cfg.slotSize, cfg.nslots));
+    for (uint32_t k = 0; k < kMailDepth; ++k) new (mail + k) MailSlot{};
+  }
   return okStatus();
 }
 
@@ -280,7 +289,7 @@ Status readExactly(int fd, void* buf, size_t n, off_t at, int peer) {
 // Maps the FIFO that peer `peer` created for us and checks that the segment is what it claims.
 // Another process wrote it: the header is read once into our memory and checked there
 // (checkSegmentHeader), and only the FIFO it locates is mapped.
-Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoView* view) {
+Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoView* view, uint32_t* mailBytes) {
   int fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
   if (fd < 0)
     return systemError(errno,
@@ -319,6 +328,7 @@ Status attachPeer(const TransportContext& ctx, int peer, const char* name, FifoV
   view->base = view->mapping->data();
   view->slotSize = place.slotSize;
   view->nslots = place.nslots;
+  *mailBytes = place.mailBytes;
   return okStatus();
 }
 
@@ -432,12 +442,29 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
     s.peerRank = p;
     s.peerPid = r.pid;
     s.peerHost = (*ctx.peers)[p].hostname;
-    local = attachPeer(ctx, p, theirs.names[i].c_str(), &s.in);
+    uint32_t peerMail = 0;
+    local = attachPeer(ctx, p, theirs.names[i].c_str(), &s.in, &peerMail);
     if (!local.ok()) break;
+    // Small collectives run on mailboxes only where every rank has them alike (src/comm.cc agrees on
+    // it), so a difference is a setting that differs: refused here, naming both ranks' values.
+    if (peerMail != cfg.mailBytes) {
+      local = errorf(braidInvalidUsage,
+                     "BRAID_SHM_SMALL_BYTES differs: %zu on rank %d, %u on peer %s (rounded up to 64; set it alike "
+                     "on every rank)",
+                     cfg.mailBytes, ctx.rank, peerMail, who(ctx, p).c_str());
+      break;
+    }
     s.out.mapping = own[i].mapping;
     s.out.base = own[i].mapping->data() + own[i].headerBytes;
     s.out.slotSize = cfg.slotSize;
     s.out.nslots = cfg.nslots;
+    if (cfg.mailBytes > 0) {
+      s.mail.out = reinterpret_cast<MailSlot*>(s.out.base + mailOffset(s.out.slotSize, s.out.nslots));
+      s.mail.outData = reinterpret_cast<unsigned char*>(s.mail.out + kMailDepth);
+      s.mail.in = reinterpret_cast<const MailSlot*>(s.in.base + mailOffset(s.in.slotSize, s.in.nslots));
+      s.mail.inData = reinterpret_cast<const unsigned char*>(s.mail.in + kMailDepth);
+      s.mail.capacity = cfg.mailBytes;
+    }
     const bool probed = cfg.cma != CmaMode::kOff && probeCma(p, r);
     if (cfg.cma == CmaMode::kOn && !probed) {
       local = errorf(braidSystemError,
@@ -477,8 +504,10 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
     links_.push_back({links[i].get(), peers[i]});
     (*out)[i] = std::move(links[i]);
   }
-  BRAID_INFO(kLogShm, "shm: %zu peers, %u slots of %zu bytes per FIFO, single copy to %d peers from %zu bytes", n,
-             cfg.nslots, cfg.slotSize, cmaLinks, cfg.cmaMin);
+  BRAID_INFO(kLogShm,
+             "shm: %zu peers, %u slots of %zu bytes per FIFO, single copy to %d peers from %zu bytes, mailboxes of %zu "
+             "bytes",
+             n, cfg.nslots, cfg.slotSize, cmaLinks, cfg.cmaMin, cfg.mailBytes);
   return okStatus();
 }
 

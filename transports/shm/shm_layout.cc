@@ -28,7 +28,8 @@ Status checkSegmentHeader(const uint8_t* data, size_t len, const SegmentExpect& 
   const size_t page = want.page;
   if (h.segmentBytes != want.fileBytes || h.slotSize < kCacheLine || h.slotSize % kCacheLine != 0 ||
       h.slotSize > kMaxSlotSize || h.nslots < 1 || h.nslots > kMaxSlots ||
-      h.fifoBytes != fifoBytes(h.slotSize, h.nslots, page) || want.nranks < 1 ||
+      h.mailBytes > kMaxMailBytes || h.mailBytes % kCacheLine != 0 ||
+      h.fifoBytes != fifoBytes(h.slotSize, h.nslots, page, h.mailBytes) || want.nranks < 1 ||
       h.nfifos > static_cast<uint32_t>(want.nranks) || headerBytes(h.nfifos, page) > want.fileBytes)
     return errorf(braidRemoteError, "segment has an inconsistent header");
   if (len - sizeof(h) < h.nfifos * sizeof(FifoEntry))
@@ -51,6 +52,7 @@ Status checkSegmentHeader(const uint8_t* data, size_t len, const SegmentExpect& 
   out->bytes = h.fifoBytes;
   out->slotSize = h.slotSize;
   out->nslots = h.nslots;
+  out->mailBytes = h.mailBytes;
   return okStatus();
 }
 

@@ -9,6 +9,8 @@
 //   FIFO:  [ FifoControl: 128 B, written by the receiver only            ]
 //          [ slot 0: SlotHeader (64 B, sender) | payload (slotSize B)    ]
 //          [ slot 1: ...                                                 ]
+//          [ mailboxes: kMailDepth MailSlots, then their payload          ]
+//            (transports/mailbox.h; absent when BRAID_SHM_SMALL_BYTES=0)
 //
 // Messages: a message of N bytes takes ceil(N / slotSize) slots (one slot when N <= kInlineBytes or
 // N == 0: the payload then rides in the header line itself, so a small message costs the receiver a
@@ -23,13 +25,14 @@
 
 #include "src/base/secret.h"
 #include "src/base/status.h"
+#include "transports/mailbox.h"
 
 namespace braid {
 namespace shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68736469617262ull;  // "braidshm" in memory order
 // Bump on any change of the structs below: peers with another version refuse to attach.
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;
 constexpr size_t kCacheLine = 64;
 // Payload bytes that fit in a slot's header line after seq and msgBytes.
 constexpr size_t kInlineBytes = 48;
@@ -94,18 +97,21 @@ struct SegmentHeader {
   uint64_t fifoBytes;  // bytes per FIFO, page aligned
   uint32_t slotSize;   // payload bytes per slot, a multiple of kCacheLine
   uint32_t nslots;
-  uint32_t nfifos;  // FifoEntry records follow the header
-  uint32_t reserved;
+  uint32_t nfifos;     // FifoEntry records follow the header
+  uint32_t mailBytes;  // payload bytes per mail slot (0: no mailboxes after the FIFO's slots)
 };
 
 inline size_t slotStride(size_t slotSize) { return sizeof(SlotHeader) + slotSize; }
 
 inline size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// Bytes of one FIFO, rounded to `page`.
-inline size_t fifoBytes(size_t slotSize, size_t nslots, size_t page) {
-  return roundUp(sizeof(FifoControl) + nslots * slotStride(slotSize), page);
+// Bytes of one FIFO with its mailboxes (mailBytes per slot, 0: none), rounded to `page`.
+inline size_t fifoBytes(size_t slotSize, size_t nslots, size_t page, size_t mailBytes) {
+  return roundUp(sizeof(FifoControl) + nslots * slotStride(slotSize) + (mailBytes > 0 ? mailRingBytes(mailBytes) : 0),
+                 page);
 }
+// Where the mailboxes start in a FIFO.
+inline size_t mailOffset(size_t slotSize, size_t nslots) { return sizeof(FifoControl) + nslots * slotStride(slotSize); }
 
 // Bytes of the header plus directory, rounded to `page`.
 inline size_t headerBytes(size_t nfifos, size_t page) {
@@ -128,6 +134,7 @@ struct FifoPlace {
   uint64_t bytes = 0;
   uint32_t slotSize = 0;
   uint32_t nslots = 0;
+  uint32_t mailBytes = 0;
 };
 // How many leading bytes of a segment checkSegmentHeader needs at most (header + directory).
 inline size_t segmentHeadBytes(int nranks) {

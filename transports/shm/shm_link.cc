@@ -55,6 +55,7 @@ Mapping::~Mapping() {
 ShmLink::ShmLink(LinkSetup setup)
     : out_(std::move(setup.out)),
       in_(std::move(setup.in)),
+      mail_(setup.mail),
       peerRank_(setup.peerRank),
       peerPid_(setup.peerPid),
       peerHost_(std::move(setup.peerHost)) {

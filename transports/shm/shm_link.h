@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "transports/mailbox.h"
 #include "transports/shm/shm_layout.h"
 #include "transports/transport.h"
 
@@ -52,6 +53,7 @@ struct LinkSetup {
   FifoView out;          // we send: the FIFO lives in our segment
   FifoView in;           // we receive: the FIFO lives in the peer's segment
   bool cmaRecv = false;  // we may accept CMA descriptors (probe passed, BRAID_SHM_CMA allows)
+  Mailboxes mail;        // beside the FIFOs (capacity 0: none)
 };
 
 // Host memory only; a receive folds into its destination as the slots arrive.
@@ -66,6 +68,8 @@ class ShmLink final : public Link {
   Status postRecv(Xfer* x) override;
   Status progress() override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+  const Mailboxes* mailboxes() const override { return mail_.capacity > 0 ? &mail_ : nullptr; }
+  Status peerCheck() override { return checkPeerAlive(); }
 
   FifoControl* inControl() const { return in_.control(); }
   FifoControl* outControl() const { return out_.control(); }
@@ -114,6 +118,7 @@ class ShmLink final : public Link {
   uint64_t recvSeq_ = 0;    // absolute number of the next slot to read
   FifoView out_;
   FifoView in_;
+  Mailboxes mail_;
   size_t cmaMin_ = SIZE_MAX;
 
   // --- CMA ---

@@ -1,0 +1,233 @@
+#include "src/small_coll.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "src/plan.h"
+
+namespace braid {
+
+namespace {
+
+// Where a call's data sits in a slot: in its header line when it fits, else in the payload.
+inline unsigned char* outSpot(const Mailboxes& m, uint64_t k, size_t bytes) {
+  return bytes <= kMailInline ? m.out[k % kMailDepth].inlineData : m.outPayload(k);
+}
+inline const unsigned char* inSpot(const Mailboxes& m, uint64_t k, size_t bytes) {
+  return bytes <= kMailInline ? m.in[k % kMailDepth].inlineData : m.inPayload(k);
+}
+
+// The call's shape in one word, as its mail carries it: bytes and root in 20 bits each (mailboxes
+// hold at most kMaxMailBytes; ranks on one host are far fewer than 2^20), then the collective, the
+// datatype and the op.
+constexpr uint64_t kField = (1u << 20) - 1;
+uint64_t packCall(Coll coll, braidDataType_t dt, braidRedOp_t op, int root, size_t bytes) {
+  return (bytes & kField) | (static_cast<uint64_t>(root) & kField) << 20 | static_cast<uint64_t>(coll) << 40 |
+         static_cast<uint64_t>(dt & 0xff) << 48 | static_cast<uint64_t>(op & 0xff) << 56;
+}
+
+CallHeader unpackCall(uint64_t w, uint64_t seq) {
+  CallHeader h{};
+  h.magic = kCallHeaderMagic;
+  h.coll = static_cast<uint8_t>(w >> 40);
+  h.dtype = static_cast<uint8_t>(w >> 48);
+  h.redop = static_cast<uint8_t>(w >> 56);
+  h.root = static_cast<int32_t>(w >> 20 & kField);
+  const bool known = validDtype(h.dtype) && h.coll < kNumColls;
+  const size_t es = known ? dtypeSize(static_cast<braidDataType_t>(h.dtype)) : 1;
+  h.count = (w & kField) / es;
+  h.seq = seq;
+  if (!known) h.magic = 0;  // describeCall: "something that is not a braid collective"
+  return h;
+}
+
+}  // namespace
+
+SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names)
+    : rank_(rank),
+      nranks_(static_cast<int>(links.size())),
+      names_(std::move(names)),
+      mail_(links.size()),
+      started_(links.size(), 0) {
+  for (int p = 0; p < nranks_; ++p) {
+    const Mailboxes* m = p != rank && links[p] != nullptr ? links[p]->mailboxes() : nullptr;
+    if (m == nullptr) continue;
+    mail_[p] = *m;
+    capacity_ = m->capacity;
+  }
+}
+
+bool SmallColls::takes(Coll coll, size_t bytes) const {
+  switch (coll) {
+    case Coll::kAllReduce:
+    case Coll::kBroadcast:
+    case Coll::kReduce:
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+    case Coll::kAllToAll:
+      return bytes <= capacity_;
+    case Coll::kBarrier:
+      return true;
+    case Coll::kSendRecv:
+    case Coll::kGather:
+    case Coll::kScatter:
+      break;
+  }
+  return false;
+}
+
+void SmallColls::number(SmallCall* c) {
+  c->k = ++numbered_;
+  c->check = packCall(c->coll, c->dtype, c->op, c->root, c->bytes);
+  c->phase = 0;
+  c->waitingOn = -1;
+}
+
+bool SmallColls::reads(const SmallCall& c, int peer) const {
+  if (c.coll == Coll::kBroadcast) return peer == c.root;
+  if (c.coll == Coll::kReduce) return rank_ == c.root;
+  return true;
+}
+
+bool SmallColls::roomAt(int peer, uint64_t k) {
+  if (k < kMailDepth) return true;  // slot k is fresh
+  const uint64_t need = k + 1 - kMailDepth;
+  if (started_[peer] >= need) return true;
+  // The peer's slot for call `need`: once it shows `need` (or the later call that took the slot
+  // after it), the peer started that call, so it finished reading ours for call k - kMailDepth.
+  // Pairs with the release store of that number, which followed those reads.
+  const uint64_t v = mail_[peer].in[need % kMailDepth].seq.load(std::memory_order_acquire);
+  started_[peer] = std::max(started_[peer], v);
+  return started_[peer] >= need;
+}
+
+void SmallColls::post(const SmallCall& c) {
+  const size_t b = c.bytes;
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    const Mailboxes& m = mail_[p];
+    MailSlot& s = m.out[c.k % kMailDepth];
+    s.check = c.check;
+    const char* data = nullptr;
+    switch (c.coll) {
+      case Coll::kAllReduce:
+      case Coll::kAllGather:
+        data = c.send;
+        break;
+      case Coll::kBroadcast:
+        data = rank_ == c.root ? c.send : nullptr;
+        break;
+      case Coll::kReduce:
+        data = rank_ != c.root && p == c.root ? c.send : nullptr;
+        break;
+      case Coll::kReduceScatter:
+      case Coll::kAllToAll:
+        data = c.send + static_cast<size_t>(p) * b;
+        break;
+      default:
+        break;
+    }
+    if (data != nullptr && b > 0) memcpy(outSpot(m, c.k, b), data, b);
+    // Publishes check and the data: pairs with the peer's acquire load in mailFrom() (or roomAt()).
+    s.seq.store(c.k, std::memory_order_release);
+  }
+  // This rank's own share, where it is a copy.
+  if (c.inPlace || b == 0) return;
+  const size_t mine = static_cast<size_t>(rank_) * b;
+  if (c.coll == Coll::kBroadcast && rank_ == c.root) memcpy(c.recv, c.send, b);
+  if (c.coll == Coll::kAllGather) memcpy(c.recv + mine, c.send, b);
+  if (c.coll == Coll::kAllToAll) memcpy(c.recv + mine, c.send + mine, b);
+}
+
+const unsigned char* SmallColls::mailFrom(SmallCall* c, int peer, Status* err) {
+  const Mailboxes& m = mail_[peer];
+  const MailSlot& s = m.in[c->k % kMailDepth];
+  // Pairs with the peer's release store in post(): its check and data are visible once it shows k.
+  if (s.seq.load(std::memory_order_acquire) != c->k) {
+    c->waitingOn = peer;
+    return nullptr;
+  }
+  started_[peer] = std::max(started_[peer], c->k);
+  if (s.check != c->check) {
+    *err = mismatch(*c, peer, s.check);
+    return nullptr;
+  }
+  return inSpot(m, c->k, c->bytes);
+}
+
+Status SmallColls::mismatch(const SmallCall& c, int peer, uint64_t theirs) const {
+  return errorf(braidInvalidUsage, "mismatched calls: %s called %s, but %s called %s", names_[peer].c_str(),
+                describeCall(unpackCall(theirs, c.seq)).c_str(), names_[rank_].c_str(),
+                describeCall(unpackCall(c.check, c.seq)).c_str());
+}
+
+int SmallColls::gather(SmallCall* c, Status* err) {
+  const size_t b = c->bytes;
+  const size_t count = b / dtypeSize(c->dtype);
+  // Reductions fold this rank's share first, then the peers' in rank order; AllReduce folds all
+  // shares in rank order, so that every rank computes the very same sums.
+  const bool allReduce = c->coll == Coll::kAllReduce;
+  const bool folding = allReduce || c->coll == Coll::kReduceScatter || (c->coll == Coll::kReduce && rank_ == c->root);
+  for (; c->next < nranks_; ++c->next) {
+    const int p = c->next;
+    if (allReduce && p == 0) continue;  // share 0 is folded in with share 1
+    if (!allReduce && (p == rank_ || !reads(*c, p))) continue;
+    const unsigned char* in = p == rank_ ? nullptr : mailFrom(c, p, err);
+    if (p != rank_ && in == nullptr) return err->ok() ? 0 : -1;
+    if (!folding) {
+      if (b == 0) continue;
+      // Broadcast: the root's buffer; AllGather, AllToAll: peer p's block.
+      char* dst = c->coll == Coll::kBroadcast ? c->recv : c->recv + static_cast<size_t>(p) * b;
+      memcpy(dst, in, b);
+      continue;
+    }
+    if (allReduce) {
+      // This rank's share in place past rank 1 was overwritten by the first fold: its copy in the
+      // mail toward any peer stands in for it.
+      const int any = rank_ == 0 ? 1 : 0;
+      const void* own = c->inPlace && rank_ >= 2 ? static_cast<const void*>(outSpot(mail_[any], c->k, b)) : c->send;
+      const void* share = p == rank_ ? own : in;
+      if (p == 1) {
+        const void* first = rank_ == 0 ? own : mailFrom(c, 0, err);
+        if (first == nullptr) return err->ok() ? 0 : -1;
+        c->kernel(c->recv, first, share, count);
+      } else {
+        c->kernel(c->recv, c->recv, share, count);
+      }
+      continue;
+    }
+    const bool firstPeer = p == (rank_ == 0 ? 1 : 0);
+    const void* own = c->coll == Coll::kReduceScatter ? c->send + static_cast<size_t>(rank_) * b : c->send;
+    c->kernel(c->recv, firstPeer ? own : c->recv, in, count);
+  }
+  if (folding && c->op == braidAvg) scaleDivide(c->dtype, c->recv, count, nranks_);
+  return 1;
+}
+
+int SmallColls::step(SmallCall* c, Status* err) {
+  if (c->phase == 2) return 1;
+  if (c->phase == 0) {
+    if (c->k != finished_ + 1) {  // an earlier call still runs
+      c->waitingOn = -1;
+      return 0;
+    }
+    for (int p = 0; p < nranks_; ++p) {
+      if (p != rank_ && !roomAt(p, c->k)) {
+        c->waitingOn = p;
+        return 0;
+      }
+    }
+    post(*c);
+    c->phase = 1;
+    c->next = 0;
+  }
+  const int r = gather(c, err);
+  if (r <= 0) return r;
+  c->phase = 2;
+  c->waitingOn = -1;
+  ++finished_;
+  return 1;
+}
+
+}  // namespace braid

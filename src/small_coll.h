@@ -1,0 +1,100 @@
+// Small collectives on one host: when every rank of a communicator is on this host and every link
+// has mailboxes (transports/mailbox.h: shm, BRAID_SHM_SMALL_BYTES), a collective of up to the
+// mailboxes' capacity per peer skips plans, FIFOs and message matching. Each rank writes what each
+// peer needs into its mailbox toward that peer, stores the call's number beside the data, and reads
+// its peers' mailboxes toward it: one cache-line handoff per peer for up to kMailInline bytes.
+//
+//   AllReduce      every rank writes its buffer to every peer; every rank folds all n buffers in
+//                  rank order (0 ⊕ 1 ⊕ ... ⊕ n-1), so every rank computes bit for bit the same result
+//   Broadcast      the root writes its buffer to every peer
+//   Reduce         every rank but the root writes to the root, which folds its own buffer first
+//   AllGather      every rank writes its block to every peer
+//   ReduceScatter  every rank writes block p to peer p; each folds its own block first
+//   AllToAll       every rank writes block p to peer p
+//   Barrier        the numbers alone
+//
+// Every rank stores the call's number in its slot toward every peer in every call, data or not: a
+// peer's slot for call j then always tells whether it started j, which is what the ring's flow
+// control asks before a slot is rewritten (transports/mailbox.h).
+//
+// Whether a call runs here depends only on the call and on settings every rank shares (the
+// collective, its bytes, BRAID_ALGO, the mailboxes agreed at init), so every rank takes the same
+// calls: the mailboxes are a channel of their own beside the links, with its own numbering. Calls
+// run on it one at a time, in issue order (a rank starts call k + 1 once it finished k: that is
+// what the ring's flow control counts on), while operations on the links proceed around them.
+//
+// Threads: the engine lock (src/executor.h) guards everything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "braid/braid.h"
+#include "src/base/status.h"
+#include "src/coll.h"
+#include "src/reduce.h"
+#include "transports/mailbox.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+// One call on the mailboxes and how far it got.
+struct SmallCall {
+  Coll coll = Coll::kBarrier;
+  const char* send = nullptr;
+  char* recv = nullptr;
+  size_t bytes = 0;  // per peer: the buffer, or one rank's block (AllGather, ReduceScatter, AllToAll)
+  braidDataType_t dtype = braidUint8;
+  braidRedOp_t op = braidSum;
+  ReduceKernel kernel = nullptr;  // reducing calls (braidAvg as sum, divided at the end)
+  int root = 0;
+  bool inPlace = false;
+  uint64_t seq = 0;    // its number among all of the rank's operations (for messages)
+  uint64_t k = 0;      // its number among the communicator's small calls (from 1)
+  uint64_t check = 0;  // the call as its mail says it (checkWord)
+  // Progress: 0 not started (waiting for its turn or for the peers' room), 1 its mail is out and it
+  // reads the peers' from `next` on, 2 done. waitingOn: the rank it waits for (-1: none).
+  uint8_t phase = 0;
+  int next = 0;
+  int waitingOn = -1;
+};
+
+class SmallColls {
+ public:
+  // `links` by rank (null at `rank`): every one with mailboxes of one capacity (comm init checks it).
+  // `names`: how errors name each rank ("rank 2 (host a, pid 7)").
+  SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names);
+
+  // The bytes per peer of the largest call that runs here.
+  size_t capacity() const { return capacity_; }
+  // Whether a call of `coll` with `bytes` per peer (see SmallCall::bytes) runs here.
+  bool takes(Coll coll, size_t bytes) const;
+  // Numbers `c` as the next call (in issue order).
+  void number(SmallCall* c);
+  // Moves `c` as far as it goes without waiting: 1 when done, 0 when it waits (c->waitingOn says
+  // for whom, -1 for an earlier call), -1 when a peer's mail is not this call (*err: which calls).
+  int step(SmallCall* c, Status* err);
+
+ private:
+  bool reads(const SmallCall& c, int peer) const;  // whether this rank reads `peer`'s mail in c
+  // Whether `peer` has room for call k (it started call k - kMailDepth + 1, so it is done reading
+  // the slot k takes); refreshes what is known of it when not known yet.
+  bool roomAt(int peer, uint64_t k);
+  void post(const SmallCall& c);  // phase 0 -> 1: the mail out, the local copies made
+  // The peer's mail for c when it is there (nullptr while not; *err set on a mismatch).
+  const unsigned char* mailFrom(SmallCall* c, int peer, Status* err);
+  int gather(SmallCall* c, Status* err);  // phase 1
+  Status mismatch(const SmallCall& c, int peer, uint64_t theirs) const;
+
+  int rank_, nranks_;
+  std::vector<std::string> names_;
+  size_t capacity_ = 0;
+  std::vector<Mailboxes> mail_;    // by rank (empty at rank_)
+  std::vector<uint64_t> started_;  // by rank: the latest call it is known to have started
+  uint64_t numbered_ = 0;          // calls numbered so far
+  uint64_t finished_ = 0;          // calls finished: call finished_ + 1 may run
+};
+
+}  // namespace braid
