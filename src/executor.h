@@ -220,6 +220,8 @@ class Engine {
   bool postSteps(Op* op);
   // Whether a call runs on the mailboxes; fills *c when it does.
   bool smallCall(const PostArgs& a, SmallCall* c) const;
+  // Makes `op` the small call `c` (numbered already) posted with `a`; detached is the caller's.
+  void fillSmall(Op* op, const PostArgs& a, const SmallCall& c);
   // A pass over a small op: runs it as far as it goes; true when something changed.
   bool stepSmall(Op* op);
   bool reapAndRunLocals(Op* op);

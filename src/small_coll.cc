@@ -62,6 +62,9 @@ bool SmallColls::takes(Coll coll, size_t bytes) const {
   switch (coll) {
     case Coll::kAllReduce:
     case Coll::kBroadcast:
+      // Every rank reads n - 1 buffers (AllReduce), the root writes n - 1 (Broadcast), where a ring
+      // or a tree moves about two: past four buffers' worth of the capacity they go to the plans.
+      return bytes <= capacity_ && bytes * static_cast<size_t>(nranks_ - 1) <= 4 * capacity_;
     case Coll::kReduce:
     case Coll::kAllGather:
     case Coll::kReduceScatter:

@@ -28,4 +28,11 @@ struct Deadline {
   }
 };
 
+// One spin-wait pause (x86 PAUSE: lets a hyperthread sibling run, saves power); nothing elsewhere.
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace braid

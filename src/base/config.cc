@@ -101,7 +101,7 @@ const std::vector<ParamInfo> kParams = {
     oneOf("BRAID_SHM_CMA", "0", "0|1|auto",
           "single-copy receives with process_vm_readv (auto: when the kernel allows; measured slower than the FIFO)"),
     bytes("BRAID_SHM_CMA_MIN", "1M", 0, kTi, "smallest message that uses the single-copy path"),
-    bytes("BRAID_SHM_SMALL_BYTES", "4K", 0, 64 * kKi,
+    bytes("BRAID_SHM_SMALL_BYTES", "64K", 0, 64 * kKi,
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),
     bytes("BRAID_TCP_CHUNK", "512K", 4 * kKi, 256 * kMi, "bytes per socket write/read for large tcp messages"),

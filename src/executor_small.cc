@@ -1,0 +1,127 @@
+// The executor's side of the small collectives on the mailboxes (src/small_coll.h): which calls go
+// there, the blocking call run at once by its caller while the engine is idle, and the pass over a
+// small op for the calls that wait among others (src/executor.cc calls stepSmall).
+#include <sched.h>
+
+#include "src/comm.h"
+#include "src/executor.h"
+
+namespace braid {
+
+namespace {
+
+// How many passes a blocking small call spins (or yields, with more ranks than cores) in runSmall
+// before it becomes an op: its peers are usually well under a microsecond away.
+constexpr int kInlineSpins = 2048;
+constexpr int kInlineYields = 64;
+
+}  // namespace
+
+bool Engine::smallCall(const PostArgs& a, SmallCall* c) const {
+  if (small_ == nullptr || a.gate != nullptr) return false;
+  const CollArgs& sh = a.shape;
+  // BRAID_ALGO asked for an algorithm (tests count its messages), or the call may gossip.
+  if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
+  const size_t bytes = sh.coll == Coll::kBarrier ? 0 : sh.count * sh.elemSize;
+  if (!small_->takes(sh.coll, bytes)) return false;
+  c->coll = sh.coll;
+  c->send = static_cast<const char*>(a.send);
+  c->recv = static_cast<char*>(a.recv);
+  c->bytes = bytes;
+  c->dtype = a.dtype;
+  c->op = a.op;
+  c->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
+  c->root = sh.root;
+  c->inPlace = sh.inPlace;
+  return true;
+}
+
+bool Engine::runSmall(const PostArgs& a, Status* result) {
+  SmallCall c;
+  if (!smallCall(a, &c) || !tryLock()) return false;
+  // Idle: nothing running that this call could overtake or hold up, nothing failed or left (a
+  // collective past a leaver's count is failed by the op path), and no look at the leavers due.
+  if (head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0 || linkFailedAtNs_ != 0 || control_.failed() ||
+      leaversToCheck() || seq_ >= collSeqLimit_) {
+    unlock();
+    return false;
+  }
+  c.seq = seq_ + 1;
+  small_->number(&c);
+  Status err;
+  int r = 0;
+  const int passes = spinNs_ > 0 ? kInlineSpins : kInlineYields;
+  for (int i = 0;; ++i) {
+    r = small_->step(&c, &err);
+    if (r != 0 || i == passes) break;
+    if (spinNs_ > 0)
+      cpuRelax();
+    else
+      sched_yield();
+  }
+  if (r > 0) {
+    ++seq_;  // counted like any collective (leave records, heartbeats)
+    control_.notePosted(seq_);
+    unlock();
+    *result = okStatus();
+    return true;
+  }
+  // A peer is late (or the calls differ): the rest is an op's, with its deadline, failure checks
+  // and peer-death checks, and the lock free for other threads meanwhile.
+  Op* op = nullptr;
+  Status taken = takeOp(&op);
+  if (!taken.ok()) {
+    // The call is numbered on the mailboxes and cannot be withdrawn: the communicator cannot go on.
+    control_.fail(taken.withContext("continuing a small collective"), -1, true);
+    unlock();
+    *result = taken;
+    return true;
+  }
+  fillSmall(op, a, c);
+  op->detached = false;
+  prepare(op, false);
+  if (r < 0) control_.fail(err, -1, true);  // a mismatch: the next pass fails the op
+  unlock();
+  *result = wait(op);
+  return true;
+}
+
+void Engine::fillSmall(Op* op, const PostArgs& a, const SmallCall& c) {
+  op->isSmall = true;
+  op->small = c;
+  op->plan = &smallPlans_[static_cast<int>(c.coll)];
+  op->dtype = a.dtype;
+  op->redop = a.op;
+  op->count = a.shape.count;
+  op->root = a.shape.root;
+  op->kernel = nullptr;
+  op->gate = nullptr;
+}
+
+bool Engine::stepSmall(Op* op) {
+  SmallCall& c = op->small;
+  c.seq = op->seq;
+  Status err;
+  const int r = small_->step(&c, &err);
+  if (r > 0) {
+    op->finished = true;
+    return true;
+  }
+  if (r < 0) {
+    control_.fail(err, -1, true);
+    return true;
+  }
+  // The peer it waits for may be dead: the links' own check, which the mailboxes bypass.
+  if (c.waitingOn >= 0 && linkFailedAtNs_ == 0) {
+    Status alive = comm_->links[c.waitingOn]->peerCheck();
+    if (!alive.ok()) {
+      linkFailure_ = alive;
+      linkFailedPeer_ = c.waitingOn;
+      linkFailedAtNs_ = nowNs();
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace braid
