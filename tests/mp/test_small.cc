@@ -259,3 +259,30 @@ TEST_CASE("BRAID_SHM_SMALL_BYTES that differs between ranks fails init naming it
   INFO(describe(tcp));
   REQUIRE(allOk(tcp));
 }
+
+TEST_CASE("a stopped rank in a small AllReduce becomes braidTimeout naming it, not a hang", "[mp][shm][small]") {
+  auto res = runComm(
+      2, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "3"}, {"BRAID_HEARTBEAT_MS", "0"}},
+      [&](braidComm_t comm, int rank, int) {
+        if (needMailboxes(comm, rank) != 0) return 1;
+        float v[4] = {1, 2, 3, 4};
+        int32_t pid = getpid(), pids[2] = {0, 0};
+        CHECK_BRAID(rank, braidAllGather(&pid, pids, 1, braidInt32, comm, nullptr));
+        if (rank == 1) {
+          raise(SIGSTOP);  // never resumed: rank 0 kills it
+          _exit(7);
+        }
+        const braidResult_t r = braidAllReduce(v, v, 4, braidFloat32, braidSum, comm, nullptr);
+        const std::string msg = braidGetLastError();
+        kill(pids[1], SIGKILL);
+        if (r != braidTimeout)
+          return fail(rank, "expected braidTimeout, got %s: %s", braidGetErrorString(r), msg.c_str());
+        if (msg.find("AllReduce #2 ") == std::string::npos || msg.find("waiting for rank 1 (host") == std::string::npos)
+          return fail(rank, "message does not name the call and the awaited rank: %s", msg.c_str());
+        return 0;
+      },
+      60);
+  INFO(describe(res));
+  CHECK((res[0].status == 0 && !res[0].timedOut));
+  CHECK(res[1].status == 128 + SIGKILL);
+}
