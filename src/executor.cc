@@ -250,6 +250,9 @@ Status Engine::postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log) {
   fill(op);
   prepare(op, userOwned);
   log(op);
+  // A small call with nothing before it puts its mail out now: its peers need not wait until this
+  // rank waits for it (or the background thread looks).
+  if (op->isSmall && head_ + 1 == active_.size()) stepSmall(op);
   // A gated op needs the background thread to poll its gate; decided under the lock, because a
   // detached op may be done and back in the pool as soon as it is released.
   const bool wakeBg = userOwned && (op->gate != nullptr || worthWaking(op));
