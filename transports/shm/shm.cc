@@ -246,7 +246,8 @@ Status createSegment(const TransportContext& ctx, int peer, const Config& cfg, O
   if (err != 0)
     return systemError(err,
                        "cannot allocate %zu bytes of shared memory for peer rank %d in /dev/shm%s (is /dev/shm "
-                       "full or too small? see `df /dev/shm`; lower BRAID_SHM_SLOTS or BRAID_SHM_SLOT_SIZE)",
+                       "full or too small? see `df /dev/shm`; lower BRAID_SHM_SLOTS, BRAID_SHM_SLOT_SIZE or "
+                       "BRAID_SHM_SMALL_BYTES)",
                        total, peer, seg->name.c_str());
   void* addr = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (addr == MAP_FAILED) return systemError(errno, "mmap %zu bytes of /dev/shm%s", total, seg->name.c_str());
