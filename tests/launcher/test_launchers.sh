@@ -28,7 +28,8 @@ passed=0 failed=0 skipped=0
 free_port() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
+    # Below the ephemeral range (32768-60999), whose ports outgoing connections take at any time.
+    p=$((20000 + RANDOM % 12000))
     # A free TCP port and the one after it (torchrun-style variables make braid listen on MASTER_PORT+1).
     if ! (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null && ! (echo >"/dev/tcp/127.0.0.1/$((p + 1))") 2>/dev/null; then
       echo "$p"

@@ -1,6 +1,9 @@
 #include "tests/mp/harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -312,6 +315,45 @@ bool matches(braidDataType_t dt, braidRedOp_t op, double got, double want) {
   if (op != braidAvg || !isFloat(dt)) return got == want;
   double tol = dt == braidFloat64 ? 1e-12 : dt == braidFloat32 ? 1e-6 : 1e-2;
   return std::fabs(got - want) <= tol * std::fabs(want);
+}
+
+namespace {
+
+bool portFree(int port, bool ipv6) {
+  const int fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int rc = -1;
+  if (ipv6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    a.sin6_addr = in6addr_loopback;
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  }
+  close(fd);
+  return rc == 0;
+}
+
+}  // namespace
+
+int unusedPorts(int salt, int count, bool ipv6) {
+  // [20000, 32000): below Linux's default ephemeral range (32768-60999).
+  constexpr int kLow = 20000, kSpan = 12000;
+  const int start = static_cast<int>((static_cast<unsigned>(getpid()) * 131u + static_cast<unsigned>(salt) * 977u) %
+                                     static_cast<unsigned>(kSpan - count));
+  for (int i = 0; i < kSpan; i += count) {
+    const int base = kLow + (start + i) % (kSpan - count);
+    bool all = true;
+    for (int k = 0; k < count && all; ++k) all = portFree(base + k, ipv6);
+    if (all) return base;
+  }
+  return kLow + start;
 }
 
 int fail(int rank, const char* fmt, ...) {

@@ -76,6 +76,11 @@ braidComm* internalsOf(braidComm_t handle);
 // A whole file's contents ("" when it cannot be read).
 std::string readFile(const std::string& path);
 
+// A base port such that base .. base + count - 1 are free on the loopback address now (ipv6: ::1),
+// from below the kernel's ephemeral range (which hands ports to outgoing connections at any time:
+// a port picked there was taken by a concurrent test's connection in CI). `salt` spreads the
+// callers of one process; the pid spreads processes.
+int unusedPorts(int salt, int count = 1, bool ipv6 = false);
 // Prints "rank R: <msg>" to stderr and returns 1 (for `return fail(...)` in bodies).
 int fail(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 

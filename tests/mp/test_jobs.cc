@@ -28,7 +28,7 @@ struct Rank {
   Env env;  // BRAID_RANK, BRAID_WORLD_SIZE and BRAID_ROOT are added
 };
 
-int freePort() { return 20000 + (getpid() * 13) % 20000; }
+int freePort() { return unusedPorts(20, 3); }  // the callers use the port and the two after it
 
 // Starts one rank: init from the environment, then an AllReduce of rank + 1 that must add up to
 // size * (size + 1) / 2. A failed init must name `expect` (one of '|'-separated words) to count as

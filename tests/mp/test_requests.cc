@@ -158,7 +158,7 @@ TEST_CASE("send and receive: ring exchange in a group, nonblocking pairs, self, 
 TEST_CASE("braidCommInitFromEnv reads braidrun's and torchrun's variables", "[mp][env]") {
   // BRAID_* (as braidrun sets them), then torchrun's names with the port + 1 rule.
   for (int form = 0; form < 2; ++form) {
-    int port = 20000 + (getpid() * 7 + form * 131) % 20000;
+    int port = unusedPorts(form);
     auto res = forkRanks(3, {}, [&](int rank, int size) {
       if (form == 0) {
         setenv("BRAID_RANK", std::to_string(rank).c_str(), 1);
@@ -194,7 +194,7 @@ TEST_CASE("braidCommInitFromEnv reads Open MPI's, Slurm's and PMI's variables", 
   // PMI_ID is per process under MPICH-style PMI (it used to enter the secret: ranks disagreed).
   const char* kForms[] = {"ompi", "slurm", "pmi"};
   for (int form = 0; form < 3; ++form) {
-    int port = 20000 + (getpid() * 11 + form * 173) % 20000;
+    int port = unusedPorts(10 + form);
     std::string root = "127.0.0.1:" + std::to_string(port);
     auto res = forkRanks(3, {{"BRAID_TIMEOUT", "20"}}, [&](int rank, int size) {
       std::string r = std::to_string(rank), n = std::to_string(size);

@@ -171,7 +171,7 @@ TEST_CASE("tcp over IPv6: BRAID_ROOT=[::1]:port puts the rendezvous, the listene
     }
   }
   const int n = 2;
-  const std::string root = "[::1]:" + std::to_string(20000 + (getpid() * 17 + 7) % 20000);
+  const std::string root = "[::1]:" + std::to_string(unusedPorts(30, 1, true));
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     const Env env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "60"},

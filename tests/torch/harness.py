@@ -52,11 +52,25 @@ os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
 def free_port():
+    """A port that is free now with the one after it (braid listens on MASTER_PORT + 1), from below
+    the kernel's ephemeral range: a port there can be taken by any outgoing connection meanwhile."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    def bindable(port):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+
+    rng = random.Random(os.getpid())
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        if bindable(port) and bindable(port + 1):
+            return port
+    return 29500
 
 
 def temp_path(tag):
