@@ -67,6 +67,8 @@ bool SmallColls::takes(Coll coll, size_t bytes) const {
       // a 64 KiB AllReduce measured even with the ring's 22-30 us, so 42 KiB is the last taken).
       return bytes <= capacity_ && bytes * static_cast<size_t>(nranks_ - 1) <= 2 * capacity_;
     case Coll::kReduce:
+    case Coll::kGather:
+    case Coll::kScatter:
     case Coll::kAllGather:
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
@@ -74,8 +76,6 @@ bool SmallColls::takes(Coll coll, size_t bytes) const {
     case Coll::kBarrier:
       return true;
     case Coll::kSendRecv:
-    case Coll::kGather:
-    case Coll::kScatter:
       break;
   }
   return false;
@@ -89,8 +89,8 @@ void SmallColls::number(SmallCall* c) {
 }
 
 bool SmallColls::reads(const SmallCall& c, int peer) const {
-  if (c.coll == Coll::kBroadcast) return peer == c.root;
-  if (c.coll == Coll::kReduce) return rank_ == c.root;
+  if (c.coll == Coll::kBroadcast || c.coll == Coll::kScatter) return peer == c.root;
+  if (c.coll == Coll::kReduce || c.coll == Coll::kGather) return rank_ == c.root;
   return true;
 }
 
@@ -123,7 +123,11 @@ void SmallColls::post(const SmallCall& c) {
         data = rank_ == c.root ? c.send : nullptr;
         break;
       case Coll::kReduce:
+      case Coll::kGather:
         data = rank_ != c.root && p == c.root ? c.send : nullptr;
+        break;
+      case Coll::kScatter:
+        data = rank_ == c.root ? c.send + static_cast<size_t>(p) * b : nullptr;
         break;
       case Coll::kReduceScatter:
       case Coll::kAllToAll:
@@ -142,6 +146,8 @@ void SmallColls::post(const SmallCall& c) {
   if (c.coll == Coll::kBroadcast && rank_ == c.root) memcpy(c.recv, c.send, b);
   if (c.coll == Coll::kAllGather) memcpy(c.recv + mine, c.send, b);
   if (c.coll == Coll::kAllToAll) memcpy(c.recv + mine, c.send + mine, b);
+  if (c.coll == Coll::kGather && rank_ == c.root) memcpy(c.recv + mine, c.send, b);
+  if (c.coll == Coll::kScatter && rank_ == c.root) memcpy(c.recv, c.send + mine, b);
 }
 
 const unsigned char* SmallColls::mailFrom(SmallCall* c, int peer, Status* err) {
@@ -181,8 +187,10 @@ int SmallColls::gather(SmallCall* c, Status* err) {
     if (p != rank_ && in == nullptr) return err->ok() ? 0 : -1;
     if (!folding) {
       if (b == 0) continue;
-      // Broadcast: the root's buffer; AllGather, AllToAll: peer p's block.
-      char* dst = c->coll == Coll::kBroadcast ? c->recv : c->recv + static_cast<size_t>(p) * b;
+      // Broadcast, Scatter: the root's buffer or block for us; AllGather, AllToAll, Gather: peer
+      // p's block.
+      const bool whole = c->coll == Coll::kBroadcast || c->coll == Coll::kScatter;
+      char* dst = whole ? c->recv : c->recv + static_cast<size_t>(p) * b;
       memcpy(dst, in, b);
       continue;
     }

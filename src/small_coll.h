@@ -11,6 +11,8 @@
 //   AllGather      every rank writes its block to every peer
 //   ReduceScatter  every rank writes block p to peer p; each folds its own block first
 //   AllToAll       every rank writes block p to peer p
+//   Gather         every rank but the root writes its block to the root
+//   Scatter        the root writes block p to peer p
 //   Barrier        the numbers alone
 //
 // Every rank stores the call's number in its slot toward every peer in every call, data or not: a
@@ -45,7 +47,7 @@ struct SmallCall {
   Coll coll = Coll::kBarrier;
   const char* send = nullptr;
   char* recv = nullptr;
-  size_t bytes = 0;  // per peer: the buffer, or one rank's block (AllGather, ReduceScatter, AllToAll)
+  size_t bytes = 0;  // per peer: the buffer, or one rank's block (AllGather, ReduceScatter, AllToAll, Gather, Scatter)
   braidDataType_t dtype = braidUint8;
   braidRedOp_t op = braidSum;
   ReduceKernel kernel = nullptr;  // reducing calls (braidAvg as sum, divided at the end)
