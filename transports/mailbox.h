@@ -22,7 +22,7 @@ namespace braid {
 // How many calls a rank may run ahead of a peer that reads its mail. Deep enough that a root of
 // Broadcast or Reduce with more ranks than cores posts a run of calls while the others wait for a
 // core (4 ranks on 2 cores, 16 B: depth 4 took 1.4-2.0 us a Broadcast, 16 took 0.43, 64 the same
-// for Broadcast but 2x longer for Reduce, whose payload then outgrows the cache).
+// for Broadcast but twice as long for Reduce, likely the larger footprint of the payload).
 constexpr uint32_t kMailDepth = 16;
 constexpr size_t kMailInline = 40;
 // The largest `capacity` a transport may offer (BRAID_SHM_SMALL_BYTES is held to it).

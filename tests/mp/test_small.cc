@@ -233,9 +233,6 @@ TEST_CASE("BRAID_SHM_SMALL_BYTES that differs between ranks fails init naming it
     braidComm_t c = nullptr;
     braidResult_t r = braidCommInitRank(&c, size, uid, rank);
     if (r == braidSuccess) return fail(rank, "init succeeded");
-    if (strstr(braidGetLastError(), "BRAID_SHM_SMALL_BYTES") == nullptr &&
-        strstr(braidGetLastError(), "shm transport setup failed") == nullptr)
-      return fail(rank, "init failed without a word of why: %s", braidGetLastError());
     // Every rank has rank 2 as a peer, so each sees the difference itself.
     if (strstr(braidGetLastError(), "BRAID_SHM_SMALL_BYTES differs") == nullptr)
       return fail(rank, "message lacks the setting: %s", braidGetLastError());

@@ -130,6 +130,22 @@ constexpr uint64_t kCounts[] = {0, 1, 2, 3, 7, 33, 100};
 constexpr uint64_t kChunks[] = {1, 3, 1 << 20};
 
 // Out of place, no rank's send buffer may be written.
+// Rank r's "tree" plan of a call over n ranks.
+Plan treePlan(Coll coll, int n, int r, int root, uint64_t count, size_t elemSize, uint64_t chunkBytes) {
+  CollArgs a;
+  a.coll = coll;
+  a.algo = Algo::kTree;
+  a.nranks = n;
+  a.rank = r;
+  a.root = root;
+  a.count = count;
+  a.elemSize = elemSize;
+  a.chunkBytes = chunkBytes;
+  Plan p;
+  buildPlan(a, &p);
+  return p;
+}
+
 void requireSendUntouched(const Sim& sim, bool inPlace) {
   if (inPlace) return;
   for (int r = 0; r < sim.n; ++r)
@@ -209,22 +225,13 @@ TEST_CASE("tree plans name their algorithm and keep every transfer within the ch
   for (Coll coll : {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce}) {
     for (int n : {2, 5, 8}) {
       for (int r = 0; r < n; ++r) {
-        CollArgs a;
-        a.coll = coll;
-        a.algo = Algo::kTree;
-        a.nranks = n;
-        a.rank = r;
-        a.root = n - 1;
-        a.count = 1000;
-        a.elemSize = 4;
-        a.chunkBytes = 256;
-        Plan p;
-        buildPlan(a, &p);
+        constexpr uint64_t kChunk = 256;
+        const Plan p = treePlan(coll, n, r, n - 1, 1000, 4, kChunk);
         INFO(collName(coll) << " n=" << n << " rank " << r);
         CHECK(std::string(p.algorithm) == "tree");
         for (const Step& s : p.steps) {
           CHECK(s.bytes > 0);
-          if (s.kind != StepKind::kCopy) CHECK(s.bytes <= a.chunkBytes);
+          if (s.kind != StepKind::kCopy) CHECK(s.bytes <= kChunk);
         }
       }
     }
@@ -239,17 +246,7 @@ TEST_CASE("small tree broadcasts and reduces go whole down one binomial tree: n 
       for (uint64_t bytes : {uint64_t{4}, kBinomialMaxBytes, kBinomialMaxBytes + 4}) {
         int sends = 0, maxRecvs = 0;
         for (int r = 0; r < n; ++r) {
-          CollArgs a;
-          a.coll = coll;
-          a.algo = Algo::kTree;
-          a.nranks = n;
-          a.rank = r;
-          a.root = n / 2;
-          a.count = bytes / 4;
-          a.elemSize = 4;
-          a.chunkBytes = 1 << 20;
-          Plan p;
-          buildPlan(a, &p);
+          const Plan p = treePlan(coll, n, r, n / 2, bytes / 4, 4, 1 << 20);
           int recvs = 0;
           for (const Step& s : p.steps) {
             sends += s.kind == StepKind::kSend;
@@ -362,17 +359,7 @@ class PipelineClock {
 
 int64_t pipelineTime(Coll coll, int n, uint64_t count, int root) {
   std::vector<Plan> plans(n);
-  for (int r = 0; r < n; ++r) {
-    CollArgs a;
-    a.coll = coll;
-    a.algo = Algo::kTree;
-    a.nranks = n;
-    a.rank = r;
-    a.root = root;
-    a.count = count;
-    a.chunkBytes = 1;
-    buildPlan(a, &plans[r]);
-  }
+  for (int r = 0; r < n; ++r) plans[r] = treePlan(coll, n, r, root, count, 1, 1);
   return PipelineClock(plans).total();
 }
 
