@@ -47,21 +47,32 @@ struct Device {
   std::string host;
 };
 
+// Frees malloc'd or (-R 1) braidMemAlloc'd memory.
 struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+  bool braidMem = false;
+  void operator()(void* p) const {
+    if (braidMem) {
+      braidMemFree(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
 using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
 
-Buffer allocBuffer(size_t bytes) {
+Buffer allocBuffer(size_t bytes, bool braidMem) {
   bytes = (bytes + kAlign - 1) / kAlign * kAlign;
-  auto* p = static_cast<unsigned char*>(std::aligned_alloc(kAlign, bytes));
+  void* m = nullptr;
+  if (braidMem && braidMemAlloc(&m, bytes) != braidSuccess) m = nullptr;
+  if (!braidMem) m = std::aligned_alloc(kAlign, bytes);
+  auto* p = static_cast<unsigned char*>(m);
   if (p == nullptr) {
     std::fprintf(stderr, "rank %d: cannot allocate %zu bytes\n", g_rank, bytes);
     if (g_comm != nullptr) braidCommAbort(g_comm);
     std::exit(1);
   }
   std::memset(p, kPoison, bytes);  // touch every page now, not while timing
-  return Buffer(p);
+  return Buffer(p, FreeDeleter{braidMem});
 }
 
 std::string jsonString(const std::string& s) {
@@ -221,10 +232,19 @@ void Bench::allocate() {
     sendBytes = std::max(sendBytes, s.sendElems * ctx.eltSize);
     recvBytes = std::max(recvBytes, std::max(s.sendElems, s.recvElems) * ctx.eltSize);
   }
-  send_ = allocBuffer(sendBytes + kGuardBytes);
-  recv_ = allocBuffer(recvBytes + kGuardBytes);
+  send_ = allocBuffer(sendBytes + kGuardBytes, opts_.registered);
+  recv_ = allocBuffer(recvBytes + kGuardBytes, opts_.registered);
   sendBytes_ = sendBytes + kGuardBytes;
   recvBytes_ = recvBytes + kGuardBytes;
+  if (opts_.registered) {  // as nccl-tests' -R 1; released by braidCommDestroy
+    void* h = nullptr;
+    if (braidCommRegister(comm_, send_.get(), sendBytes_, &h) != braidSuccess ||
+        braidCommRegister(comm_, recv_.get(), recvBytes_, &h) != braidSuccess) {
+      std::fprintf(stderr, "rank %d: braidCommRegister: %s\n", rank_, braidGetLastError());
+      braidCommAbort(comm_);
+      std::exit(1);
+    }
+  }
   if (opts_.device) {
     dsend_ = deviceAlloc(sendBytes_, kPoison);
     drecv_ = deviceAlloc(recvBytes_, kPoison);

@@ -110,6 +110,10 @@ bool parseFlag(int flag, const char* arg, Options* o) {
       if (!parseInt(arg, 0, 1, &v)) return false;
       o->blocking = v != 0;
       return true;
+    case 'R':
+      if (!parseInt(arg, 0, 1, &v)) return false;
+      o->registered = v != 0;
+      return true;
     case 'a':
       return parseInt(arg, 0, 3, &o->average);
     case 'd':
@@ -148,6 +152,8 @@ void printHelp(const char* prog) {
       "  -o, --op OP             sum prod min max avg, or all (default sum)\n"
       "  -r, --root R            root rank of rooted collectives, or all (default 0)\n"
       "  -z, --blocking 0|1      1: blocking calls; 0: nonblocking calls and waits (default 0)\n"
+      "  -R, --local_register 0|1 1: host buffers from braidMemAlloc, registered with braidCommRegister\n"
+      "                          (on one host they are read and written in place; default 0)\n"
       "  -a, --average 0..3      time across ranks: 0 rank 0's, 1 mean, 2 min, 3 max (default 1)\n"
       "  -J, --json FILE         also write the header and rows as JSON (rank 0)\n"
       "  -A, --algo NAME         set BRAID_ALGO before initialization\n"
@@ -171,6 +177,7 @@ Options parseOptions(int argc, char** argv) {
                                  {"op", required_argument, nullptr, 'o'},
                                  {"root", required_argument, nullptr, 'r'},
                                  {"blocking", required_argument, nullptr, 'z'},
+                                 {"local_register", required_argument, nullptr, 'R'},
                                  {"average", required_argument, nullptr, 'a'},
                                  {"json", required_argument, nullptr, 'J'},
                                  {"algo", required_argument, nullptr, 'A'},
@@ -181,7 +188,7 @@ Options parseOptions(int argc, char** argv) {
   Options o;
   opterr = 0;  // one line of our own instead of getopt's
   int flag = 0;
-  while ((flag = getopt_long(argc, argv, ":b:e:f:i:n:w:m:g:c:d:o:r:z:a:J:A:h", kLong, nullptr)) != -1) {
+  while ((flag = getopt_long(argc, argv, ":b:e:f:i:n:w:m:g:c:d:o:r:z:R:a:J:A:h", kLong, nullptr)) != -1) {
     if (flag == 'h') {
       printHelp(prog);
       std::exit(0);

@@ -22,6 +22,7 @@ struct Options {
   int gpu = -1;                                      // -g: the CUDA device (-1: the current one)
   bool check = true;                                 // -c
   bool blocking = false;                             // -z
+  bool registered = false;                           // -R: buffers from braidMemAlloc, registered
   int average = 1;                                   // -a: 0 rank 0's time, 1 mean, 2 min, 3 max
   std::vector<braidDataType_t> types{braidFloat32};  // -d
   std::vector<braidRedOp_t> ops{braidSum};           // -o

@@ -1,6 +1,8 @@
 #include "src/comm.h"
 
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "src/base/log.h"
 #include "src/cuda/runtime.h"
 #include "src/link_check.h"
+#include "src/peer_maps.h"
 #include "transports/mailbox.h"
 
 std::string braidComm::describeRank(int r) const { return braid::describePeer(peers, r); }
@@ -342,21 +345,74 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
 // Small collectives run on mailboxes (src/small_coll.h) only if every rank has them toward every
 // other, of one capacity: each rank says what its links have, and all take the same verdict, so
 // that every rank runs the same calls there. (A pair that the self-test moved to tcp has none.)
+// What each rank says at init about its mailboxes and its memory (agreeOnMailboxes).
+struct MailAgreement {
+  uint64_t capacity = 0;  // the mailboxes' capacity toward every peer, 0 when some link has none
+  int64_t pid = 0;
+  uint64_t probeIno = 0;  // a one-page braidMemAlloc-like file the peers try to map (0: none)
+  int32_t probeFd = -1;
+  int32_t direct = 0;  // BRAID_SHM_DIRECT
+};
+
+// A memory file of one page for the peers' probe; false without memfd.
+bool makeProbe(int* fd, uint64_t* ino) {
+  const int f = memfd_create("braid-probe", MFD_CLOEXEC);
+  struct stat st;
+  if (f < 0) return false;
+  if (ftruncate(f, 4096) != 0 || fstat(f, &st) != 0) {
+    close(f);
+    return false;
+  }
+  *fd = f;
+  *ino = static_cast<uint64_t>(st.st_ino);
+  return true;
+}
+
 Status agreeOnMailboxes(braidComm* comm, Deadline deadline) {
-  uint64_t mine = comm->nranks > 1 ? UINT64_MAX : 0;
-  for (int p = 0; p < comm->nranks && mine != 0; ++p) {
+  MailAgreement mine;
+  mine.capacity = comm->nranks > 1 ? UINT64_MAX : 0;
+  for (int p = 0; p < comm->nranks && mine.capacity != 0; ++p) {
     if (p == comm->rank) continue;
     const Mailboxes* m = comm->links[p] != nullptr ? comm->links[p]->mailboxes() : nullptr;
     const uint64_t cap = m != nullptr ? m->capacity : 0;
-    mine = mine == UINT64_MAX || mine == cap ? cap : 0;
+    mine.capacity = mine.capacity == UINT64_MAX || mine.capacity == cap ? cap : 0;
   }
-  std::vector<uint64_t> all(comm->nranks);
+  mine.pid = static_cast<int64_t>(getpid());
+  mine.direct = comm->settings.shmDirect ? 1 : 0;
+  int probe = -1;
+  if (mine.capacity > 0 && mine.direct != 0 && makeProbe(&probe, &mine.probeIno)) mine.probeFd = probe;
+  struct CloseProbe {
+    int fd;
+    ~CloseProbe() {
+      if (fd >= 0) close(fd);
+    }
+  } closeProbe{probe};
+  std::vector<MailAgreement> all(comm->nranks);
   BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
-  comm->mailBytes = static_cast<size_t>(mine);
-  for (uint64_t v : all)
-    if (v != mine) comm->mailBytes = 0;
+  comm->mailBytes = static_cast<size_t>(mine.capacity);
+  bool direct = true;
+  for (const MailAgreement& a : all) {
+    if (a.capacity != mine.capacity) comm->mailBytes = 0;
+    direct = direct && a.direct != 0 && a.probeIno != 0;
+  }
   BRAID_INFO(kLogInit, "small collectives on mailboxes: %s (%zu bytes)", comm->mailBytes > 0 ? "on" : "off",
              comm->mailBytes);
+  if (comm->mailBytes == 0 || !direct) return okStatus();
+  // Every rank tries every peer's probe, and the answers are agreed: a call either reads in place
+  // on every rank or on none.
+  uint64_t ok = 1;
+  for (int p = 0; p < comm->nranks && ok != 0; ++p)
+    if (p != comm->rank && !PeerMaps::canMap(all[p].pid, all[p].probeFd, all[p].probeIno)) {
+      BRAID_INFO(kLogInit, "cannot map the memory of %s: collectives on braidMemAlloc memory take the FIFOs",
+                 comm->describeRank(p).c_str());
+      ok = 0;
+    }
+  std::vector<uint64_t> oks(comm->nranks);
+  BRAID_TRY(comm->boot->allGather(&ok, sizeof(ok), oks.data(), deadline));
+  if (std::find(oks.begin(), oks.end(), uint64_t{0}) != oks.end()) return okStatus();
+  comm->directPids.resize(comm->nranks);
+  for (int p = 0; p < comm->nranks; ++p) comm->directPids[p] = all[p].pid;
+  BRAID_INFO(kLogInit, "collectives on braidMemAlloc memory read and write in place");
   return okStatus();
 }
 

@@ -36,11 +36,14 @@ struct braidComm {
   // background thread uses it, so that it is freed after it.
   std::unique_ptr<braid::ControlPlane> control;
   std::unique_ptr<braid::Engine> engine;
-  braid::CommSettings settings;       // read once at init (src/settings.h)
-  int localRanks = 1;                 // ranks on this host
+  braid::CommSettings settings;  // read once at init (src/settings.h)
+  int localRanks = 1;            // ranks on this host
   // Payload bytes of the mailboxes that every rank has toward every other (src/small_coll.h), agreed
   // at init; 0 when some link has none (another host, another transport, BRAID_SHM_SMALL_BYTES=0).
   size_t mailBytes = 0;
+  // With mailBytes: by rank, the process ids of the ranks, when every rank can map every other's
+  // braidMemAlloc memory and BRAID_SHM_DIRECT is on everywhere (src/direct_coll.cc); else empty.
+  std::vector<int64_t> directPids;
   braid::topo::ClusterShape cluster;  // hosts of the ranks (hostOf feeds the hierarchical plans)
   braid::topo::Selector selector;     // (collective, bytes) -> algorithm
   bool approximate = false;           // BRAID_APPROXIMATE: avg AllReduce may gossip

@@ -86,7 +86,7 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
       links[r] = comm->links[r].get();
       names[r] = comm->describeRank(r);
     }
-    small_ = std::make_unique<SmallColls>(comm->rank, std::move(links), std::move(names));
+    small_ = std::make_unique<SmallColls>(comm->rank, std::move(links), std::move(names), comm->directPids);
     for (int c = 0; c < kNumColls; ++c) {
       smallPlans_[c].coll = static_cast<Coll>(c);
       smallPlans_[c].algorithm = "mailbox";
@@ -161,6 +161,8 @@ void Engine::releaseLocked(Op* op) {
   op->started = true;
   op->detached = false;
   op->isSmall = false;
+  if (op->isDirect) SmallColls::unpin(&op->small);  // failed, or its plan ran
+  op->isDirect = false;
   free_.push_back(op);
 }
 
@@ -278,6 +280,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
                      dtypeName(a.dtype), a.shape.root);
         });
   }
+  const bool direct = directCall(a, &small);
   return postOp(
       a.shape.coll, userOwned, out,
       [&](Op* op) {
@@ -292,11 +295,18 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
         op->gate = a.gate;
         op->detached = a.detached;
+        if (direct) {
+          small_->number(&small);  // engine lock held: in issue order
+          SmallColls::pin(&small);
+          op->small = small;
+          op->isDirect = true;
+        }
       },
       [&](const Op* op) {
-        BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, %s, %zu steps", collName(a.shape.coll),
+        BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, %s, %zu steps%s", collName(a.shape.coll),
                    static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(a.shape.count),
-                   dtypeName(a.dtype), a.shape.root, op->plan->algorithm, op->plan->steps.size());
+                   dtypeName(a.dtype), a.shape.root, op->plan->algorithm, op->plan->steps.size(),
+                   direct ? " (in place if every rank's buffers are braidMemAlloc memory)" : "");
       });
 }
 
@@ -528,7 +538,7 @@ void Engine::checkDeadline() {
   Op* op = active_[head_];
   if (!op->deadline.expired()) return;
   // Name the peer it is waiting for: the first queue with unfinished work.
-  int waitingOn = op->isSmall ? op->small.waitingOn : -1;
+  int waitingOn = op->isSmall || op->isDirect ? op->small.waitingOn : -1;
   const Plan* plan = op->plan;
   for (size_t qi = 0; qi < plan->peers.size() && waitingOn < 0; ++qi) {
     const Op::Cursor& c = op->cursors[qi];
@@ -600,11 +610,18 @@ bool Engine::progressOnce() {
     if (op->finished) continue;
     // A gated op not yet started holds back every later one: links get steps in issue order.
     if (!op->started && !startGated(op)) break;
+    if (op->isDirect) {
+      any |= stepDirect(op);
+      // Until every rank's mail said whether it runs in place, nobody knows whether its plan's
+      // steps come before the later ops' on the links.
+      if (op->isDirect && op->small.phase < 3 && !op->finished) break;
+      if (op->isDirect || op->finished) continue;
+    }
     any |= op->isSmall ? stepSmall(op) : postSteps(op);
   }
   for (size_t i = head_; i < active_.size(); ++i) {
     const Plan* plan = active_[i]->plan;
-    if (active_[i]->finished) continue;
+    if (active_[i]->finished || active_[i]->isDirect) continue;
     for (const Plan::PeerQueue& q : plan->peers) {
       // Each transport drives all of its links in one call, once per pass.
       const int t = comm_->transportOf[q.peer];
@@ -618,7 +635,8 @@ bool Engine::progressOnce() {
     if (linkFailed) return true;
   }
   for (size_t i = head_; i < active_.size(); ++i)
-    if (!active_[i]->finished && active_[i]->started && !active_[i]->isSmall) any |= reapAndRunLocals(active_[i]);
+    if (!active_[i]->finished && active_[i]->started && !active_[i]->isSmall && !active_[i]->isDirect)
+      any |= reapAndRunLocals(active_[i]);
   // Completion in issue order; a device call's once its result is back on the device too.
   while (head_ < active_.size() && active_[head_]->finished) {
     Op* op = active_[head_];

@@ -87,6 +87,9 @@ struct braidRequest {
   // that only names the collective.
   bool isSmall = false;
   braid::SmallCall small;
+  // A collective on braidMemAlloc memory that may run in place (src/direct_coll.cc): `small` runs
+  // it until it is done, or until it finds a rank whose buffers are not, and then `plan` does.
+  bool isDirect = false;
   // A call on device buffers (src/cuda/staging.h): its steps start once gate->ready() and it
   // completes once gate->drained() after gate->release(). Null for host calls.
   braid::OpGate* gate = nullptr;
@@ -166,6 +169,9 @@ class Engine {
   // whether it sent tagged ones. Empty when the communicator failed (the peers heard why already).
   std::string leaveRecord();
 
+  // Collectives that ran in place on braidMemAlloc memory (src/direct_coll.cc), for tests and logs.
+  uint64_t directCalls() const { return directCalls_.load(std::memory_order_relaxed); }
+
  private:
   bool tryLock() { return !lock_.exchange(true, std::memory_order_acquire); }
   void lock();
@@ -220,10 +226,18 @@ class Engine {
   bool postSteps(Op* op);
   // Whether a call runs on the mailboxes; fills *c when it does.
   bool smallCall(const PostArgs& a, SmallCall* c) const;
+  // Whether the call may run in place on one host (src/direct_coll.cc), and *c for it if so.
+  bool directCall(const PostArgs& a, SmallCall* c) const;
   // Makes `op` the small call `c` (numbered already) posted with `a`; detached is the caller's.
   void fillSmall(Op* op, const PostArgs& a, const SmallCall& c);
   // A pass over a small op: runs it as far as it goes; true when something changed.
   bool stepSmall(Op* op);
+  // Moves a direct op; true on progress. When it falls back to its plan, isDirect is cleared.
+  bool stepDirect(Op* op);
+  // Whether the peer a mailbox call waits for is found dead (then held for blame, like a link's).
+  bool checkSmallPeer(int peer);
+  // Fills *c from a call (its collective, buffers, kernel).
+  static void fillCall(const PostArgs& a, size_t bytes, SmallCall* c);
   bool reapAndRunLocals(Op* op);
   bool runLocal(Op* op, const Step& s);
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
@@ -259,6 +273,7 @@ class Engine {
   std::vector<uint64_t> transportDriven_;            // per transport: == epoch_ when driven this pass
   std::unique_ptr<SmallColls> small_;                // null unless the communicator has mailboxes
   Plan smallPlans_[kNumColls];                       // by collective: the plan of a small op
+  std::atomic<uint64_t> directCalls_{0};
   uint64_t seq_ = 0;
   Status linkFailure_;  // a link's error, held back briefly (see progressOnce)
   int linkFailedPeer_ = -1;

@@ -24,6 +24,23 @@ bool Engine::smallCall(const PostArgs& a, SmallCall* c) const {
   if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
   const size_t bytes = sh.coll == Coll::kBarrier ? 0 : sh.count * sh.elemSize;
   if (!small_->takes(sh.coll, bytes)) return false;
+  fillCall(a, bytes, c);
+  return true;
+}
+
+bool Engine::directCall(const PostArgs& a, SmallCall* c) const {
+  if (small_ == nullptr || a.gate != nullptr) return false;
+  const CollArgs& sh = a.shape;
+  if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
+  const size_t bytes = sh.count * sh.elemSize;
+  if (!small_->takesDirect(sh.coll, bytes)) return false;
+  fillCall(a, bytes, c);
+  c->direct = true;
+  return true;
+}
+
+void Engine::fillCall(const PostArgs& a, size_t bytes, SmallCall* c) {
+  const CollArgs& sh = a.shape;
   c->coll = sh.coll;
   c->send = static_cast<const char*>(a.send);
   c->recv = static_cast<char*>(a.recv);
@@ -33,7 +50,6 @@ bool Engine::smallCall(const PostArgs& a, SmallCall* c) const {
   c->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
   c->root = sh.root;
   c->inPlace = sh.inPlace;
-  return true;
 }
 
 bool Engine::runSmall(const PostArgs& a, Status* result) {
@@ -111,17 +127,50 @@ bool Engine::stepSmall(Op* op) {
     control_.fail(err, -1, true);
     return true;
   }
-  // The peer it waits for may be dead: the links' own check, which the mailboxes bypass.
-  if (c.waitingOn >= 0 && linkFailedAtNs_ == 0) {
-    Status alive = comm_->links[c.waitingOn]->peerCheck();
-    if (!alive.ok()) {
-      linkFailure_ = alive;
-      linkFailedPeer_ = c.waitingOn;
-      linkFailedAtNs_ = nowNs();
-      return true;
-    }
+  return c.waitingOn >= 0 && checkSmallPeer(c.waitingOn);
+}
+
+// The peer a mailbox call waits for may be dead: the links' own check, which the mailboxes bypass.
+bool Engine::checkSmallPeer(int peer) {
+  if (linkFailedAtNs_ != 0) return false;
+  Status alive = comm_->links[peer]->peerCheck();
+  if (alive.ok()) return false;
+  linkFailure_ = alive;
+  linkFailedPeer_ = peer;
+  linkFailedAtNs_ = nowNs();
+  return true;
+}
+
+}  // namespace braid
+
+namespace braid {
+
+bool Engine::stepDirect(Op* op) {
+  SmallCall& c = op->small;
+  c.seq = op->seq;
+  Status err;
+  const int r = small_->step(&c, &err);
+  if (r == 1) {
+    op->finished = true;
+    directCalls_.fetch_add(1, std::memory_order_relaxed);
+    return true;
   }
-  return false;
+  if (r == 2) {
+    op->isDirect = false;  // some rank's buffers are not braidMemAlloc memory: the plan runs
+    return true;
+  }
+  if (r == -2 && linkFailedAtNs_ == 0) {
+    // Blamed like a link's failure, after a grace: the peer's own failure notice names the cause.
+    linkFailure_ = err;
+    linkFailedPeer_ = c.waitingOn;
+    linkFailedAtNs_ = nowNs();
+    return true;
+  }
+  if (r < 0) {
+    control_.fail(err, -1, true);
+    return true;
+  }
+  return c.waitingOn >= 0 ? checkSmallPeer(c.waitingOn) : c.phase == 3;
 }
 
 }  // namespace braid

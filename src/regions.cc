@@ -1,11 +1,12 @@
 #include "src/regions.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <unordered_map>
+#include <map>
 
 #include "src/cuda/memtype.h"
 #include "src/handles.h"
@@ -67,15 +68,43 @@ size_t RegionTable::count() const {
 
 namespace {
 
-// What hostAlloc handed out, and its mapped length, so hostFree can refuse anything else.
+// What hostAlloc handed out, by address, so hostFree can refuse anything else and the shm
+// transport can find the memory file behind a buffer.
+struct Allocation {
+  size_t len = 0;
+  int fd = -1;       // the memfd behind it (-1: anonymous memory, which peers cannot map)
+  uint64_t ino = 0;  // its inode: how a peer knows it opened this file and not another
+  int pins = 0;      // operations in flight that let peers use it
+};
+
 struct Allocations {
   std::mutex mu;
-  std::unordered_map<void*, size_t> live;
+  std::map<uintptr_t, Allocation> live;
 };
 
 Allocations& allocations() {
   static Allocations* a = new Allocations;  // never destroyed: frees may run while the process exits
   return *a;
+}
+
+// A memory file of len bytes mapped shared, so that peers on this host can map it too
+// (src/peer_maps.h); false when the system has no memfd or no fd to spare (then the memory is
+// anonymous and calls on it take the FIFOs).
+bool mapShared(size_t len, void** p, int* fd, uint64_t* ino) {
+  const int f = memfd_create("braid-mem", MFD_CLOEXEC);
+  if (f < 0) return false;
+  struct stat st;
+  void* m = MAP_FAILED;
+  if (ftruncate(f, static_cast<off_t>(len)) == 0 && fstat(f, &st) == 0)
+    m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  if (m == MAP_FAILED) {
+    close(f);
+    return false;
+  }
+  *p = m;
+  *fd = f;
+  *ino = static_cast<uint64_t>(st.st_ino);
+  return true;
 }
 
 }  // namespace
@@ -85,14 +114,20 @@ Status hostAlloc(size_t size, void** ptr) {
   if (size > SIZE_MAX - page) return errorf(braidInvalidArgument, "size %zu is too large", size);
   const size_t len = (size + page - 1) / page * page;
   // mmap: page-aligned and zeroed, and given back to the system on free.
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return systemError(errno, "mmap of %zu bytes", len);
-  Allocations& a = allocations();
+  Allocation a;
+  a.len = len;
+  void* p = nullptr;
+  if (!mapShared(len, &p, &a.fd, &a.ino)) {
+    p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return systemError(errno, "mmap of %zu bytes", len);
+  }
+  Allocations& all = allocations();
   try {
-    std::lock_guard<std::mutex> hold(a.mu);
-    a.live.emplace(p, len);
+    std::lock_guard<std::mutex> hold(all.mu);
+    all.live.emplace(reinterpret_cast<uintptr_t>(p), a);
   } catch (...) {
     munmap(p, len);
+    if (a.fd >= 0) close(a.fd);
     throw;
   }
   *ptr = p;
@@ -100,19 +135,49 @@ Status hostAlloc(size_t size, void** ptr) {
 }
 
 Status hostFree(void* ptr) {
-  Allocations& a = allocations();
-  size_t len = 0;
+  Allocations& all = allocations();
+  Allocation a;
   {
-    std::lock_guard<std::mutex> hold(a.mu);
-    auto it = a.live.find(ptr);
-    if (it == a.live.end())
+    std::lock_guard<std::mutex> hold(all.mu);
+    auto it = all.live.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == all.live.end())
       return errorf(braidInvalidArgument, "%p was not returned by braidMemAlloc, or was freed already", ptr);
-    len = it->second;
-    a.live.erase(it);
+    if (it->second.pins > 0)
+      return errorf(braidInvalidUsage,
+                    "%p is in use by an operation in flight that peers read or write in place: wait for it before "
+                    "braidMemFree",
+                    ptr);
+    a = it->second;
+    all.live.erase(it);
   }
-  forgetPointerKinds(ptr, len);
-  munmap(ptr, len);
+  forgetPointerKinds(ptr, a.len);
+  munmap(ptr, a.len);
+  if (a.fd >= 0) close(a.fd);
   return okStatus();
+}
+
+bool pinShared(const void* p, size_t bytes, SharedRange* out) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  Allocations& all = allocations();
+  std::lock_guard<std::mutex> hold(all.mu);
+  auto it = all.live.upper_bound(at);
+  if (it == all.live.begin()) return false;
+  --it;
+  Allocation& a = it->second;
+  if (a.fd < 0 || at - it->first >= a.len || bytes > a.len - (at - it->first)) return false;
+  ++a.pins;
+  out->fd = a.fd;
+  out->ino = a.ino;
+  out->offset = at - it->first;
+  out->base = it->first;
+  return true;
+}
+
+void unpinShared(const SharedRange& r) {
+  Allocations& all = allocations();
+  std::lock_guard<std::mutex> hold(all.mu);
+  auto it = all.live.find(r.base);
+  if (it != all.live.end() && it->second.pins > 0) --it->second.pins;
 }
 
 }  // namespace braid

@@ -48,10 +48,26 @@ class RegionTable {
   std::vector<std::unique_ptr<Region>> regions_;
 };
 
-// Page-aligned, zeroed host memory (braidMemAlloc); *ptr set on success only.
+// Page-aligned, zeroed host memory (braidMemAlloc); *ptr set on success only. It is a memory file
+// (memfd) mapped shared, which peers on this host map to read and write it in place (src/peer_maps.h,
+// src/direct_coll.cc); anonymous memory where the system gives no memfd.
 Status hostAlloc(size_t size, void** ptr);
 // Frees what hostAlloc returned; anything else (a foreign pointer, a second free) is
-// braidInvalidArgument and frees nothing.
+// braidInvalidArgument, and memory that an operation in flight lets peers use (pinShared) is
+// braidInvalidUsage: both free nothing.
 Status hostFree(void* ptr);
+
+// Where a buffer lies in hostAlloc's shared memory: the file's descriptor in this process, its
+// inode, and the buffer's offset in it.
+struct SharedRange {
+  int fd = -1;
+  uint64_t ino = 0;
+  uint64_t offset = 0;
+  uintptr_t base = 0;  // the allocation (for unpinShared)
+};
+// Whether [p, p + bytes) lies within one shared allocation of hostAlloc; if so sets *out and pins
+// the allocation (hostFree refuses it) until unpinShared(*out).
+bool pinShared(const void* p, size_t bytes, SharedRange* out);
+void unpinShared(const SharedRange& r);
 
 }  // namespace braid

@@ -70,6 +70,7 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   BRAID_TRY(paramInt("BRAID_SPIN_US", &s.spinUs));
   BRAID_TRY(paramBool("BRAID_CHECK_MISMATCH", &s.checkMismatch));
   BRAID_TRY(paramBool("BRAID_FORCE_LOWERING", &s.forceLowering));
+  BRAID_TRY(paramBool("BRAID_SHM_DIRECT", &s.shmDirect));
   BRAID_TRY(paramBool("BRAID_P2P_TAGS", &s.p2pTags));
   BRAID_TRY(paramInt("BRAID_LINK_CHECK_MS", &s.linkCheckMs));
   s.linkFaults = paramString("BRAID_TEST_LINK_FAULT");

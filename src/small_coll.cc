@@ -22,21 +22,26 @@ inline const unsigned char* inSpot(const Mailboxes& m, uint64_t k, size_t bytes)
 // hold at most kMaxMailBytes; ranks on one host are far fewer than 2^20), then the collective, the
 // datatype and the op.
 constexpr uint64_t kField = (1u << 20) - 1;
+// Marks the check word of a direct call (src/direct_coll.cc), whose bytes the word holds only in
+// part: its mail carries them whole.
+constexpr uint64_t kDirectBit = uint64_t{1} << 46;
+
 uint64_t packCall(Coll coll, braidDataType_t dt, braidRedOp_t op, int root, size_t bytes) {
   return (bytes & kField) | (static_cast<uint64_t>(root) & kField) << 20 | static_cast<uint64_t>(coll) << 40 |
          static_cast<uint64_t>(dt & 0xff) << 48 | static_cast<uint64_t>(op & 0xff) << 56;
 }
 
-CallHeader unpackCall(uint64_t w, uint64_t seq) {
+// bytes: the call's whole bytes where known, else UINT64_MAX (the word's 20 bits).
+CallHeader unpackCall(uint64_t w, uint64_t seq, uint64_t bytes) {
   CallHeader h{};
   h.magic = kCallHeaderMagic;
-  h.coll = static_cast<uint8_t>(w >> 40);
+  h.coll = static_cast<uint8_t>((w & ~kDirectBit) >> 40);
   h.dtype = static_cast<uint8_t>(w >> 48);
   h.redop = static_cast<uint8_t>(w >> 56);
   h.root = static_cast<int32_t>(w >> 20 & kField);
   const bool known = validDtype(h.dtype) && h.coll < kNumColls;
   const size_t es = known ? dtypeSize(static_cast<braidDataType_t>(h.dtype)) : 1;
-  h.count = (w & kField) / es;
+  h.count = (bytes != UINT64_MAX ? bytes : (w & kField)) / es;
   h.seq = seq;
   if (!known) h.magic = 0;  // describeCall: "something that is not a braid collective"
   return h;
@@ -44,12 +49,13 @@ CallHeader unpackCall(uint64_t w, uint64_t seq) {
 
 }  // namespace
 
-SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names)
+SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names, std::vector<int64_t> pids)
     : rank_(rank),
       nranks_(static_cast<int>(links.size())),
       names_(std::move(names)),
       mail_(links.size()),
-      started_(links.size(), 0) {
+      started_(links.size(), 0),
+      pids_(std::move(pids)) {
   for (int p = 0; p < nranks_; ++p) {
     const Mailboxes* m = p != rank && links[p] != nullptr ? links[p]->mailboxes() : nullptr;
     if (m == nullptr) continue;
@@ -83,7 +89,7 @@ bool SmallColls::takes(Coll coll, size_t bytes) const {
 
 void SmallColls::number(SmallCall* c) {
   c->k = ++numbered_;
-  c->check = packCall(c->coll, c->dtype, c->op, c->root, c->bytes);
+  c->check = packCall(c->coll, c->dtype, c->op, c->root, c->bytes) | (c->direct ? kDirectBit : 0);
   c->phase = 0;
   c->waitingOn = -1;
 }
@@ -160,16 +166,17 @@ const unsigned char* SmallColls::mailFrom(SmallCall* c, int peer, Status* err) {
   }
   started_[peer] = std::max(started_[peer], c->k);
   if (s.check != c->check) {
-    *err = mismatch(*c, peer, s.check);
+    *err = mismatch(*c, peer, s.check, UINT64_MAX);
     return nullptr;
   }
   return inSpot(m, c->k, c->bytes);
 }
 
-Status SmallColls::mismatch(const SmallCall& c, int peer, uint64_t theirs) const {
+Status SmallColls::mismatch(const SmallCall& c, int peer, uint64_t theirs, uint64_t theirBytes) const {
+  const uint64_t ours = theirBytes == UINT64_MAX ? UINT64_MAX : c.bytes;
   return errorf(braidInvalidUsage, "mismatched calls: %s called %s, but %s called %s", names_[peer].c_str(),
-                describeCall(unpackCall(theirs, c.seq)).c_str(), names_[rank_].c_str(),
-                describeCall(unpackCall(c.check, c.seq)).c_str());
+                describeCall(unpackCall(theirs, c.seq, theirBytes)).c_str(), names_[rank_].c_str(),
+                describeCall(unpackCall(c.check, c.seq, ours)).c_str());
 }
 
 int SmallColls::gather(SmallCall* c, Status* err) {
@@ -218,6 +225,7 @@ int SmallColls::gather(SmallCall* c, Status* err) {
 }
 
 int SmallColls::step(SmallCall* c, Status* err) {
+  if (c->direct) return stepDirect(c, err);
   if (c->phase == 2) return 1;
   if (c->phase == 0) {
     if (c->k != finished_ + 1) {  // an earlier call still runs

@@ -36,7 +36,9 @@
 #include "braid/braid.h"
 #include "src/base/status.h"
 #include "src/coll.h"
+#include "src/peer_maps.h"
 #include "src/reduce.h"
+#include "src/regions.h"
 #include "transports/mailbox.h"
 #include "transports/transport.h"
 
@@ -57,27 +59,48 @@ struct SmallCall {
   uint64_t k = 0;      // its number among the communicator's small calls (from 1)
   uint64_t check = 0;  // the call as its mail says it (checkWord)
   // Progress: 0 not started (waiting for its turn or for the peers' room), 1 its mail is out and it
-  // reads the peers' from `next` on, 2 done. waitingOn: the rank it waits for (-1: none).
+  // reads the peers' from `next` on, 2 done; a direct call also 3 (its share of the work, `at`
+  // bytes of it done), 4 (waiting for the peers to be done with its buffers) and 5 (failed: it
+  // never completes, the engine fails it). waitingOn: the
+  // rank it waits for (-1: none).
   uint8_t phase = 0;
   int next = 0;
   int waitingOn = -1;
+  // A call on braidMemAlloc memory that reads and writes its peers' buffers in place
+  // (src/direct_coll.cc), and its buffers' files, pinned while `pinned`.
+  bool direct = false;
+  bool pinned = false;
+  SharedRange mine[2];  // send, recv
+  size_t at = 0;
 };
 
 class SmallColls {
  public:
   // `links` by rank (null at `rank`): every one with mailboxes of one capacity (comm init checks it).
   // `names`: how errors name each rank ("rank 2 (host a, pid 7)").
-  SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names);
+  // `pids`: by rank, the processes whose memory direct calls map (comm->directPids), empty for none.
+  SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names, std::vector<int64_t> pids);
 
   // The bytes per peer of the largest call that runs here.
   size_t capacity() const { return capacity_; }
   // Whether a call of `coll` with `bytes` per peer (see SmallCall::bytes) runs here.
   bool takes(Coll coll, size_t bytes) const;
+  // Whether a call too big for the mailboxes may run in place on braidMemAlloc memory
+  // (src/direct_coll.cc): `pids` were given, and it is a collective that does.
+  bool takesDirect(Coll coll, size_t bytes) const;
   // Numbers `c` as the next call (in issue order).
   void number(SmallCall* c);
   // Moves `c` as far as it goes without waiting: 1 when done, 0 when it waits (c->waitingOn says
-  // for whom, -1 for an earlier call), -1 when a peer's mail is not this call (*err: which calls).
+  // for whom, -1 for an earlier call or for its own work), -1 when a peer's mail is not this call
+  // (*err says which), and for a direct call -2 when the memory of peer c->waitingOn cannot be
+  // mapped (*err says why: the peer failed, likely), and 2 when some rank's
+  // buffers are not braidMemAlloc memory: the call is done here and runs on its plan instead, on
+  // every rank.
   int step(SmallCall* c, Status* err);
+  // Pins a direct call's buffers when they are braidMemAlloc memory (at post: braidMemFree refuses
+  // them from then on), and releases them (idempotent): when it ends, fails, or is released.
+  static void pin(SmallCall* c);
+  static void unpin(SmallCall* c);
 
  private:
   bool reads(const SmallCall& c, int peer) const;  // whether this rank reads `peer`'s mail in c
@@ -88,7 +111,13 @@ class SmallColls {
   // The peer's mail for c when it is there (nullptr while not; *err set on a mismatch).
   const unsigned char* mailFrom(SmallCall* c, int peer, Status* err);
   int gather(SmallCall* c, Status* err);  // phase 1
-  Status mismatch(const SmallCall& c, int peer, uint64_t theirs) const;
+  Status mismatch(const SmallCall& c, int peer, uint64_t theirs, uint64_t theirBytes) const;
+  // Direct calls (src/direct_coll.cc).
+  int stepDirect(SmallCall* c, Status* err);
+  void postDirect(SmallCall* c);
+  int readDirect(SmallCall* c, Status* err);  // phase 1: the peers' buffers
+  void workDirect(SmallCall* c);              // phase 3: some of this rank's share
+  bool peersDone(SmallCall* c);               // phase 4
 
   int rank_, nranks_;
   std::vector<std::string> names_;
@@ -97,6 +126,13 @@ class SmallColls {
   std::vector<uint64_t> started_;  // by rank: the latest call it is known to have started
   uint64_t numbered_ = 0;          // calls numbered so far
   uint64_t finished_ = 0;          // calls finished: call finished_ + 1 may run
+  // Direct calls: the peers' processes, their memory mapped here, and the current call's buffers
+  // by rank (this rank's own among them).
+  std::vector<int64_t> pids_;
+  PeerMaps maps_;
+  std::vector<const char*> ins_;
+  std::vector<char*> outs_;
+  std::vector<char> fold_;  // a block of this rank's share, where its output cannot hold the fold
 };
 
 }  // namespace braid

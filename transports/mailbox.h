@@ -36,7 +36,9 @@ struct alignas(64) MailSlot {
   // reader refuses a slot whose call is not its own.
   uint64_t check;
   unsigned char inlineData[kMailInline];
-  uint64_t reserved;
+  // A call that writes into its peers' buffers in place (src/direct_coll.cc) stores its number here,
+  // with release, once it wrote all it writes and read all it reads.
+  std::atomic<uint64_t> done;
 };
 static_assert(sizeof(MailSlot) == 64, "a mail slot is one cache line");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "mail slots are shared between processes");

@@ -104,6 +104,9 @@ const std::vector<ParamInfo> kParams = {
     bytes("BRAID_SHM_SMALL_BYTES", "64K", 0, 64 * kKi,
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),
+    boolean("BRAID_SHM_DIRECT", "1",
+            "on one host, AllReduce on memory from braidMemAlloc reads and writes the peers' buffers in place instead "
+            "of through the FIFOs (needs the mailboxes; off on any rank turns it off for all)"),
     bytes("BRAID_TCP_CHUNK", "512K", 4 * kKi, 256 * kMi, "bytes per socket write/read for large tcp messages"),
     // Smaller socket buffers than 64K make every large message crawl (two 256 KiB collectives took
     // 35 s with 1 byte): the kernel's default, or something that holds a few segments in flight.

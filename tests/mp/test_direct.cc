@@ -1,0 +1,324 @@
+// Collectives in place on braidMemAlloc memory (src/direct_coll.cc): every datatype and op, in place
+// and not, at sizes around the parts' edges; buffers that are braidMemAlloc memory on some ranks
+// only; registration and deregistration; a free while a call uses the memory; calls that differ; a
+// rank killed in one; the setting; and direct calls among FIFO and mailbox calls in flight. Each
+// test checks whether the calls ran in place (Engine::directCalls): a test of the path that ran on
+// the FIFOs instead would pass for nothing.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "src/comm.h"
+#include "src/executor.h"
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+const Env kShm = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}};
+
+uint64_t directCalls(braidComm_t comm) { return internalsOf(comm)->engine->directCalls(); }
+
+// braidMemAlloc memory, freed at scope exit.
+struct BraidMem {
+  void* p = nullptr;
+  explicit BraidMem(size_t bytes) {
+    if (braidMemAlloc(&p, bytes) != braidSuccess) p = nullptr;
+  }
+  ~BraidMem() {
+    if (p != nullptr) braidMemFree(p);
+  }
+  char* get() const { return static_cast<char*>(p); }
+};
+
+// One AllReduce of `count` elements of `dt` with `op` on send/recv (recv alone when in place),
+// checked against the harness's expected values. Returns 0 or fail().
+int allReduceChecked(braidComm_t comm, int rank, int n, char* send, char* recv, size_t count, braidDataType_t dt,
+                     braidRedOp_t op, bool inPlace) {
+  char* in = inPlace ? recv : send;
+  for (size_t i = 0; i < count; ++i) storeElem(dt, in, i, inputValue(op, rank, i, n));
+  if (!inPlace) memset(recv, 0x5c, count * elemSize(dt));
+  CHECK_BRAID(rank, braidAllReduce(in, recv, count, dt, op, comm, nullptr));
+  for (size_t i = 0; i < count; ++i) {
+    const double got = loadElem(dt, recv, i), want = expectedValue(dt, op, i, n);
+    if (!matches(dt, op, got, want))
+      return fail(rank, "%s %s count %zu %s: [%zu] = %g, want %g", typeName(dt), opName(op), count,
+                  inPlace ? "in place" : "out of place", i, got, want);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("AllReduce on braidMemAlloc memory runs in place: every datatype and op, in place and not",
+          "[mp][shm][direct]") {
+  const int n = GENERATE(2, 3, 4);
+  INFO("nranks " << n);
+  auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
+    if (internalsOf(comm)->directPids.empty()) return fail(rank, "the communicator does not run calls in place");
+    const braidDataType_t types[] = {braidInt8,   braidUint8,   braidInt32,    braidUint32,  braidInt64,
+                                     braidUint64, braidFloat16, braidBfloat16, braidFloat32, braidFloat64};
+    const braidRedOp_t ops[] = {braidSum, braidProd, braidMin, braidMax, braidAvg};
+    // Past the mailboxes (64 KiB), with counts that cut the parts off cache lines and off the
+    // blocks of the fold.
+    const size_t counts[] = {70001, 98317};
+    BraidMem send(8 * 98317 + 4096), recv(8 * 98317 + 4096);
+    if (send.get() == nullptr || recv.get() == nullptr) return fail(rank, "braidMemAlloc");
+    uint64_t expected = 0;
+    for (braidDataType_t dt : types)
+      for (braidRedOp_t op : ops) {
+        if (op == braidAvg && !isFloat(dt)) continue;
+        for (size_t count : counts)
+          for (bool inPlace : {false, true}) {
+            if (count * elemSize(dt) <= internalsOf(comm)->mailBytes) continue;
+            // An offset into the allocation, as a framework's tensor in a pool would be.
+            const size_t at = count == counts[1] ? 64 * 3 + 8 : 0;
+            if (allReduceChecked(comm, rank, size, send.get() + at, recv.get() + at, count, dt, op, inPlace) != 0)
+              return 1;
+            ++expected;
+          }
+      }
+    if (directCalls(comm) != expected)
+      return fail(rank, "%llu of %llu calls ran in place", static_cast<unsigned long long>(directCalls(comm)),
+                  static_cast<unsigned long long>(expected));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("AllReduce in place gives every rank the same bits, the rank-order sum; big calls stream their outputs",
+          "[mp][shm][direct]") {
+  const int n = GENERATE(2, 3);
+  INFO("nranks " << n);
+  auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
+    // 24 MiB: past the last-level cache for 2n buffers, where the outputs take non-temporal stores.
+    for (size_t count : {size_t{1} << 16, size_t{6} << 20}) {
+      BraidMem in(count * 4), out(count * 4), mine(count * 4);
+      std::vector<float> all(count * size);
+      float* x = reinterpret_cast<float*>(in.get());
+      for (size_t i = 0; i < count; ++i) x[i] = 1.0f / static_cast<float>(1 + (i * 7 + rank * 13) % 1000);
+      CHECK_BRAID(rank, braidAllGather(x, all.data(), count, braidFloat32, comm, nullptr));
+      const uint64_t before = directCalls(comm);
+      CHECK_BRAID(rank, braidAllReduce(x, out.get(), count, braidFloat32, braidSum, comm, nullptr));
+      if (directCalls(comm) != before + 1) return fail(rank, "count %zu did not run in place", count);
+      const float* y = reinterpret_cast<const float*>(out.get());
+      for (size_t i = 0; i < count; ++i) {
+        float want = all[i];
+        for (int r = 1; r < size; ++r) want += all[r * count + i];
+        if (memcmp(&want, &y[i], sizeof(float)) != 0)
+          return fail(rank, "count %zu [%zu]: %.9g, the rank-order sum is %.9g", count, i, y[i], want);
+      }
+    }
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("braidMemAlloc memory on some ranks only: every rank runs the plan, and the sums are right",
+          "[mp][shm][direct]") {
+  const int n = GENERATE(2, 4);
+  INFO("nranks " << n);
+  auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 1 << 16;
+    BraidMem mem(count * 8);
+    std::vector<int64_t> heap(count);
+    for (int round = 0; round < 2 * size; ++round) {
+      // Ordinary memory on one rank (a different one each round), or its output only.
+      const bool plain = rank == round % size;
+      char* buf = plain ? reinterpret_cast<char*>(heap.data()) : mem.get();
+      if (allReduceChecked(comm, rank, size, buf, buf, count, braidInt64, braidSum, true) != 0) return 1;
+      // Out of place: its input only is ordinary memory, then its output only.
+      std::vector<int64_t> heapIn(count), heapOut(count);
+      BraidMem in(count * 8);
+      char* src = plain && round < size ? reinterpret_cast<char*>(heapIn.data()) : in.get();
+      char* out = plain && round >= size ? reinterpret_cast<char*>(heapOut.data()) : mem.get();
+      if (allReduceChecked(comm, rank, size, src, out, count, braidInt64, braidMax, false) != 0) return 1;
+    }
+    if (directCalls(comm) != 0)
+      return fail(rank, "%llu calls ran in place", static_cast<unsigned long long>(directCalls(comm)));
+    // And with every rank's memory from braidMemAlloc again, in place they run.
+    if (allReduceChecked(comm, rank, size, mem.get(), mem.get(), count, braidInt64, braidSum, true) != 0) return 1;
+    return directCalls(comm) == 1 ? 0 : fail(rank, "the last call did not run in place");
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("registered braidMemAlloc memory: deregistered while idle, it still works; destroy ends the rest",
+          "[mp][shm][direct]") {
+  auto res = runComm(3, kShm, [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 1 << 15;
+    BraidMem mem(count * 4);
+    void* h = nullptr;
+    CHECK_BRAID(rank, braidCommRegister(comm, mem.get(), count * 4, &h));
+    if (allReduceChecked(comm, rank, size, mem.get(), mem.get(), count, braidUint32, braidSum, true) != 0) return 1;
+    CHECK_BRAID(rank, braidCommDeregister(comm, h));
+    if (allReduceChecked(comm, rank, size, mem.get(), mem.get(), count, braidUint32, braidSum, true) != 0) return 1;
+    CHECK_BRAID(rank, braidCommRegister(comm, mem.get(), count * 4, &h));
+    if (directCalls(comm) != 2) return fail(rank, "%llu calls in place", (unsigned long long)directCalls(comm));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("braidMemFree of memory a call in flight uses is refused and changes nothing; after the wait it frees",
+          "[mp][shm][direct]") {
+  auto res = runComm(2, kShm, [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 1 << 16;
+    void* p = nullptr;
+    CHECK_BRAID(rank, braidMemAlloc(&p, count * 4 + 4096));
+    float* buf = static_cast<float*>(p) + 16;  // an interior buffer pins its whole allocation
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(rank + 1);
+    CHECK_BRAID(rank, braidBarrier(comm, nullptr));
+    if (rank == 1) usleep(300 * 1000);  // rank 0's call waits for this rank's mail meanwhile
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(buf, buf, count, braidFloat32, braidSum, comm, nullptr, &req));
+    const braidResult_t r = braidMemFree(p);
+    if (r != braidInvalidUsage || strstr(braidGetLastError(), "in flight") == nullptr)
+      return fail(rank, "braidMemFree during the call: %s, %s", braidGetErrorString(r), braidGetLastError());
+    CHECK_BRAID(rank, braidWait(req));
+    for (size_t i = 0; i < count; ++i)
+      if (buf[i] != 3.0f) return fail(rank, "[%zu] = %g", i, buf[i]);
+    if (directCalls(comm) != 1) return fail(rank, "the call did not run in place");
+    CHECK_BRAID(rank, braidMemFree(p));
+    (void)size;
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("direct calls that differ between ranks fail on every rank naming both", "[mp][shm][direct][mismatch]") {
+  const int form = GENERATE(0, 1);  // the count differs past the check word's 20 bits; the op differs
+  INFO("form " << form);
+  auto res = runComm(3, kShm, [&](braidComm_t comm, int rank, int) {
+    const size_t count = (size_t{1} << 20) + 16;
+    BraidMem mem(count * 4 + 4096);
+    const size_t mine = rank == 1 && form == 0 ? count + (size_t{1} << 18) : count;
+    const braidRedOp_t op = rank == 1 && form == 1 ? braidMax : braidSum;
+    const braidResult_t r = braidAllReduce(mem.get(), mem.get(), mine, braidInt32, op, comm, nullptr);
+    if (r != braidInvalidUsage)
+      return fail(rank, "expected braidInvalidUsage, got %s: %s", braidGetErrorString(r), braidGetLastError());
+    const std::string msg = braidGetLastError();
+    if (msg.find("mismatched calls") == std::string::npos || msg.find("rank 1 (host") == std::string::npos)
+      return fail(rank, "message: %s", msg.c_str());
+    if (form == 0 && msg.find("count " + std::to_string(mine)) == std::string::npos)
+      return fail(rank, "message lacks this rank's count %zu: %s", mine, msg.c_str());
+    if (rank == 0) fprintf(stderr, "form %d: %s\n", form, msg.c_str());
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a rank killed between direct AllReduces: every other rank fails naming it, none hangs",
+          "[mp][shm][direct]") {
+  const int victim = GENERATE(0, 2);
+  INFO("victim " << victim);
+  auto res = runComm(
+      3, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "200"}},
+      [&](braidComm_t comm, int rank, int) {
+        const size_t count = 1 << 16;
+        BraidMem mem(count * 4);
+        braidResult_t r = braidSuccess;
+        for (int i = 0; i < 100000 && r == braidSuccess; ++i) {
+          if (rank == victim && i == 50) raise(SIGKILL);
+          r = braidAllReduce(mem.get(), mem.get(), count, braidFloat32, braidAvg, comm, nullptr);
+        }
+        if (r != braidRemoteError)
+          return fail(rank, "expected braidRemoteError, got %s: %s", braidGetErrorString(r), braidGetLastError());
+        const std::string msg = braidGetLastError(), who = "rank " + std::to_string(victim) + " (host ";
+        if (msg.find(who) == std::string::npos)
+          return fail(rank, "message does not name rank %d: %s", victim, msg.c_str());
+        return directCalls(comm) >= 50 ? 0 : fail(rank, "the calls did not run in place");
+      },
+      120);
+  INFO(describe(res));
+  for (int r = 0; r < 3; ++r) {
+    if (r == victim)
+      CHECK(res[r].status == 128 + SIGKILL);
+    else
+      CHECK((res[r].status == 0 && !res[r].timedOut));
+  }
+}
+
+TEST_CASE("BRAID_SHM_DIRECT=0 on one rank turns calls in place off for all; tcp has none", "[mp][shm][direct]") {
+  braidUniqueId uid;
+  REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
+  auto res = forkRanks(3, kShm, [&](int rank, int size) {
+    if (rank == 2) setenv("BRAID_SHM_DIRECT", "0", 1);
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, uid, rank));
+    if (!internalsOf(comm)->directPids.empty()) return fail(rank, "calls in place with the setting 0 on rank 2");
+    const size_t count = 1 << 16;
+    BraidMem mem(count * 4);
+    if (allReduceChecked(comm, rank, size, mem.get(), mem.get(), count, braidFloat32, braidSum, true) != 0) return 1;
+    if (directCalls(comm) != 0) return fail(rank, "a call ran in place");
+    CHECK_BRAID(rank, braidCommDestroy(comm));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+  auto tcp = runComm(2, {{"BRAID_TRANSPORTS", "tcp"}}, [&](braidComm_t comm, int rank, int) {
+    return internalsOf(comm)->directPids.empty() ? 0 : fail(rank, "calls in place over tcp");
+  });
+  INFO(describe(tcp));
+  REQUIRE(allOk(tcp));
+}
+
+TEST_CASE("direct calls among FIFO and mailbox calls in flight run in order and right", "[mp][shm][direct]") {
+  const int n = GENERATE(2, 3);
+  INFO("nranks " << n);
+  auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
+    const size_t big = 1 << 17;
+    BraidMem d1(big * 4), d2(big * 4), mixed(big * 4);
+    std::vector<int32_t> fifo(big), heap(big), small(8);
+    for (int round = 0; round < 20; ++round) {
+      auto fill = [&](int32_t* v, size_t count, int salt) {
+        for (size_t i = 0; i < count; ++i) v[i] = (rank + 1) * (round + salt) + static_cast<int32_t>(i % 97);
+      };
+      int32_t* a = reinterpret_cast<int32_t*>(d1.get());
+      int32_t* b = reinterpret_cast<int32_t*>(d2.get());
+      // Rank 0's buffer is ordinary memory in odd rounds: that call falls back to its plan on all.
+      int32_t* c = rank == 0 && round % 2 == 1 ? heap.data() : reinterpret_cast<int32_t*>(mixed.get());
+      fill(a, big, 1);
+      fill(fifo.data(), big, 2);
+      fill(b, big, 3);
+      fill(small.data(), small.size(), 4);
+      fill(c, big, 5);
+      braidRequest_t req[5];
+      CHECK_BRAID(rank, braidIAllReduce(a, a, big, braidInt32, braidSum, comm, nullptr, &req[0]));
+      CHECK_BRAID(rank, braidIAllReduce(fifo.data(), fifo.data(), big, braidInt32, braidSum, comm, nullptr, &req[1]));
+      CHECK_BRAID(rank, braidIAllReduce(b, b, big, braidInt32, braidMax, comm, nullptr, &req[2]));
+      CHECK_BRAID(rank, braidIAllReduce(small.data(), small.data(), small.size(), braidInt32, braidSum, comm, nullptr,
+                                        &req[3]));
+      CHECK_BRAID(rank, braidIAllReduce(c, c, big, braidInt32, braidSum, comm, nullptr, &req[4]));
+      for (int k = 4; k >= 0; --k) CHECK_BRAID(rank, braidWait(req[k]));
+      const int32_t tri = size * (size + 1) / 2;
+      auto check = [&](const int32_t* v, size_t count, int salt, bool max, const char* what) {
+        for (size_t i = 0; i < count; ++i) {
+          const int32_t base = static_cast<int32_t>(i % 97);
+          const int32_t want = max ? size * (round + salt) + base : tri * (round + salt) + size * base;
+          if (v[i] != want) return fail(rank, "round %d %s [%zu] = %d, want %d", round, what, i, v[i], want);
+        }
+        return 0;
+      };
+      if (check(a, big, 1, false, "direct sum") != 0 || check(fifo.data(), big, 2, false, "fifo sum") != 0 ||
+          check(b, big, 3, true, "direct max") != 0 || check(small.data(), small.size(), 4, false, "small") != 0 ||
+          check(c, big, 5, false, "mixed") != 0)
+        return 1;
+    }
+    // Two calls a round in place, and the mixed one in even rounds.
+    return directCalls(comm) == 50 ? 0 : fail(rank, "%llu calls ran in place", (unsigned long long)directCalls(comm));
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
