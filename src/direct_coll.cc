@@ -1,12 +1,24 @@
 // Collectives in place on one host (the direct calls of src/small_coll.h): when every rank's buffers
 // are braidMemAlloc memory (src/regions.h), each rank maps its peers' (src/peer_maps.h) and does its
-// share of the work on them where they lie, as two threads of one process would: no FIFO, no copy
-// into shared memory and out again.
+// share of the work on them where they lie, as threads of one process would: no FIFO, no copy into
+// shared memory and out again.
 //
-//   AllReduce  the buffer is cut into n parts (cache-line aligned); rank p folds part p of all n
-//              inputs in rank order and writes the result into part p of all n outputs. One writer
-//              per part: every rank ends with the very same bits. In place works as is: part p of
-//              any buffer is read and written by rank p alone.
+//   AllReduce      the buffer is cut into n parts (cache-line aligned); rank p folds part p of all n
+//                  inputs in rank order and writes the result into part p of all n outputs. One
+//                  writer per part: every rank ends with the very same bits.
+//   Reduce         the same parts, each written into the root's output only
+//   ReduceScatter  rank p folds block p of all n inputs into its output
+//   AllGather      rank p copies every rank's input into its output
+//   AllToAll       rank p copies block p of every rank's input into its output
+//   Broadcast      rank p copies the root's input into its output
+//   Gather         the root copies every rank's input into its output
+//   Scatter        rank p copies block p of the root's input into its output
+// In place needs nothing more: every part a rank writes is one only it reads. AllToAll in place is
+// the exception (rank p would write what rank q reads): it runs on its plan.
+//
+// Only the buffers that peers read or write must be braidMemAlloc memory: every rank's input, and
+// the outputs of AllReduce and of Reduce's root. A rank's own output of the pulling collectives may
+// be any memory.
 //
 // A call takes a slot of the mailboxes like any small call, in the same numbering, and runs in
 // three handoffs per peer: its mail (the files and offsets of its buffers: "I am in the call, read
@@ -18,7 +30,7 @@
 // not braidMemAlloc memory says so in its mail, and then every rank runs the call on its plan
 // instead (SmallColls::step returns 2). Such a rank need not read the others' mail: it knows.
 #include <algorithm>
-#include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -33,9 +45,10 @@ namespace {
 // What a direct call's mail says (in the slot's payload, which holds at least 64 bytes).
 struct DirectMail {
   uint64_t bytes;
-  uint64_t sendIno, sendOff;  // ino 0: not braidMemAlloc memory
+  uint64_t sendIno, sendOff;  // ino 0: a buffer its peers do not use
   uint64_t recvIno, recvOff;
   int32_t sendFd, recvFd;
+  uint32_t runsHere;  // 0: a buffer its peers use is not braidMemAlloc memory (or AllToAll in place)
 };
 static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest payload");
 
@@ -44,9 +57,24 @@ static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest 
 // deadlines) are looked at meanwhile.
 constexpr size_t kBlockBytes = 32 << 10;
 constexpr size_t kPassBytes = 1 << 20;
-// From this size on, the outputs are written with non-temporal stores: n outputs of this size are
-// past what the caches keep for the caller, and a plain store first reads the line it overwrites.
-constexpr size_t kStreamBytes = 1 << 20;
+
+// Out of place, the outputs are written with non-temporal stores once the call's buffers on all
+// ranks are more than the last-level cache holds: a plain store first reads the line it
+// overwrites. In place, every output line was just read as an input, and a plain store is cheaper.
+// (AllReduce, 2 ranks, 32 MiB L3, out of place: plain 20.7 / 6.6 / 6.6 GB/s at 4 / 64 / 256 MiB,
+// non-temporal 12.4 / 9.5 / 9.4.) The size comes from sysfs: glibc's _SC_LEVEL3_CACHE_SIZE says
+// the whole host's in a VM (320 MiB here, where the guest has 32).
+size_t streamBytes() {
+  static const size_t bytes = [] {
+    size_t kib = 0;
+    if (FILE* f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      if (fscanf(f, "%zuK", &kib) != 1) kib = 0;
+      fclose(f);
+    }
+    return kib > 0 ? kib << 10 : size_t{32} << 20;
+  }();
+  return bytes;
+}
 
 // memcpy with non-temporal stores for the aligned middle (x86-64: SSE2, which every such CPU has).
 // The stores are weakly ordered: an sfence must come before anything that publishes them.
@@ -77,24 +105,72 @@ void storeFence() {
 #endif
 }
 
+// The bytes of a call's send and receive buffers on `rank`, and whether its peers use them.
+struct Extents {
+  size_t send = 0, recv = 0;
+  bool peersRead = false, peersWrite = false;
+};
+
+Extents extentsOf(const SmallCall& c, int rank, int n) {
+  const size_t b = c.bytes, all = b * static_cast<size_t>(n);
+  const bool root = rank == c.root;
+  switch (c.coll) {
+    case Coll::kAllReduce:
+      return {b, b, true, true};
+    case Coll::kReduce:
+      return {b, b, true, root};
+    case Coll::kReduceScatter:
+      return {all, b, true, false};
+    case Coll::kAllGather:
+      return {b, all, true, false};
+    case Coll::kAllToAll:
+      return {all, all, true, false};
+    case Coll::kBroadcast:
+      return {b, b, root, false};
+    case Coll::kGather:
+      return {b, root ? all : b, !root, false};
+    case Coll::kScatter:
+      return {root ? all : b, b, root, false};
+    default:
+      return {};
+  }
+}
+
 }  // namespace
 
 bool SmallColls::takesDirect(Coll coll, size_t bytes) const {
-  return !pids_.empty() && coll == Coll::kAllReduce && bytes > 0;
+  if (pids_.empty() || bytes == 0) return false;
+  switch (coll) {
+    case Coll::kAllReduce:
+    case Coll::kReduce:
+    case Coll::kReduceScatter:
+    case Coll::kAllGather:
+    case Coll::kAllToAll:
+    case Coll::kBroadcast:
+    case Coll::kGather:
+    case Coll::kScatter:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void SmallColls::unpin(SmallCall* c) {
   if (!c->pinned) return;
-  unpinShared(c->mine[0]);
+  unpinShared(c->mine[0]);  // a range never pinned (base 0) is no allocation: a no-op
   unpinShared(c->mine[1]);
+  c->mine[0] = c->mine[1] = SharedRange{};
   c->pinned = false;
 }
 
-void SmallColls::pin(SmallCall* c) {
-  const char* send = c->inPlace ? c->recv : c->send;
-  if (!pinShared(send, c->bytes, &c->mine[0])) return;
-  if (!pinShared(c->recv, c->bytes, &c->mine[1])) {
+void SmallColls::pin(SmallCall* c) const {
+  const Extents e = extentsOf(*c, rank_, nranks_);
+  c->mine[0] = c->mine[1] = SharedRange{};
+  if (c->coll == Coll::kAllToAll && c->inPlace) return;
+  if (e.peersRead && !pinShared(c->send, e.send, &c->mine[0])) return;
+  if (e.peersWrite && !pinShared(c->recv, e.recv, &c->mine[1])) {
     unpinShared(c->mine[0]);
+    c->mine[0] = SharedRange{};
     return;
   }
   c->pinned = true;
@@ -104,10 +180,13 @@ void SmallColls::postDirect(SmallCall* c) {
   DirectMail m{};
   m.bytes = c->bytes;
   m.sendFd = m.recvFd = -1;
-  if (c->pinned) {
+  m.runsHere = c->pinned ? 1 : 0;
+  if (c->mine[0].ino != 0) {
     m.sendIno = c->mine[0].ino;
     m.sendOff = c->mine[0].offset;
     m.sendFd = c->mine[0].fd;
+  }
+  if (c->mine[1].ino != 0) {
     m.recvIno = c->mine[1].ino;
     m.recvOff = c->mine[1].offset;
     m.recvFd = c->mine[1].fd;
@@ -141,62 +220,129 @@ int SmallColls::readDirect(SmallCall* c, Status* err) {
       *err = mismatch(*c, p, s.check, m.bytes);
       return -1;
     }
-    if (m.sendIno == 0 || m.recvIno == 0) return 2;  // not braidMemAlloc memory there: the plan
+    if (m.runsHere == 0) return 2;  // not braidMemAlloc memory there: the plan
   }
   for (int p = 0; p < nranks_; ++p) {
+    ins_[p] = nullptr;
+    outs_[p] = nullptr;
     if (p == rank_) continue;
+    const Extents e = extentsOf(*c, p, nranks_);
     DirectMail m;
     memcpy(&m, mail_[p].inPayload(c->k), sizeof(m));
+    Status st;
     char* in = nullptr;
-    char* out = nullptr;
-    Status st = maps_.map(p, pids_[p], m.sendFd, m.sendIno, m.sendOff, c->bytes, c->k, &in);
-    if (st.ok()) st = maps_.map(p, pids_[p], m.recvFd, m.recvIno, m.recvOff, c->bytes, c->k, &out);
+    if (e.peersRead) st = maps_.map(p, pids_[p], m.sendFd, m.sendIno, m.sendOff, e.send, c->k, &in);
+    ins_[p] = in;
+    if (st.ok() && e.peersWrite) st = maps_.map(p, pids_[p], m.recvFd, m.recvIno, m.recvOff, e.recv, c->k, &outs_[p]);
     if (!st.ok()) {
       // The peer is in the call until we are done, unless it failed: likely it did, and said why.
       *err = st.withContext("mapping the buffers of " + names_[p]);
       c->waitingOn = p;
       return -2;
     }
-    ins_[p] = in;
-    outs_[p] = out;
   }
-  ins_[rank_] = c->inPlace ? c->recv : c->send;
+  ins_[rank_] = c->send;
   outs_[rank_] = c->recv;
   return 1;
 }
 
+// This rank's work, as a range of offsets: into its part of the buffer (AllReduce, Reduce), or
+// into its output (the others).
+void SmallColls::workRange(const SmallCall& c, size_t* lo, size_t* hi) const {
+  const size_t n = static_cast<size_t>(nranks_), r = static_cast<size_t>(rank_);
+  *lo = 0;
+  switch (c.coll) {
+    case Coll::kAllReduce:
+    case Coll::kReduce: {
+      const size_t es = dtypeSize(c.dtype), count = c.bytes / es;
+      // Part p: elements [p x part, (p + 1) x part), part a multiple of a cache line's elements.
+      const size_t line = 64 / es;
+      const size_t part = ((count + n - 1) / n + line - 1) / line * line;
+      *lo = std::min(count, r * part) * es;
+      *hi = std::min(count, (r + 1) * part) * es;
+      return;
+    }
+    case Coll::kAllGather:
+    case Coll::kAllToAll:
+      *hi = n * c.bytes;
+      return;
+    case Coll::kGather:
+      *hi = rank_ == c.root ? n * c.bytes : 0;
+      return;
+    default:  // ReduceScatter, Broadcast, Scatter
+      *hi = c.bytes;
+      return;
+  }
+}
+
+// Folds [off, off + len) of the n inputs, each starting at ins_[p] + base, in rank order into acc.
+void SmallColls::foldBlock(const SmallCall& c, char* acc, size_t base, size_t off, size_t len) const {
+  const size_t count = len / dtypeSize(c.dtype);
+  c.kernel(acc, ins_[0] + base + off, ins_[1] + base + off, count);
+  for (int p = 2; p < nranks_; ++p) c.kernel(acc, acc, ins_[p] + base + off, count);
+  if (c.op == braidAvg) scaleDivide(c.dtype, acc, count, nranks_);
+}
+
 void SmallColls::workDirect(SmallCall* c) {
-  const size_t es = dtypeSize(c->dtype);
-  const size_t count = c->bytes / es;
-  // Part p: elements [p x part, (p + 1) x part), part a multiple of a cache line's elements.
-  const size_t line = 64 / es;
-  const size_t part =
-      ((count + static_cast<size_t>(nranks_) - 1) / static_cast<size_t>(nranks_) + line - 1) / line * line;
-  const size_t lo = std::min(count, static_cast<size_t>(rank_) * part) * es;
-  const size_t hi = std::min(count, static_cast<size_t>(rank_ + 1) * part) * es;
+  size_t lo = 0, hi = 0;
+  workRange(*c, &lo, &hi);
   if (c->at < lo) c->at = lo;
-  // In place past rank 1, this rank's output is its input, which the fold of ranks 0 and 1 would
-  // overwrite before its own turn: the fold goes to a block of its own then. So it does when the
-  // outputs are streamed.
-  static const size_t kS = getenv("XS") ? strtoull(getenv("XS"), nullptr, 10) : kStreamBytes;
-  const bool stream = !c->inPlace && c->bytes >= kS;
-  const bool aside = stream || (c->inPlace && rank_ >= 2);
+  const size_t b = c->bytes, r = static_cast<size_t>(rank_);
+  const Extents e = extentsOf(*c, rank_, nranks_);
+  const bool stream = !c->inPlace && (e.send + e.recv) * static_cast<size_t>(nranks_) > streamBytes();
+  auto put = [&](char* dst, const char* src, size_t len) {
+    if (dst == src) return;
+    if (stream) {
+      copyStreaming(dst, src, len);
+    } else {
+      memcpy(dst, src, len);
+    }
+  };
+  // A fold whose output is one of its inputs (in place past rank 1: the fold of ranks 0 and 1
+  // would overwrite it before its turn), or whose output is streamed, or another rank's, goes
+  // through a block of its own first.
+  const bool folds = c->coll == Coll::kAllReduce || c->coll == Coll::kReduce || c->coll == Coll::kReduceScatter;
+  const bool aside = folds && (stream || (c->inPlace && rank_ >= 2) || c->coll == Coll::kReduce);
   if (aside && fold_.size() < kBlockBytes) fold_.resize(kBlockBytes);
   const size_t end = std::min(hi, c->at + kPassBytes);
   while (c->at < end) {
     const size_t off = c->at;
-    const size_t len = std::min(kBlockBytes, end - off);
-    const size_t n = len / es;
-    char* acc = aside ? fold_.data() : outs_[rank_] + off;
-    c->kernel(acc, ins_[0] + off, ins_[1] + off, n);
-    for (int p = 2; p < nranks_; ++p) c->kernel(acc, acc, ins_[p] + off, n);
-    if (c->op == braidAvg) scaleDivide(c->dtype, acc, n, nranks_);
-    for (int p = 0; p < nranks_; ++p) {
-      if (stream) {
-        copyStreaming(outs_[p] + off, acc, len);
-      } else if (outs_[p] + off != acc) {
-        memcpy(outs_[p] + off, acc, len);
+    size_t len = std::min(kBlockBytes, end - off);
+    if (!folds) len = std::min(len, b - off % b);  // within one rank's block
+    const size_t q = off / b, in = off % b;        // the block, and where in it
+    char* out = outs_[rank_] + off;
+    switch (c->coll) {
+      case Coll::kAllReduce: {
+        char* acc = aside ? fold_.data() : out;
+        foldBlock(*c, acc, 0, off, len);
+        for (int p = 0; p < nranks_; ++p) put(outs_[p] + off, acc, len);
+        break;
       }
+      case Coll::kReduce:
+        foldBlock(*c, fold_.data(), 0, off, len);
+        put(outs_[c->root] + off, fold_.data(), len);
+        break;
+      case Coll::kReduceScatter: {
+        char* acc = aside ? fold_.data() : out;
+        foldBlock(*c, acc, r * b, off, len);
+        put(out, acc, len);
+        break;
+      }
+      case Coll::kAllGather:
+      case Coll::kGather:
+        put(out, ins_[q] + in, len);
+        break;
+      case Coll::kAllToAll:
+        put(out, ins_[q] + r * b + in, len);
+        break;
+      case Coll::kBroadcast:
+        put(out, ins_[c->root] + off, len);
+        break;
+      case Coll::kScatter:
+        put(out, ins_[c->root] + r * b + off, len);
+        break;
+      default:
+        break;
     }
     c->at += len;
   }

@@ -297,7 +297,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->detached = a.detached;
         if (direct) {
           small_->number(&small);  // engine lock held: in issue order
-          SmallColls::pin(&small);
+          small_->pin(&small);
           op->small = small;
           op->isDirect = true;
         }

@@ -171,6 +171,7 @@ class Engine {
 
   // Collectives that ran in place on braidMemAlloc memory (src/direct_coll.cc), for tests and logs.
   uint64_t directCalls() const { return directCalls_.load(std::memory_order_relaxed); }
+  void resetDirectCalls() { directCalls_.store(0, std::memory_order_relaxed); }
 
  private:
   bool tryLock() { return !lock_.exchange(true, std::memory_order_acquire); }

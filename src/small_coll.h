@@ -99,7 +99,7 @@ class SmallColls {
   int step(SmallCall* c, Status* err);
   // Pins a direct call's buffers when they are braidMemAlloc memory (at post: braidMemFree refuses
   // them from then on), and releases them (idempotent): when it ends, fails, or is released.
-  static void pin(SmallCall* c);
+  void pin(SmallCall* c) const;
   static void unpin(SmallCall* c);
 
  private:
@@ -117,7 +117,9 @@ class SmallColls {
   void postDirect(SmallCall* c);
   int readDirect(SmallCall* c, Status* err);  // phase 1: the peers' buffers
   void workDirect(SmallCall* c);              // phase 3: some of this rank's share
-  bool peersDone(SmallCall* c);               // phase 4
+  void workRange(const SmallCall& c, size_t* lo, size_t* hi) const;
+  void foldBlock(const SmallCall& c, char* acc, size_t base, size_t off, size_t len) const;
+  bool peersDone(SmallCall* c);  // phase 4
 
   int rank_, nranks_;
   std::vector<std::string> names_;

@@ -7,8 +7,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,105 @@ TEST_CASE("AllReduce on braidMemAlloc memory runs in place: every datatype and o
     if (directCalls(comm) != expected)
       return fail(rank, "%llu of %llu calls ran in place", static_cast<unsigned long long>(directCalls(comm)),
                   static_cast<unsigned long long>(expected));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("every other collective on braidMemAlloc memory runs in place: in place and not, every root",
+          "[mp][shm][direct]") {
+  const int n = GENERATE(2, 3, 4);
+  INFO("nranks " << n);
+  auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
+    const size_t sz = static_cast<size_t>(size);
+    // Blocks past the mailboxes, cut off cache lines.
+    for (braidDataType_t dt : {braidInt32, braidFloat64}) {
+      const size_t es = elemSize(dt), b = 40000 + 3;  // elements per block
+      BraidMem sendMem(b * sz * es + 4096), recvMem(b * sz * es + 4096);
+      char* send = sendMem.get() + 64;  // an interior buffer
+      char* recv = recvMem.get() + 128;
+      // The value of rank r's element i of its input: every element tells where it came from.
+      auto val = [&](int r, size_t i) { return static_cast<double>((r + 1) * 1000003 % 65521 + i % 10007); };
+      auto fillSend = [&](char* at, size_t count) {
+        for (size_t i = 0; i < count; ++i) storeElem(dt, at, i, val(rank, i));
+      };
+      auto expect = [&](const char* what, const char* at, size_t count, const std::function<double(size_t)>& want) {
+        for (size_t i = 0; i < count; ++i)
+          if (loadElem(dt, at, i) != want(i))
+            return fail(rank, "%s %s: [%zu] = %g, want %g", typeName(dt), what, i, loadElem(dt, at, i), want(i));
+        return 0;
+      };
+      uint64_t calls = 0;
+      for (bool inPlace : {false, true}) {
+        const char* how = inPlace ? "in place" : "out of place";
+        std::string what;
+        // AllGather: in place, the input is this rank's block of the output.
+        char* agIn = inPlace ? recv + rank * b * es : send;
+        fillSend(agIn, b);
+        CHECK_BRAID(rank, braidAllGather(agIn, recv, b, dt, comm, nullptr));
+        what = std::string("AllGather ") + how;
+        if (expect(what.c_str(), recv, b * sz, [&](size_t i) { return val(static_cast<int>(i / b), i % b); }) != 0)
+          return 1;
+        // ReduceScatter: sum over ranks of block `rank` of each input.
+        fillSend(send, b * sz);
+        char* rsOut = inPlace ? send + rank * b * es : recv;
+        CHECK_BRAID(rank, braidReduceScatter(send, rsOut, b, dt, braidSum, comm, nullptr));
+        what = std::string("ReduceScatter ") + how;
+        if (expect(what.c_str(), rsOut, b, [&](size_t i) {
+              double t = 0;
+              for (int r = 0; r < size; ++r) t += val(r, rank * b + i);
+              return t;
+            }) != 0)
+          return 1;
+        // AllToAll (in place it runs on its plan: one call less in place).
+        fillSend(inPlace ? recv : send, b * sz);
+        CHECK_BRAID(rank, braidAllToAll(inPlace ? recv : send, recv, b, dt, comm, nullptr));
+        what = std::string("AllToAll ") + how;
+        if (expect(what.c_str(), recv, b * sz,
+                   [&](size_t i) { return val(static_cast<int>(i / b), rank * b + i % b); }) != 0)
+          return 1;
+        calls += inPlace ? 2 : 3;
+        for (int root = 0; root < size; ++root) {
+          // Broadcast.
+          fillSend(inPlace ? recv : send, b);
+          CHECK_BRAID(rank, braidBroadcast(inPlace ? recv : send, recv, b, dt, root, comm, nullptr));
+          what = std::string("Broadcast ") + how + " root " + std::to_string(root);
+          if (expect(what.c_str(), recv, b, [&](size_t i) { return val(root, i); }) != 0) return 1;
+          // Reduce: max, the root's output only.
+          fillSend(inPlace ? recv : send, b);
+          CHECK_BRAID(rank, braidReduce(inPlace ? recv : send, recv, b, dt, braidMax, root, comm, nullptr));
+          what = std::string("Reduce ") + how + " root " + std::to_string(root);
+          if (rank == root && expect(what.c_str(), recv, b, [&](size_t i) {
+                                double m = val(0, i);
+                                for (int r = 1; r < size; ++r) m = std::max(m, val(r, i));
+                                return m;
+                              }) != 0)
+            return 1;
+          // Gather: in place on the root, its input is its block of the output.
+          char* gIn = inPlace && rank == root ? recv + root * b * es : send;
+          fillSend(gIn, b);
+          CHECK_BRAID(rank, braidGather(gIn, recv, b, dt, root, comm, nullptr));
+          what = std::string("Gather ") + how + " root " + std::to_string(root);
+          if (rank == root &&
+              expect(what.c_str(), recv, b * sz, [&](size_t i) { return val(static_cast<int>(i / b), i % b); }) != 0)
+            return 1;
+          // Scatter: in place on the root, its output is its block of the input.
+          if (rank == root) fillSend(send, b * sz);
+          char* sOut = inPlace && rank == root ? send + root * b * es : recv;
+          CHECK_BRAID(rank, braidScatter(send, sOut, b, dt, root, comm, nullptr));
+          what = std::string("Scatter ") + how + " root " + std::to_string(root);
+          if (expect(what.c_str(), sOut, b, [&](size_t i) { return val(root, rank * b + i); }) != 0) return 1;
+          calls += 4;
+        }
+      }
+      const uint64_t got = directCalls(comm);
+      CHECK_BRAID(rank, braidBarrier(comm, nullptr));
+      if (got != calls)
+        return fail(rank, "%s: %llu of %llu calls ran in place", typeName(dt), static_cast<unsigned long long>(got),
+                    static_cast<unsigned long long>(calls));
+      internalsOf(comm)->engine->resetDirectCalls();
+    }
     return 0;
   });
   INFO(describe(res));
