@@ -16,6 +16,9 @@
 #   BASELINE=/path/to/other/build (a build folder of another braid commit, with its perf/ and
 #   tools/braidrun) runs that build too, right before this one each time: the table then shows the
 #   baseline's times and this build's speedup over it, measured in the same run
+#   BRAID_ARGS / BASELINE_ARGS: more flags for this build's / the baseline's programs, e.g.
+#   BASELINE=build BRAID_ARGS="-R 1": one build, its FIFO path beside its path in place on
+#   braidMemAlloc memory
 # Needs: openmpi-bin libopenmpi-dev (see ../shared/peers/README.md) and a built tree (build/).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,11 +56,11 @@ for r in $(seq 1 "$REPS"); do
         if [ -n "${BASELINE:-}" ]; then
           # shellcheck disable=SC2086  # the argument lists are words
           measure "$OUT/base_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" \
-            "$BASELINE/tools/braidrun" -n "$np" "$BASELINE/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS -z 1
+            "$BASELINE/tools/braidrun" -n "$np" "$BASELINE/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS ${BASELINE_ARGS:-} -z 1
         fi
         # shellcheck disable=SC2086  # the argument lists are words
         measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" \
-          "$BUILD/tools/braidrun" -n "$np" "$BUILD/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS -z 1
+          "$BUILD/tools/braidrun" -n "$np" "$BUILD/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS ${BRAID_ARGS:-} -z 1
         # shellcheck disable=SC2086,SC2046
         measure "$OUT/ompi_np${np}_${t}_$c.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ob1 \
           --mca btl "$(btl "$t")" -np "$np" --oversubscribe $(ompi_prog "$c") $SIZES $OMPI_ITERS

@@ -49,6 +49,7 @@ struct DirectMail {
   uint64_t recvIno, recvOff;
   int32_t sendFd, recvFd;
   uint32_t runsHere;  // 0: a buffer its peers use is not braidMemAlloc memory (or AllToAll in place)
+  uint32_t frees;     // its hostFrees(): when it moved, the reader forgets what the writer freed
 };
 static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest payload");
 
@@ -181,6 +182,7 @@ void SmallColls::postDirect(SmallCall* c) {
   m.bytes = c->bytes;
   m.sendFd = m.recvFd = -1;
   m.runsHere = c->pinned ? 1 : 0;
+  m.frees = hostFrees();
   if (c->mine[0].ino != 0) {
     m.sendIno = c->mine[0].ino;
     m.sendOff = c->mine[0].offset;
@@ -229,6 +231,10 @@ int SmallColls::readDirect(SmallCall* c, Status* err) {
     const Extents e = extentsOf(*c, p, nranks_);
     DirectMail m;
     memcpy(&m, mail_[p].inPayload(c->k), sizeof(m));
+    if (m.frees != frees_[p]) {
+      maps_.forget(p, pids_[p]);
+      frees_[p] = m.frees;
+    }
     Status st;
     char* in = nullptr;
     if (e.peersRead) st = maps_.map(p, pids_[p], m.sendFd, m.sendIno, m.sendOff, e.send, c->k, &in);
@@ -389,6 +395,7 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
       if (ins_.size() != static_cast<size_t>(nranks_)) {
         ins_.resize(nranks_);
         outs_.resize(nranks_);
+        frees_.resize(nranks_);
       }
       c->phase = 1;
       c->next = 0;

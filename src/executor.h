@@ -172,6 +172,9 @@ class Engine {
   // Collectives that ran in place on braidMemAlloc memory (src/direct_coll.cc), for tests and logs.
   uint64_t directCalls() const { return directCalls_.load(std::memory_order_relaxed); }
   void resetDirectCalls() { directCalls_.store(0, std::memory_order_relaxed); }
+  // Files of the peers mapped for those calls now (src/peer_maps.h). Engine lock not taken: tests
+  // call it between calls.
+  size_t peerMappings() const { return small_ != nullptr ? small_->mappedFiles() : 0; }
 
  private:
   bool tryLock() { return !lock_.exchange(true, std::memory_order_acquire); }

@@ -54,6 +54,22 @@ bool PeerMaps::canMap(int64_t pid, int fd, uint64_t ino) {
   return true;
 }
 
+void PeerMaps::forget(int peer, int64_t pid) {
+  for (size_t i = 0; i < entries_.size();) {
+    Entry& e = entries_[i];
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%lld/fd/%d", static_cast<long long>(pid), e.fd);
+    if (e.peer != peer || (stat(path, &st) == 0 && static_cast<uint64_t>(st.st_ino) == e.ino)) {
+      ++i;
+      continue;
+    }
+    munmap(e.base, e.len);
+    e = entries_.back();
+    entries_.pop_back();
+  }
+}
+
 Status PeerMaps::map(int peer, int64_t pid, int fd, uint64_t ino, uint64_t offset, size_t bytes, uint64_t use,
                      char** out) {
   Entry* hit = nullptr;
@@ -62,6 +78,7 @@ Status PeerMaps::map(int peer, int64_t pid, int fd, uint64_t ino, uint64_t offse
   if (hit == nullptr) {
     Entry e;
     e.peer = peer;
+    e.fd = fd;
     e.ino = ino;
     BRAID_TRY(openPeerFile(pid, fd, ino, &e.base, &e.len));
     if (entries_.size() >= kMaxEntries) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <map>
 
@@ -82,6 +83,8 @@ struct Allocations {
   std::map<uintptr_t, Allocation> live;
 };
 
+std::atomic<uint32_t> g_frees{0};
+
 Allocations& allocations() {
   static Allocations* a = new Allocations;  // never destroyed: frees may run while the process exits
   return *a;
@@ -153,8 +156,11 @@ Status hostFree(void* ptr) {
   forgetPointerKinds(ptr, a.len);
   munmap(ptr, a.len);
   if (a.fd >= 0) close(a.fd);
+  g_frees.fetch_add(1, std::memory_order_relaxed);
   return okStatus();
 }
+
+uint32_t hostFrees() { return g_frees.load(std::memory_order_relaxed); }
 
 bool pinShared(const void* p, size_t bytes, SharedRange* out) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);

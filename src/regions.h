@@ -69,5 +69,8 @@ struct SharedRange {
 // the allocation (hostFree refuses it) until unpinShared(*out).
 bool pinShared(const void* p, size_t bytes, SharedRange* out);
 void unpinShared(const SharedRange& r);
+// How many hostAlloc allocations this process freed so far: a peer that maps them looks again at
+// what it holds of ours when this changes (src/peer_maps.h).
+uint32_t hostFrees();
 
 }  // namespace braid

@@ -100,6 +100,7 @@ class SmallColls {
   // Pins a direct call's buffers when they are braidMemAlloc memory (at post: braidMemFree refuses
   // them from then on), and releases them (idempotent): when it ends, fails, or is released.
   void pin(SmallCall* c) const;
+  size_t mappedFiles() const { return maps_.size(); }
   static void unpin(SmallCall* c);
 
  private:
@@ -134,7 +135,8 @@ class SmallColls {
   PeerMaps maps_;
   std::vector<const char*> ins_;
   std::vector<char*> outs_;
-  std::vector<char> fold_;  // a block of this rank's share, where its output cannot hold the fold
+  std::vector<uint32_t> frees_;  // by rank: its hostFrees() when we last looked at what we map of it
+  std::vector<char> fold_;       // a block of this rank's share, where its output cannot hold the fold
 };
 
 }  // namespace braid

@@ -250,11 +250,15 @@ braidResult_t braidCommDeregister(braidComm_t comm, void* handle);
 
 /* Allocates size bytes of zeroed host memory, aligned to the page size, into *ptr (device memory
  * comes with the GPU transport). size 0 or ptr NULL is braidInvalidArgument; out of memory is
- * braidSystemError. Free it with braidMemFree. Thread-safe. */
+ * braidSystemError. Free it with braidMemFree. Thread-safe.
+ * The memory is a memory file mapped shared (shared with a child after fork, not copied): on one
+ * host, collectives whose buffers the peers use are all such memory, on every rank, read and write
+ * them in place, without the shared-memory FIFOs (BRAID_SHM_DIRECT; see the README). */
 braidResult_t braidMemAlloc(void** ptr, size_t size);
 
 /* Frees memory from braidMemAlloc. NULL is a no-op; a pointer braidMemAlloc did not return, or one
- * already freed, is braidInvalidArgument and frees nothing. Thread-safe. */
+ * already freed, is braidInvalidArgument and frees nothing; memory an operation in flight reads or
+ * writes in place (above) is braidInvalidUsage and frees nothing. Thread-safe. */
 braidResult_t braidMemFree(void* ptr);
 
 /* ---- Collectives -------------------------------------------------------------------------------

@@ -297,6 +297,26 @@ TEST_CASE("braidMemFree of memory a call in flight uses is refused and changes n
   REQUIRE(allOk(res));
 }
 
+TEST_CASE("memory a peer frees is unmapped here: a loop of fresh buffers holds a few mappings, not one per buffer",
+          "[mp][shm][direct]") {
+  auto res = runComm(3, kShm, [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 1 << 16;
+    size_t most = 0;
+    for (int it = 0; it < 150; ++it) {
+      BraidMem buf(count * 4);  // a new file each time, freed at the end of the iteration
+      if (allReduceChecked(comm, rank, size, buf.get(), buf.get(), count, braidInt32, braidMin, true) != 0) return 1;
+      most = std::max(most, internalsOf(comm)->engine->peerMappings());
+    }
+    if (directCalls(comm) != 150) return fail(rank, "%llu calls in place", (unsigned long long)directCalls(comm));
+    // Each call maps one file of each peer; the ones freed since go when the peer's count of frees
+    // moves (its next call's mail): two generations per peer at most.
+    if (most > 2 * static_cast<size_t>(size - 1)) return fail(rank, "%zu peer files mapped at once", most);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
 TEST_CASE("direct calls that differ between ranks fail on every rank naming both", "[mp][shm][direct][mismatch]") {
   const int form = GENERATE(0, 1);  // the count differs past the check word's 20 bits; the op differs
   INFO("form " << form);
