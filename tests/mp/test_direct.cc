@@ -57,8 +57,36 @@ int allReduceChecked(braidComm_t comm, int rank, int n, char* send, char* recv, 
 
 }  // namespace
 
-TEST_CASE("AllReduce on braidMemAlloc memory runs in place: every datatype and op, in place and not",
-          "[mp][shm][direct]") {
+// One Reduce (root: the last rank, past rank 1, whose output in place is an input the fold must
+// not overwrite early) or ReduceScatter of `count` elements (per rank) on buffers at send/recv,
+// checked. Returns 0 or fail().
+int rootedOrScatteredChecked(braidComm_t comm, int rank, int n, bool scatter, char* send, char* recv, size_t count,
+                             braidDataType_t dt, braidRedOp_t op, bool inPlace) {
+  const int root = n - 1;
+  const size_t es = elemSize(dt), inCount = scatter ? count * static_cast<size_t>(n) : count;
+  char* out = inPlace ? (scatter ? send + static_cast<size_t>(rank) * count * es : send) : recv;
+  for (size_t i = 0; i < inCount; ++i) storeElem(dt, send, i, inputValue(op, rank, i, n));
+  if (!inPlace) memset(recv, 0x5c, count * es);
+  if (scatter) {
+    CHECK_BRAID(rank, braidReduceScatter(send, out, count, dt, op, comm, nullptr));
+  } else {
+    CHECK_BRAID(rank, braidReduce(send, out, count, dt, op, root, comm, nullptr));
+  }
+  if (!scatter && rank != root) return 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t at = scatter ? static_cast<size_t>(rank) * count + i : i;
+    const double got = loadElem(dt, out, i), want = expectedValue(dt, op, at, n);
+    if (!matches(dt, op, got, want))
+      return fail(rank, "%s %s %s count %zu %s: [%zu] = %g, want %g", scatter ? "ReduceScatter" : "Reduce",
+                  typeName(dt), opName(op), count, inPlace ? "in place" : "out of place", i, got, want);
+  }
+  return 0;
+}
+
+TEST_CASE(
+    "AllReduce, Reduce and ReduceScatter on braidMemAlloc memory run in place: every datatype and op, in "
+    "place and not",
+    "[mp][shm][direct]") {
   const int n = GENERATE(2, 3, 4);
   INFO("nranks " << n);
   auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
@@ -69,7 +97,8 @@ TEST_CASE("AllReduce on braidMemAlloc memory runs in place: every datatype and o
     // Past the mailboxes (64 KiB), with counts that cut the parts off cache lines and off the
     // blocks of the fold.
     const size_t counts[] = {70001, 98317};
-    BraidMem send(8 * 98317 + 4096), recv(8 * 98317 + 4096);
+    const size_t most = 8 * 98317 * static_cast<size_t>(size) + 4096;
+    BraidMem send(most), recv(most);
     if (send.get() == nullptr || recv.get() == nullptr) return fail(rank, "braidMemAlloc");
     uint64_t expected = 0;
     for (braidDataType_t dt : types)
@@ -80,9 +109,13 @@ TEST_CASE("AllReduce on braidMemAlloc memory runs in place: every datatype and o
             if (count * elemSize(dt) <= internalsOf(comm)->mailBytes) continue;
             // An offset into the allocation, as a framework's tensor in a pool would be.
             const size_t at = count == counts[1] ? 64 * 3 + 8 : 0;
-            if (allReduceChecked(comm, rank, size, send.get() + at, recv.get() + at, count, dt, op, inPlace) != 0)
+            char* s = send.get() + at;
+            char* r = recv.get() + at;
+            if (allReduceChecked(comm, rank, size, s, r, count, dt, op, inPlace) != 0 ||
+                rootedOrScatteredChecked(comm, rank, size, false, s, r, count, dt, op, inPlace) != 0 ||
+                rootedOrScatteredChecked(comm, rank, size, true, s, r, count, dt, op, inPlace) != 0)
               return 1;
-            ++expected;
+            expected += 3;
           }
       }
     if (directCalls(comm) != expected)
