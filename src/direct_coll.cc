@@ -376,16 +376,7 @@ bool SmallColls::peersDone(SmallCall* c) {
 int SmallColls::stepDirect(SmallCall* c, Status* err) {
   switch (c->phase) {
     case 0:
-      if (c->k != finished_ + 1) {  // an earlier call still runs
-        c->waitingOn = -1;
-        return 0;
-      }
-      for (int p = 0; p < nranks_; ++p) {
-        if (p != rank_ && !roomAt(p, c->k)) {
-          c->waitingOn = p;
-          return 0;
-        }
-      }
+      if (!mayStart(c)) return 0;
       postDirect(c);
       if (!c->pinned) {  // ours are not braidMemAlloc memory: every rank runs the plan
         c->phase = 2;

@@ -224,20 +224,25 @@ int SmallColls::gather(SmallCall* c, Status* err) {
   return 1;
 }
 
+bool SmallColls::mayStart(SmallCall* c) {
+  if (c->k != finished_ + 1) {  // an earlier call still runs
+    c->waitingOn = -1;
+    return false;
+  }
+  for (int p = 0; p < nranks_; ++p) {
+    if (p != rank_ && !roomAt(p, c->k)) {
+      c->waitingOn = p;
+      return false;
+    }
+  }
+  return true;
+}
+
 int SmallColls::step(SmallCall* c, Status* err) {
   if (c->direct) return stepDirect(c, err);
   if (c->phase == 2) return 1;
   if (c->phase == 0) {
-    if (c->k != finished_ + 1) {  // an earlier call still runs
-      c->waitingOn = -1;
-      return 0;
-    }
-    for (int p = 0; p < nranks_; ++p) {
-      if (p != rank_ && !roomAt(p, c->k)) {
-        c->waitingOn = p;
-        return 0;
-      }
-    }
+    if (!mayStart(c)) return 0;
     post(*c);
     c->phase = 1;
     c->next = 0;

@@ -108,6 +108,9 @@ class SmallColls {
   // Whether `peer` has room for call k (it started call k - kMailDepth + 1, so it is done reading
   // the slot k takes); refreshes what is known of it when not known yet.
   bool roomAt(int peer, uint64_t k);
+  // Whether c's turn came (every earlier call finished) and every peer has room for it; else
+  // c->waitingOn says for whom it waits.
+  bool mayStart(SmallCall* c);
   void post(const SmallCall& c);  // phase 0 -> 1: the mail out, the local copies made
   // The peer's mail for c when it is there (nullptr while not; *err set on a mismatch).
   const unsigned char* mailFrom(SmallCall* c, int peer, Status* err);
