@@ -53,18 +53,16 @@ struct DirectMail {
 };
 static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest payload");
 
-// A fold and its copies go block by block, so that the copies read what the fold just wrote
-// from the cache; a pass of progress does kPassBytes of the share, so that other operations (and
-// deadlines) are looked at meanwhile.
-constexpr size_t kBlockBytes = 32 << 10;
+// A pass of progress does kPassBytes of the share (in blocks of kBlockBytes), so that other
+// operations (and deadlines) are looked at meanwhile.
 constexpr size_t kPassBytes = 1 << 20;
 
 // Out of place, the outputs are written with non-temporal stores once the call's buffers on all
 // ranks are more than the last-level cache holds: a plain store first reads the line it
 // overwrites. In place, every output line was just read as an input, and a plain store is cheaper.
-// (AllReduce, 2 ranks, 32 MiB L3, out of place: plain 20.7 / 6.6 / 6.6 GB/s at 4 / 64 / 256 MiB,
-// non-temporal 12.4 / 9.5 / 9.4.) The size comes from sysfs: glibc's _SC_LEVEL3_CACHE_SIZE says
-// the whole host's in a VM (320 MiB here, where the guest has 32).
+// (AllReduce, 2 ranks, 32 MiB L3, out of place, two alternations: plain 20.7 / 6.6 / 6.6 and
+// 16.0 / 6.3 / 7.8 GB/s at 4 / 64 / 256 MiB, non-temporal 12.4 / 9.5 / 9.4 and 8.6 / 7.6 / 8.9.) The size comes from
+// sysfs: glibc's _SC_LEVEL3_CACHE_SIZE says the whole host's in a VM (320 MiB here, where the guest has 32).
 size_t streamBytes() {
   static const size_t bytes = [] {
     size_t kib = 0;
@@ -140,20 +138,8 @@ Extents extentsOf(const SmallCall& c, int rank, int n) {
 }  // namespace
 
 bool SmallColls::takesDirect(Coll coll, size_t bytes) const {
-  if (pids_.empty() || bytes == 0) return false;
-  switch (coll) {
-    case Coll::kAllReduce:
-    case Coll::kReduce:
-    case Coll::kReduceScatter:
-    case Coll::kAllGather:
-    case Coll::kAllToAll:
-    case Coll::kBroadcast:
-    case Coll::kGather:
-    case Coll::kScatter:
-      return true;
-    default:
-      return false;
-  }
+  // Every collective with data (extentsOf says what each touches).
+  return !pids_.empty() && bytes > 0 && coll != Coll::kBarrier && coll != Coll::kSendRecv;
 }
 
 void SmallColls::unpin(SmallCall* c) {
@@ -309,7 +295,6 @@ void SmallColls::workDirect(SmallCall* c) {
   // through a block of its own first.
   const bool folds = c->coll == Coll::kAllReduce || c->coll == Coll::kReduce || c->coll == Coll::kReduceScatter;
   const bool aside = folds && (stream || (c->inPlace && rank_ >= 2) || c->coll == Coll::kReduce);
-  if (aside && fold_.size() < kBlockBytes) fold_.resize(kBlockBytes);
   const size_t end = std::min(hi, c->at + kPassBytes);
   while (c->at < end) {
     const size_t off = c->at;
@@ -382,11 +367,6 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
         c->phase = 2;
         ++finished_;
         return 2;
-      }
-      if (ins_.size() != static_cast<size_t>(nranks_)) {
-        ins_.resize(nranks_);
-        outs_.resize(nranks_);
-        frees_.resize(nranks_);
       }
       c->phase = 1;
       c->next = 0;

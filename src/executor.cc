@@ -266,7 +266,8 @@ Status Engine::postOp(Coll coll, bool userOwned, Op** out, Fill fill, Log log) {
 
 Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
   SmallCall small;
-  if (smallCall(a, &small)) {
+  const bool mailbox = mailboxCall(a, &small);
+  if (mailbox && !small.direct) {
     return postOp(
         a.shape.coll, userOwned, out,
         [&](Op* op) {
@@ -280,7 +281,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
                      dtypeName(a.dtype), a.shape.root);
         });
   }
-  const bool direct = directCall(a, &small);
+  const bool direct = mailbox && small.direct;
   return postOp(
       a.shape.coll, userOwned, out,
       [&](Op* op) {

@@ -228,10 +228,9 @@ class Engine {
   // Marks a finished or failed op done; a detached one goes back to the pool.
   void markDone(Op* op);
   bool postSteps(Op* op);
-  // Whether a call runs on the mailboxes; fills *c when it does.
-  bool smallCall(const PostArgs& a, SmallCall* c) const;
-  // Whether the call may run in place on one host (src/direct_coll.cc), and *c for it if so.
-  bool directCall(const PostArgs& a, SmallCall* c) const;
+  // Whether a call runs on the mailboxes, or (c->direct) may run in place on one host
+  // (src/direct_coll.cc); fills *c when so.
+  bool mailboxCall(const PostArgs& a, SmallCall* c) const;
   // Makes `op` the small call `c` (numbered already) posted with `a`; detached is the caller's.
   void fillSmall(Op* op, const PostArgs& a, const SmallCall& c);
   // A pass over a small op: runs it as far as it goes; true when something changed.
@@ -240,8 +239,6 @@ class Engine {
   bool stepDirect(Op* op);
   // Whether the peer a mailbox call waits for is found dead (then held for blame, like a link's).
   bool checkSmallPeer(int peer);
-  // Fills *c from a call (its collective, buffers, kernel).
-  static void fillCall(const PostArgs& a, size_t bytes, SmallCall* c);
   bool reapAndRunLocals(Op* op);
   bool runLocal(Op* op, const Step& s);
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.

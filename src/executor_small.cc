@@ -17,30 +17,14 @@ constexpr int kInlineYields = 64;
 
 }  // namespace
 
-bool Engine::smallCall(const PostArgs& a, SmallCall* c) const {
+bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {
   if (small_ == nullptr || a.gate != nullptr) return false;
   const CollArgs& sh = a.shape;
   // BRAID_ALGO asked for an algorithm (tests count its messages), or the call may gossip.
   if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
   const size_t bytes = sh.coll == Coll::kBarrier ? 0 : sh.count * sh.elemSize;
-  if (!small_->takes(sh.coll, bytes)) return false;
-  fillCall(a, bytes, c);
-  return true;
-}
-
-bool Engine::directCall(const PostArgs& a, SmallCall* c) const {
-  if (small_ == nullptr || a.gate != nullptr) return false;
-  const CollArgs& sh = a.shape;
-  if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
-  const size_t bytes = sh.count * sh.elemSize;
-  if (!small_->takesDirect(sh.coll, bytes)) return false;
-  fillCall(a, bytes, c);
-  c->direct = true;
-  return true;
-}
-
-void Engine::fillCall(const PostArgs& a, size_t bytes, SmallCall* c) {
-  const CollArgs& sh = a.shape;
+  const bool small = small_->takes(sh.coll, bytes);
+  if (!small && !small_->takesDirect(sh.coll, bytes)) return false;
   c->coll = sh.coll;
   c->send = static_cast<const char*>(a.send);
   c->recv = static_cast<char*>(a.recv);
@@ -50,11 +34,13 @@ void Engine::fillCall(const PostArgs& a, size_t bytes, SmallCall* c) {
   c->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
   c->root = sh.root;
   c->inPlace = sh.inPlace;
+  c->direct = !small;
+  return true;
 }
 
 bool Engine::runSmall(const PostArgs& a, Status* result) {
   SmallCall c;
-  if (!smallCall(a, &c) || !tryLock()) return false;
+  if (!mailboxCall(a, &c) || c.direct || !tryLock()) return false;
   // Idle: nothing running that this call could overtake or hold up, nothing failed or left (a
   // collective past a leaver's count is failed by the op path), and no look at the leavers due.
   if (head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0 || linkFailedAtNs_ != 0 || control_.failed() ||

@@ -56,6 +56,12 @@ SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::stri
       mail_(links.size()),
       started_(links.size(), 0),
       pids_(std::move(pids)) {
+  if (!pids_.empty()) {  // direct calls: their per-call state, sized once
+    ins_.resize(nranks_);
+    outs_.resize(nranks_);
+    frees_.resize(nranks_);
+    fold_.resize(kBlockBytes);
+  }
   for (int p = 0; p < nranks_; ++p) {
     const Mailboxes* m = p != rank && links[p] != nullptr ? links[p]->mailboxes() : nullptr;
     if (m == nullptr) continue;

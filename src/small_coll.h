@@ -139,7 +139,10 @@ class SmallColls {
   std::vector<const char*> ins_;
   std::vector<char*> outs_;
   std::vector<uint32_t> frees_;  // by rank: its hostFrees() when we last looked at what we map of it
-  std::vector<char> fold_;       // a block of this rank's share, where its output cannot hold the fold
+  // A fold and its copies go block by block (src/direct_coll.cc), so that the copies read what
+  // the fold just wrote from the cache.
+  static constexpr size_t kBlockBytes = 32 << 10;
+  std::vector<char> fold_;  // a block of this rank's share, where its output cannot hold the fold
 };
 
 }  // namespace braid
