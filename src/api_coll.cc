@@ -116,6 +116,8 @@ Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   p.recv = a.recv;
   p.dtype = a.dtype;
   p.op = reducing ? a.op : braidSum;
+  p.streamOut =
+      !inPlace && (sendBytes + recvBytes) * static_cast<uint64_t>(a.comm->localRanks) > a.comm->settings.ntStoresMin;
   if (bufs != nullptr) *bufs = CallBuffers{a.send, sendBytes, a.recv, recvBytes, inPlace};
   return okStatus();
 }

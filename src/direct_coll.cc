@@ -32,10 +32,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
+#include "src/base/nt_store.h"
 #include "src/small_coll.h"
 
 namespace braid {
@@ -56,53 +54,6 @@ static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest 
 // A pass of progress does kPassBytes of the share (in blocks of kBlockBytes), so that other
 // operations (and deadlines) are looked at meanwhile.
 constexpr size_t kPassBytes = 1 << 20;
-
-// Out of place, the outputs are written with non-temporal stores once the call's buffers on all
-// ranks are more than the last-level cache holds: a plain store first reads the line it
-// overwrites. In place, every output line was just read as an input, and a plain store is cheaper.
-// (AllReduce, 2 ranks, 32 MiB L3, out of place, two alternations: plain 20.7 / 6.6 / 6.6 and
-// 16.0 / 6.3 / 7.8 GB/s at 4 / 64 / 256 MiB, non-temporal 12.4 / 9.5 / 9.4 and 8.6 / 7.6 / 8.9.) The size comes from
-// sysfs: glibc's _SC_LEVEL3_CACHE_SIZE says the whole host's in a VM (320 MiB here, where the guest has 32).
-size_t streamBytes() {
-  static const size_t bytes = [] {
-    size_t kib = 0;
-    if (FILE* f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
-      if (fscanf(f, "%zuK", &kib) != 1) kib = 0;
-      fclose(f);
-    }
-    return kib > 0 ? kib << 10 : size_t{32} << 20;
-  }();
-  return bytes;
-}
-
-// memcpy with non-temporal stores for the aligned middle (x86-64: SSE2, which every such CPU has).
-// The stores are weakly ordered: an sfence must come before anything that publishes them.
-void copyStreaming(char* dst, const char* src, size_t len) {
-#if defined(__x86_64__)
-  const size_t head = std::min(len, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-  memcpy(dst, src, head);
-  size_t i = head;
-  for (; i + 64 <= len; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  memcpy(dst + i, src + i, len - i);
-#else
-  memcpy(dst, src, len);
-#endif
-}
-
-void storeFence() {
-#if defined(__x86_64__)
-  _mm_sfence();
-#endif
-}
 
 // The bytes of a call's send and receive buffers on `rank`, and whether its peers use them.
 struct Extents {
@@ -280,8 +231,11 @@ void SmallColls::workDirect(SmallCall* c) {
   workRange(*c, &lo, &hi);
   if (c->at < lo) c->at = lo;
   const size_t b = c->bytes, r = static_cast<size_t>(rank_);
-  const Extents e = extentsOf(*c, rank_, nranks_);
-  const bool stream = !c->inPlace && (e.send + e.recv) * static_cast<size_t>(nranks_) > streamBytes();
+  // Out of place past the cache (BRAID_NT_STORES_MIN): a plain store would first read the line it
+  // overwrites. In place, every output line was just read as an input, and a plain store is cheaper.
+  // (AllReduce, 2 ranks, 32 MiB L3, out of place, two alternations: plain 20.7 / 6.6 / 6.6 and
+  // 16.0 / 6.3 / 7.8 GB/s at 4 / 64 / 256 MiB, non-temporal 12.4 / 9.5 / 9.4 and 8.6 / 7.6 / 8.9.)
+  const bool stream = c->streamOut;
   auto put = [&](char* dst, const char* src, size_t len) {
     if (dst == src) return;
     if (stream) {

@@ -24,8 +24,11 @@ inline char* resolve(const Op* op, BufRef ref) {
                                    : op->bufs[static_cast<int>(ref.buf)] + ref.offset;
 }
 
+// op->done[i]: 0 = not yet, kPosted = a receive on its link, kDone = complete.
+constexpr uint8_t kPosted = 2, kDone = 1;
+
 inline bool depsDone(const Op* op, const Step& s) {
-  return (s.deps[0] < 0 || op->done[s.deps[0]]) && (s.deps[1] < 0 || op->done[s.deps[1]]);
+  return (s.deps[0] < 0 || op->done[s.deps[0]] == kDone) && (s.deps[1] < 0 || op->done[s.deps[1]] == kDone);
 }
 
 // How long the background thread lets a caller that just posted a nonblocking operation get to its
@@ -62,6 +65,11 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
   sendBlocked_.assign(n, 0);
   recvBlocked_.assign(n, 0);
   transportDriven_.assign(comm->transports.size(), 0);
+  forwardsTo_.assign(n, -1);
+  for (int r = 0; r < n; ++r) {
+    const int t = comm->transportOf[r];
+    if (t >= 0 && comm->transports[t]->caps().forwards && !comm->settings.forceLowering) forwardsTo_[r] = t;
+  }
   p2pSent_.assign(n, 0);
   p2pRecvd_.assign(n, 0);
   tagLeaveSeen_.assign(n, 0);
@@ -296,6 +304,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
         op->gate = a.gate;
         op->detached = a.detached;
+        op->streamOut = a.streamOut;
         if (direct) {
           small_->number(&small);  // engine lock held: in issue order
           small_->pin(&small);
@@ -373,11 +382,23 @@ bool Engine::postSteps(Op* op) {
       while (c.sendPost < q.sends.size()) {
         const int32_t idx = q.sends[c.sendPost];
         const Step& s = plan->steps[idx];
-        if (!depsDone(op, s)) break;
+        Xfer* feeder = nullptr;
+        if (!depsDone(op, s)) {
+          // A forwarded chunk goes out as its receive lands, where one transport carries both.
+          const int32_t f = plan->fedBy.empty() ? -1 : plan->fedBy[idx];
+          if (f < 0 || op->done[f] != kPosted || forwardsTo_[q.peer] < 0 ||
+              forwardsTo_[q.peer] != forwardsTo_[plan->steps[f].peer])
+            break;
+          feeder = &op->xfers[f];
+        }
         Xfer& x = op->xfers[idx];
         x = Xfer{};
         x.data = resolve(op, s.src);
         x.bytes = s.bytes;
+        if (feeder != nullptr) {
+          x.feeder = feeder;
+          feeder->feeds = &x;
+        }
         Status st = link->postSend(&x);
         if (!st.ok()) {
           control_.fail(st.withContext("posting a send to " + comm_->describeRank(q.peer)), q.peer, true);
@@ -402,6 +423,14 @@ bool Engine::postSteps(Op* op) {
           x.local = resolve(op, s.src);
           x.reduce = &op->reduceSpec;
         }
+        if (!plan->outputOnly.empty() && plan->outputOnly[idx] != 0) {
+          // The call's own outputs may bypass the cache; a scratch chunk that only its forwarded
+          // send reads is not written at all where it is forwarded.
+          const bool scratch = s.dst.buf == Buf::kScratch;
+          x.stream = op->streamOut && !scratch;
+          x.forwardOnly = scratch;
+        }
+        op->done[idx] = kPosted;
         Status st = link->postRecv(&x);
         if (!st.ok()) {
           control_.fail(st.withContext("posting a receive from " + comm_->describeRank(q.peer)), q.peer, true);
@@ -424,12 +453,12 @@ bool Engine::reapAndRunLocals(Op* op) {
     const Plan::PeerQueue& q = plan->peers[qi];
     Op::Cursor& c = op->cursors[qi];
     while (c.sendDone < c.sendPost && op->xfers[q.sends[c.sendDone]].complete) {
-      op->done[q.sends[c.sendDone++]] = 1;
+      op->done[q.sends[c.sendDone++]] = kDone;
       --op->remaining;
       any = true;
     }
     while (c.recvDone < c.recvPost && op->xfers[q.recvs[c.recvDone]].complete) {
-      op->done[q.recvs[c.recvDone++]] = 1;
+      op->done[q.recvs[c.recvDone++]] = kDone;
       --op->remaining;
       any = true;
     }
@@ -445,7 +474,7 @@ bool Engine::reapAndRunLocals(Op* op) {
       if (!runLocal(op, s)) return true;  // failed: failAll() finishes the op
       if (op->computeTicket != 0) break;
     }
-    op->done[idx] = 1;
+    op->done[idx] = kDone;
     --op->remaining;
     ++op->localNext;
     any = true;

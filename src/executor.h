@@ -71,6 +71,7 @@ struct braidRequest {
   braid::ReduceSpec reduceSpec;
   std::vector<braid::Xfer> xfers;
   std::vector<uint8_t> done;
+  bool streamOut = false;  // outputs past the cache: final receives may take non-temporal stores
   struct Cursor {
     uint32_t sendPost = 0, sendDone = 0, recvPost = 0, recvDone = 0;
   };
@@ -113,6 +114,9 @@ struct PostArgs {
   // stream returns at once, and the engine releases the op itself when it is done.
   OpGate* gate = nullptr;
   bool detached = false;
+  // Out of place, and the call's buffers on all ranks of this host exceed BRAID_NT_STORES_MIN: outputs
+  // nothing reads again in the call may bypass the cache (src/base/nt_store.h).
+  bool streamOut = false;
 };
 
 class Engine {
@@ -271,6 +275,7 @@ class Engine {
   CollPlans plans_;
   uint64_t epoch_ = 0;
   std::vector<uint64_t> sendBlocked_, recvBlocked_;  // per rank: == epoch_ when set
+  std::vector<int> forwardsTo_;                      // per rank: its transport when that transport forwards, else -1
   std::vector<uint64_t> transportDriven_;            // per transport: == epoch_ when driven this pass
   std::unique_ptr<SmallColls> small_;                // null unless the communicator has mailboxes
   Plan smallPlans_[kNumColls];                       // by collective: the plan of a small op

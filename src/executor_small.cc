@@ -34,6 +34,7 @@ bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {
   c->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
   c->root = sh.root;
   c->inPlace = sh.inPlace;
+  c->streamOut = a.streamOut;
   c->direct = !small;
   return true;
 }

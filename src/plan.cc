@@ -1,6 +1,9 @@
 #include "src/plan.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
+#include <map>
 
 namespace braid {
 
@@ -101,6 +104,62 @@ void Plan::finalize() {
         locals.push_back(static_cast<int32_t>(i));
         break;
     }
+  }
+  fedBy.clear();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    if (s.kind != StepKind::kSend || s.deps[0] < 0 || s.deps[1] >= 0 || s.bytes == 0) continue;
+    const Step& d = steps[s.deps[0]];
+    if ((d.kind != StepKind::kRecv && d.kind != StepKind::kRecvReduce) || d.bytes != s.bytes ||
+        d.dst.buf != s.src.buf || d.dst.offset != s.src.offset || d.dst.buf == Buf::kAbsolute)
+      continue;
+    if (fedBy.empty()) fedBy.assign(steps.size(), -1);
+    fedBy[i] = s.deps[0];
+  }
+  markOutputOnly();
+}
+
+// Walks the steps backwards with the byte ranges that later steps touch, per buffer (send and
+// receive as one; a step's src and dst both count), kept as disjoint intervals.
+void Plan::markOutputOnly() {
+  outputOnly.assign(steps.size(), 0);
+  std::map<uint64_t, uint64_t> later[2];  // start -> end; [0] send/receive, [1] scratch
+  auto cls = [](Buf b) { return b == Buf::kScratch ? 1 : b == Buf::kAbsolute ? -1 : 0; };
+  auto overlaps = [](const std::map<uint64_t, uint64_t>& m, uint64_t lo, uint64_t hi) {
+    auto it = m.upper_bound(lo);
+    if (it != m.begin() && std::prev(it)->second > lo) return true;
+    return it != m.end() && it->first < hi;
+  };
+  auto insert = [](std::map<uint64_t, uint64_t>& m, uint64_t lo, uint64_t hi) {
+    auto it = m.upper_bound(lo);
+    if (it != m.begin() && std::prev(it)->second >= lo) {
+      --it;
+      lo = it->first;
+      hi = std::max(hi, it->second);
+      it = m.erase(it);
+    }
+    while (it != m.end() && it->first <= hi) {
+      hi = std::max(hi, it->second);
+      it = m.erase(it);
+    }
+    m.emplace(lo, hi);
+  };
+  auto touch = [&](BufRef b, uint64_t bytes) {
+    const int c = cls(b.buf);
+    if (c >= 0 && bytes != 0) insert(later[c], b.offset, b.offset + bytes);
+  };
+  for (size_t i = steps.size(); i-- > 0;) {
+    const Step& s = steps[i];
+    const bool fed = !fedBy.empty() && fedBy[i] >= 0;
+    if ((s.kind == StepKind::kRecv || s.kind == StepKind::kRecvReduce) && s.bytes != 0) {
+      const int c = cls(s.dst.buf);
+      if (c >= 0 && !overlaps(later[c], s.dst.offset, s.dst.offset + s.bytes)) outputOnly[i] = 1;
+    }
+    if (fed) continue;  // reads what its receive wrote, nothing older
+    // What each kind touches besides dst: src for the kinds that read one, incoming scratch.
+    touch(s.dst, s.kind == StepKind::kSend ? 0 : s.bytes);
+    if (s.kind != StepKind::kRecv && s.kind != StepKind::kScale && s.kind != StepKind::kJoin) touch(s.src, s.bytes);
+    if (s.kind == StepKind::kReduce) touch(scratchBuf(s.incoming), s.bytes);
   }
 }
 

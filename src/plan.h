@@ -99,6 +99,14 @@ struct Plan {
   };
   std::vector<PeerQueue> peers;
   std::vector<int32_t> locals;
+  // fedBy[i] >= 0 for a send whose only dependency is the receive fedBy[i] and whose bytes are
+  // exactly what that receive writes (a ring's forwarded chunk): where both links' transport
+  // forwards (TransportCaps::forwards), the send is posted with the receive and its slots are
+  // filled as the receive's pieces land, in the same pass where possible. Empty when the plan has none.
+  std::vector<int32_t> fedBy;
+  // outputOnly[i] for a receive whose output no later step reads or writes but the sends it feeds
+  // (send and receive buffers counted as one, as they are in place): its bytes may bypass the cache.
+  std::vector<uint8_t> outputOnly;
 
   // Step builders: each appends one step after `deps` and returns its index (plan order is the
   // order of the calls). More than two dependencies are first joined by kJoin steps.
@@ -145,6 +153,7 @@ struct Plan {
 
  private:
   int32_t add(StepKind kind, int peer, BufRef dst, BufRef src, uint64_t bytes, Deps deps);
+  void markOutputOnly();  // fills outputOnly (finalize)
   // Reduces `deps` to at most two (joining the rest) into out.
   void depsInto(Deps deps, int32_t out[2]);
 };

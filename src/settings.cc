@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "src/base/config.h"
+#include "src/base/nt_store.h"
 #include "src/link_check.h"
 
 namespace braid {
@@ -71,6 +72,9 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   BRAID_TRY(paramBool("BRAID_CHECK_MISMATCH", &s.checkMismatch));
   BRAID_TRY(paramBool("BRAID_FORCE_LOWERING", &s.forceLowering));
   BRAID_TRY(paramBool("BRAID_SHM_DIRECT", &s.shmDirect));
+  int64_t nt = 0;
+  BRAID_TRY(paramInt("BRAID_NT_STORES_MIN", &nt));
+  s.ntStoresMin = nt > 0 ? static_cast<uint64_t>(nt) : defaultStreamBytes();
   BRAID_TRY(paramBool("BRAID_P2P_TAGS", &s.p2pTags));
   BRAID_TRY(paramInt("BRAID_LINK_CHECK_MS", &s.linkCheckMs));
   s.linkFaults = paramString("BRAID_TEST_LINK_FAULT");

@@ -28,6 +28,7 @@ struct CommSettings {
   bool checkMismatch = false;  // BRAID_CHECK_MISMATCH
   bool p2pTags = false;        // BRAID_P2P_TAGS: the second set of links for tagged point-to-point
   bool forceLowering = false;  // BRAID_FORCE_LOWERING (a test knob: src/lower.h)
+  uint64_t ntStoresMin = 0;    // BRAID_NT_STORES_MIN, resolved (src/base/nt_store.h)
   bool shmDirect = false;      // BRAID_SHM_DIRECT: collectives on braidMemAlloc memory in place (src/direct_coll.cc)
   int64_t linkCheckMs = 0;     // BRAID_LINK_CHECK_MS: the link self-test's deadline, 0 = off (src/link_check.h)
   std::string linkFaults;      // BRAID_TEST_LINK_FAULT (a test knob: src/link_check.h), checked

@@ -55,9 +55,10 @@ struct SmallCall {
   ReduceKernel kernel = nullptr;  // reducing calls (braidAvg as sum, divided at the end)
   int root = 0;
   bool inPlace = false;
-  uint64_t seq = 0;    // its number among all of the rank's operations (for messages)
-  uint64_t k = 0;      // its number among the communicator's small calls (from 1)
-  uint64_t check = 0;  // the call as its mail says it (checkWord)
+  bool streamOut = false;  // outputs take non-temporal stores (PostArgs::streamOut)
+  uint64_t seq = 0;        // its number among all of the rank's operations (for messages)
+  uint64_t k = 0;          // its number among the communicator's small calls (from 1)
+  uint64_t check = 0;      // the call as its mail says it (checkWord)
   // Progress: 0 not started (waiting for its turn or for the peers' room), 1 its mail is out and it
   // reads the peers' from `next` on, 2 done; a direct call also 3 (its share of the work, `at`
   // bytes of it done), 4 (waiting for the peers to be done with its buffers) and 5 (failed: it

@@ -38,6 +38,9 @@ struct TransportCaps {
   bool needsRegistration = false;                  // buffers must be registered before a transfer
   bool oneSidedPut = false;                        // can write into a peer's registered region
   size_t inlineBytes = 0;                          // messages this small travel with their header
+  // Sends may be fed by a receive on another link of this transport (Xfer::feeder): the send goes
+  // out piece by piece as the receive delivers, and the receive may write the send's pieces itself.
+  bool forwards = false;
 };
 
 // What every rank tells the others at init (fixed size, sent over the bootstrap).
@@ -87,6 +90,15 @@ struct Xfer {
   // copy; `local` may equal `data` (in-place) but must not overlap it otherwise.
   const void* local = nullptr;
   const ReduceSpec* reduce = nullptr;
+  // Receive only: nothing reads `data` after this receive but the send it feeds, if any: the
+  // transport may write it with non-temporal stores (a big call's final outputs).
+  bool stream = false;
+  // Forwarding (TransportCaps::forwards). A send's `feeder` is the receive, posted on a link of the
+  // same transport, whose delivered bytes (its `progressed`) are this send's `data`; the send may not
+  // go past them. That receive's `feeds` is the send, which it may fill itself as it delivers.
+  const Xfer* feeder = nullptr;
+  Xfer* feeds = nullptr;
+  bool forwardOnly = false;  // receive: where a piece is forwarded, `data` need not get it too
 
   // Transport-owned while posted.
   size_t progressed = 0;

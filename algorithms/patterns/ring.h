@@ -26,4 +26,17 @@ inline uint64_t chunksFor(uint64_t count, uint64_t elemSize, uint64_t chunkBytes
   return std::max<uint64_t>(1, (count + perChunk - 1) / perChunk);
 }
 
+// How many chunks a ring takes through all of its steps before it starts the next ones (a window).
+// On one host (hostOf null or all equal) one: each chunk goes around the ring while it is in cache,
+// and the shm FIFOs forward it (a received chunk folded straight into the slot that sends it on,
+// src/plan.h fedBy). Across hosts all of them, step by step: no link waits for a neighbour's chunk
+// while it has others to send, which hides a network's latency. The same on every rank (the order
+// of messages on each link depends on it).
+inline uint64_t ringWindow(const int* hostOf, int n, uint64_t chunks) {
+  if (hostOf == nullptr) return 1;
+  for (int i = 1; i < n; ++i)
+    if (hostOf[i] != hostOf[0]) return chunks;
+  return 1;
+}
+
 }  // namespace braid

@@ -107,6 +107,9 @@ const std::vector<ParamInfo> kParams = {
     boolean("BRAID_SHM_DIRECT", "1",
             "on one host, AllReduce on memory from braidMemAlloc reads and writes the peers' buffers in place instead "
             "of through the FIFOs (needs the mailboxes; off on any rank turns it off for all)"),
+    bytes("BRAID_NT_STORES_MIN", "0", 0, kTi,
+          "out-of-place calls whose send and receive buffers on all ranks of a host exceed this many bytes write "
+          "their outputs with non-temporal stores (0: 32 x the L2 cache, at most the L3, from sysfs)"),
     bytes("BRAID_TCP_CHUNK", "512K", 4 * kKi, 256 * kMi, "bytes per socket write/read for large tcp messages"),
     // Smaller socket buffers than 64K make every large message crawl (two 256 KiB collectives took
     // 35 s with 1 byte): the kernel's default, or something that holds a few segments in flight.

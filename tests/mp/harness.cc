@@ -366,4 +366,47 @@ int fail(int rank, const char* fmt, ...) {
   return 1;
 }
 
+// One AllReduce of `count` elements of `dt` with `op` on send/recv (recv alone when in place),
+// checked against the harness's expected values. Returns 0 or fail().
+int allReduceChecked(braidComm_t comm, int rank, int n, char* send, char* recv, size_t count, braidDataType_t dt,
+                     braidRedOp_t op, bool inPlace) {
+  char* in = inPlace ? recv : send;
+  for (size_t i = 0; i < count; ++i) storeElem(dt, in, i, inputValue(op, rank, i, n));
+  if (!inPlace) memset(recv, 0x5c, count * elemSize(dt));
+  CHECK_BRAID(rank, braidAllReduce(in, recv, count, dt, op, comm, nullptr));
+  for (size_t i = 0; i < count; ++i) {
+    const double got = loadElem(dt, recv, i), want = expectedValue(dt, op, i, n);
+    if (!matches(dt, op, got, want))
+      return fail(rank, "%s %s count %zu %s: [%zu] = %g, want %g", typeName(dt), opName(op), count,
+                  inPlace ? "in place" : "out of place", i, got, want);
+  }
+  return 0;
+}
+
+// One Reduce (root: the last rank, past rank 1, whose output in place is an input the fold must
+// not overwrite early) or ReduceScatter of `count` elements (per rank) on buffers at send/recv,
+// checked. Returns 0 or fail().
+int rootedOrScatteredChecked(braidComm_t comm, int rank, int n, bool scatter, char* send, char* recv, size_t count,
+                             braidDataType_t dt, braidRedOp_t op, bool inPlace) {
+  const int root = n - 1;
+  const size_t es = elemSize(dt), inCount = scatter ? count * static_cast<size_t>(n) : count;
+  char* out = inPlace ? (scatter ? send + static_cast<size_t>(rank) * count * es : send) : recv;
+  for (size_t i = 0; i < inCount; ++i) storeElem(dt, send, i, inputValue(op, rank, i, n));
+  if (!inPlace) memset(recv, 0x5c, count * es);
+  if (scatter) {
+    CHECK_BRAID(rank, braidReduceScatter(send, out, count, dt, op, comm, nullptr));
+  } else {
+    CHECK_BRAID(rank, braidReduce(send, out, count, dt, op, root, comm, nullptr));
+  }
+  if (!scatter && rank != root) return 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t at = scatter ? static_cast<size_t>(rank) * count + i : i;
+    const double got = loadElem(dt, out, i), want = expectedValue(dt, op, at, n);
+    if (!matches(dt, op, got, want))
+      return fail(rank, "%s %s %s count %zu %s: [%zu] = %g, want %g", scatter ? "ReduceScatter" : "Reduce",
+                  typeName(dt), opName(op), count, inPlace ? "in place" : "out of place", i, got, want);
+  }
+  return 0;
+}
+
 }  // namespace braidtest

@@ -84,6 +84,15 @@ int unusedPorts(int salt, int count = 1, bool ipv6 = false);
 // Prints "rank R: <msg>" to stderr and returns 1 (for `return fail(...)` in bodies).
 int fail(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// One AllReduce of `count` elements of `dt` with `op` on send/recv (recv alone when in place),
+// checked against expectedValue(). Returns 0 or fail().
+int allReduceChecked(braidComm_t comm, int rank, int n, char* send, char* recv, size_t count, braidDataType_t dt,
+                     braidRedOp_t op, bool inPlace);
+// One Reduce (root: the last rank, past rank 1, whose output in place is an input a fold must not
+// overwrite early) or ReduceScatter (`count` elements per rank) on send/recv, checked. 0 or fail().
+int rootedOrScatteredChecked(braidComm_t comm, int rank, int n, bool scatter, char* send, char* recv, size_t count,
+                             braidDataType_t dt, braidRedOp_t op, bool inPlace);
+
 }  // namespace braidtest
 
 // In a child body: check a braid call, report and return 1 on failure.

@@ -101,6 +101,76 @@ TEST_CASE("chunking follows the chunk size and plans name their algorithm", "[un
   CHECK(p.steps.size() == 4u * 2 * 3 * 2);
 }
 
+TEST_CASE(
+    "ring AllReduce on one host takes each chunk around the ring; its forwarded sends and final outputs are marked",
+    "[unit][plan]") {
+  CollArgs a;
+  a.coll = Coll::kAllReduce;
+  a.algo = Algo::kRing;
+  a.nranks = 2;
+  a.rank = 0;
+  a.count = 1 << 20;  // 2 segments of 2 MiB: 8 chunks each
+  a.elemSize = 4;
+  a.chunkBytes = 1 << 18;
+  auto order = [](const Plan& p) {  // (kind, offset) of the steps with a peer, in plan order
+    std::vector<std::pair<int, uint64_t>> o;
+    for (const Step& s : p.steps)
+      if (s.peer >= 0)
+        o.emplace_back(static_cast<int>(s.kind), s.kind == StepKind::kSend ? s.src.offset : s.dst.offset);
+    return o;
+  };
+  Plan one;
+  buildPlan(a, &one);
+  // One host: send chunk 0, fold chunk 0 of the other segment, send that on, receive its last copy;
+  // then chunk 1.
+  const std::vector<std::pair<int, uint64_t>> o = order(one);
+  REQUIRE(o.size() == 32);
+  CHECK(o[0] == std::make_pair(static_cast<int>(StepKind::kSend), uint64_t{0}));
+  CHECK(o[1] == std::make_pair(static_cast<int>(StepKind::kRecvReduce), uint64_t{2} << 20));
+  CHECK(o[2] == std::make_pair(static_cast<int>(StepKind::kSend), uint64_t{2} << 20));
+  CHECK(o[3] == std::make_pair(static_cast<int>(StepKind::kRecv), uint64_t{0}));
+  CHECK(o[4] == std::make_pair(static_cast<int>(StepKind::kSend), uint64_t{1} << 18));
+  // Every all-gather send is fed by the fold of its chunk; only the receives of the all-gather and
+  // the folds (read again by their forwarded send alone) are outputs nothing else reads.
+  REQUIRE(one.fedBy.size() == one.steps.size());
+  int fed = 0, outputs = 0;
+  for (size_t i = 0; i < one.steps.size(); ++i) {
+    const Step& s = one.steps[i];
+    if (one.fedBy[i] >= 0) {
+      ++fed;
+      CHECK(one.steps[one.fedBy[i]].kind == StepKind::kRecvReduce);
+      CHECK(one.steps[one.fedBy[i]].dst.offset == s.src.offset);
+    }
+    outputs += one.outputOnly[i];
+    if (s.kind == StepKind::kSend) CHECK(one.outputOnly[i] == 0);
+  }
+  CHECK(fed == 8);
+  CHECK(outputs == 16);
+  // Two hosts: every chunk of a step before the next step, as before.
+  const int hostOf[2] = {0, 1};
+  a.hostOf = hostOf;
+  Plan two;
+  buildPlan(a, &two);
+  const std::vector<std::pair<int, uint64_t>> t = order(two);
+  REQUIRE(t.size() == 32);
+  CHECK(t[2] == std::make_pair(static_cast<int>(StepKind::kSend), uint64_t{1} << 18));
+  // In place the receive buffer is the send buffer: a fold's output is read by no later step
+  // either, but out of place or in, a receive whose bytes a later step folds is no output.
+  a.hostOf = nullptr;
+  a.nranks = 3;
+  Plan three;
+  buildPlan(a, &three);
+  for (size_t i = 0; i < three.steps.size(); ++i)
+    if (three.steps[i].kind == StepKind::kRecvReduce && three.outputOnly[i] != 0) {
+      // Only the last fold of each chunk: the one the all-gather sends on.
+      bool readLater = false;
+      for (size_t j = i + 1; j < three.steps.size(); ++j)
+        if (three.steps[j].kind == StepKind::kRecvReduce && three.steps[j].src.offset == three.steps[i].dst.offset)
+          readLater = true;
+      CHECK_FALSE(readLater);
+    }
+}
+
 TEST_CASE("the simulator reports a receive landing on bytes a posted send still reads", "[unit][plan]") {
   // Each rank sends its buffer and receives the peer's into the same bytes, with no dependency:
   // on a transport that reads the source late, the incoming bytes may overwrite it first.

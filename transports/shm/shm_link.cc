@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "src/base/clock.h"
 #include "src/base/log.h"
+#include "src/base/nt_store.h"
 
 namespace braid {
 namespace shm {
@@ -30,12 +32,15 @@ constexpr int kMaxStepsPerProgress = 16;
 constexpr size_t kCmaChunk = 1 << 20;
 // Reduce receives by CMA read into a bounce buffer this size first (stays in L2), then reduce.
 constexpr size_t kCmaBounceBytes = 256 << 10;
+constexpr size_t kStreamBlock = ShmLink::kBlockBytes;
 // A busy link that moved nothing for this long checks whether the peer process still exists, and
 // checks again at most this often.
 constexpr int64_t kStallNs = 100 * 1000 * 1000;
 // The clock is read once per this many idle progress() calls (a power of two), keeping an idle
 // call at a few loads.
 constexpr uint32_t kIdleCallsPerClock = 64;
+
+std::atomic<uint64_t> gForwarded{0};
 
 int openPidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -47,6 +52,8 @@ int openPidfd(pid_t pid) {
 }
 
 }  // namespace
+
+uint64_t forwardedPieces() { return gForwarded.load(std::memory_order_relaxed); }
 
 Mapping::~Mapping() {
   if (addr_ != nullptr) munmap(addr_, bytes_);
@@ -88,6 +95,7 @@ Status ShmLink::postSend(Xfer* x) {
   if (failed_) return failure_;
   x->progressed = 0;
   x->complete = false;
+  x->tp[0] = reinterpret_cast<uintptr_t>(this);  // a feeding receive on another link finds us here
   sends_.push(x);
   if (sendCur_ == nullptr) sendCur_ = x;
   return okStatus();
@@ -139,6 +147,11 @@ bool ShmLink::sendStep() {
   }
   SlotHeader* s = out_.slot(sendSlot_);
   const size_t off = x->progressed;
+  // A forwarded chunk goes no further than its receive has delivered.
+  if (x->feeder != nullptr && !x->feeder->complete &&
+      x->feeder->progressed <
+          (x->bytes <= kInlineBytes || usesCma(x) ? x->bytes : std::min(x->bytes, off + out_.slotSize)))
+    return false;
   if (usesCma(x)) {
     CmaDescriptor d{reinterpret_cast<uintptr_t>(x->data)};
     memcpy(s->inlineData, &d, sizeof(d));
@@ -224,7 +237,7 @@ int ShmLink::recvStep() {
     x->progressed = x->bytes;
   } else {
     const size_t piece = std::min(in_.slotSize, x->bytes - off);
-    deliver(x, off, FifoView::payload(s), piece);
+    if (!forward(x, off, FifoView::payload(s), piece)) deliver(x, off, FifoView::payload(s), piece);
     x->progressed = off + piece;
   }
   releaseSlot();
@@ -273,14 +286,77 @@ void ShmLink::deliver(Xfer* x, size_t offset, const unsigned char* src, size_t b
   if (bytes == 0) return;
   unsigned char* dst = static_cast<unsigned char*>(x->data) + offset;
   const ReduceSpec* r = x->reduce;
-  if (r == nullptr) {
-    memcpy(dst, src, bytes);
-    return;
-  }
   // Pieces are whole elements: messages are (executor contract), slot sizes are multiples of 64,
   // and CMA pieces are trimmed above.
-  assert(bytes % r->elemSize == 0);
-  r->fn(dst, static_cast<const unsigned char*>(x->local) + offset, src, bytes / r->elemSize, r->ctx);
+  assert(r == nullptr || bytes % r->elemSize == 0);
+  if (!x->stream || bytes < kStreamBlock) {
+    if (r == nullptr) {
+      memcpy(dst, src, bytes);
+    } else {
+      r->fn(dst, static_cast<const unsigned char*>(x->local) + offset, src, bytes / r->elemSize, r->ctx);
+    }
+    return;
+  }
+  if (r == nullptr) {
+    copyStreaming(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), bytes);
+  } else {
+    // Folded a block at a time in the bounce block (it stays in L1), then streamed out.
+    const unsigned char* local = static_cast<const unsigned char*>(x->local) + offset;
+    for (size_t o = 0; o < bytes; o += kStreamBlock) {
+      const size_t len = std::min(kStreamBlock, bytes - o);
+      r->fn(block_, local + o, src + o, len / r->elemSize, r->ctx);
+      copyStreaming(reinterpret_cast<char*>(dst + o), reinterpret_cast<const char*>(block_), len);
+    }
+  }
+  storeFence();  // before the receive completes, which may publish the output to another thread
+}
+
+// The receive x feeds a send on a link of ours (Xfer::feeds): when that send is next to go out on
+// its link, and the piece lines up with a free slot there, x's piece is written into that slot and
+// its own output in one pass, a block at a time: the fold (or copy) into the outgoing slot, and the
+// block copied from there (still in L1) into x's output. Returns false when it could not (the send
+// then copies from x's output once it is delivered).
+bool ShmLink::forward(Xfer* x, size_t off, const unsigned char* src, size_t piece) {
+  Xfer* y = x->feeds;
+  if (y == nullptr) return false;
+  auto* out = reinterpret_cast<ShmLink*>(static_cast<uintptr_t>(y->tp[0]));
+  if (out == nullptr || out->sendCur_ != y || y->progressed != off || out->usesCma(y) || y->bytes != x->bytes ||
+      out->out_.slotSize != in_.slotSize || out->failed_)
+    return false;
+  const uint32_t n = out->out_.nslots;
+  if (out->sendSeq_ - out->headCache_ >= n) {
+    out->headCache_ = out->out_.control()->head.load(std::memory_order_acquire);  // as in sendStep
+    if (out->sendSeq_ - out->headCache_ >= n) return false;
+  }
+  SlotHeader* s = out->out_.slot(out->sendSlot_);
+  unsigned char* slot = FifoView::payload(s);
+  unsigned char* dst = static_cast<unsigned char*>(x->data) + off;
+  const ReduceSpec* r = x->reduce;
+  const unsigned char* local = r != nullptr ? static_cast<const unsigned char*>(x->local) + off : nullptr;
+  for (size_t o = 0; o < piece; o += kStreamBlock) {
+    const size_t len = std::min(kStreamBlock, piece - o);
+    if (r != nullptr) {
+      r->fn(slot + o, local + o, src + o, len / r->elemSize, r->ctx);
+    } else {
+      memcpy(slot + o, src + o, len);
+    }
+    if (x->forwardOnly) continue;
+    if (x->stream) {
+      copyStreaming(reinterpret_cast<char*>(dst + o), reinterpret_cast<const char*>(slot + o), len);
+    } else {
+      memcpy(dst + o, slot + o, len);
+    }
+  }
+  if (x->stream) storeFence();
+  s->msgBytes = y->bytes;
+  // Publishes the payload and msgBytes written above, as sendStep does.
+  s->seq.store(out->sendSeq_ + 1, std::memory_order_release);
+  ++out->sendSeq_;
+  if (++out->sendSlot_ == n) out->sendSlot_ = 0;
+  y->progressed = off + piece;
+  if (y->progressed == y->bytes) out->sendCur_ = y->next;
+  gForwarded.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void ShmLink::finishRecv(Xfer* x) {

@@ -56,11 +56,16 @@ struct LinkSetup {
   Mailboxes mail;        // beside the FIFOs (capacity 0: none)
 };
 
+// Pieces that receives of this process wrote straight into a forwarded send's slot (tests).
+uint64_t forwardedPieces();
+
 // Host memory only; a receive folds into its destination as the slots arrive.
-inline constexpr TransportCaps kShmCaps{memTypeBit(MemType::kHost), true, false, false, 0};
+inline constexpr TransportCaps kShmCaps{memTypeBit(MemType::kHost), true, false, false, 0, true};
 
 class ShmLink final : public Link {
  public:
+  // Streamed and forwarded pieces are folded and copied this much at a time (stays in L1).
+  static constexpr size_t kBlockBytes = 16 << 10;
   explicit ShmLink(LinkSetup setup);
   ~ShmLink() override;
 
@@ -94,6 +99,7 @@ class ShmLink final : public Link {
   bool completeSends();
   void finishRecv(Xfer* x);
   void deliver(Xfer* x, size_t offset, const unsigned char* src, size_t bytes);
+  bool forward(Xfer* x, size_t offset, const unsigned char* src, size_t bytes);
   Status checkPeerAlive();
   bool peerGone() const;
   Status diedError() const;
@@ -127,6 +133,8 @@ class ShmLink final : public Link {
   uint64_t cmaSendsDone_ = 0;        // CMA sends completed
   unsigned char* bounce_ = nullptr;  // reduce receives by CMA read pieces here first
   size_t bounceBytes_ = 0;
+  // Streamed reduce receives fold here first (deliver).
+  alignas(kCacheLine) unsigned char block_[kBlockBytes];
 
   // --- peer death detection ---
   int64_t idleSinceNs_ = 0;
