@@ -357,6 +357,11 @@ Status parseParamInt(const ParamInfo& p, const std::string& text, int64_t* value
         mult = int64_t{1} << 30;
         ++end;
         break;
+      case 't':
+      case 'T':
+        mult = int64_t{1} << 40;
+        ++end;
+        break;
       default:
         break;
     }

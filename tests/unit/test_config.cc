@@ -172,6 +172,16 @@ TEST_CASE("size settings detect overflow of the suffix and keep to their range",
     ScopedEnv env("BRAID_TCP_SOCKBUF", ok);
     CHECK(paramSize("BRAID_TCP_SOCKBUF", &v).ok());
   }
+  {
+    // The ranges say "0..1T": the suffix they print is one the parser takes.
+    ScopedEnv env("BRAID_SHM_CMA_MIN", "1T");
+    Status s = paramSize("BRAID_SHM_CMA_MIN", &v);
+    INFO(s.message());
+    REQUIRE(s.ok());
+    CHECK(v == size_t{1} << 40);
+    ScopedEnv more("BRAID_SHM_CMA_MIN", "2t");
+    CHECK(mentions(paramSize("BRAID_SHM_CMA_MIN", &v), "BRAID_SHM_CMA_MIN=2t", "0..1T"));
+  }
 }
 
 TEST_CASE("booleans take 1/0, true/false, yes/no, on/off in any case and refuse the rest", "[unit][config]") {
