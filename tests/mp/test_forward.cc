@@ -19,7 +19,10 @@ namespace {
 // Several 256 KiB chunks per segment and a ragged end: 3 MiB of float32, plus 7 elements.
 constexpr size_t kCount = (3 << 20) / 4 + 7;
 
+// The suite also runs with BRAID_FORCE_LOWERING=1 (mp-shm-lowered), which turns forwarding off:
+// these tests say which they test.
 Env shmEnv(Env more) {
+  more.emplace("BRAID_FORCE_LOWERING", "0");
   more["BRAID_TRANSPORTS"] = "shm";
   more["BRAID_TIMEOUT"] = "60";
   return more;
