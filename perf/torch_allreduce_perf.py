@@ -7,7 +7,10 @@ timed alone. A row's time is the median over all its calls, the slowest rank's m
 bytes / time * 2(n-1)/n, as nccl-tests count it. The ratio braid/gloo is the busbw ratio
 (> 1: braid faster). Results are checked once per size before timing.
 
-    /usr/bin/python3 perf/torch_allreduce_perf.py [--build build] [--np 2] [-b 1K] [-e 64M] [-f 4]
+    /usr/bin/python3 perf/torch_allreduce_perf.py [--build build] [--np 2] [-b 1K] [-e 64M] [-f 4] [--shared-memory]
+
+--shared-memory adds a third run, braid on tensors from braid_torch.use_shared_memory (in place on
+one host), in the same interleaving.
 
 Writes the table to stdout and, as markdown, to perf/results/DATE-torch-allreduce-npN.md (--out).
 Timings on a shared 2-core VM are noisy: compare the two backends within one run, not across runs.
@@ -44,39 +47,49 @@ def iterations(nbytes, base):
 
 
 def rank_main(rank, world, args, init_file, results):
+    import braid_torch
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
-    groups = {"braid": dist.new_group(backend="braid"), "gloo": dist.group.WORLD}
+    braid, gloo = dist.new_group(backend="braid"), dist.group.WORLD
+    # Runs: name -> (group, whether its tensor comes from braid_torch.use_shared_memory).
+    runs = {"braid": (braid, False), "gloo": (gloo, False)}
+    if args.shared_memory:
+        runs = {"braid": (braid, False), "braid shm": (braid, True), "gloo": (gloo, False)}
     rows = []
     size = args.min_bytes
     while size <= args.max_bytes:
         count = max(1, size // 4)
-        buf = torch.ones(count)
-        for name, g in groups.items():  # correctness once: a sum of ones is the rank count
+        bufs = {}
+        for name, (g, shared) in runs.items():
+            braid_torch.use_shared_memory(shared, min_bytes=0)
+            bufs[name] = torch.ones(count)
+        braid_torch.use_shared_memory(False)
+        for name, (g, _) in runs.items():  # correctness once: a sum of ones is the rank count
+            buf = bufs[name]
             buf.fill_(1.0)
             dist.all_reduce(buf, group=g)
             if not torch.all(buf == world):
                 raise SystemExit(f"rank {rank}: {name} all_reduce of {size} bytes gave a wrong result")
-        buf.zero_()
+            buf.zero_()
         iters = iterations(size, args.iters)
-        times = {name: [] for name in groups}
+        times = {name: [] for name in runs}
         for rep in range(args.reps):
-            order = list(groups) if rep % 2 == 0 else list(reversed(groups))
+            order = list(runs) if rep % 2 == 0 else list(reversed(runs))
             for name in order:
-                g = groups[name]
+                g, buf = runs[name][0], bufs[name]
                 for _ in range(args.warmup):
                     dist.all_reduce(buf, group=g)
-                dist.barrier(group=groups["gloo"])
+                dist.barrier(group=gloo)
                 for _ in range(iters):
                     start = time.perf_counter()
                     dist.all_reduce(buf, group=g)
                     times[name].append(time.perf_counter() - start)
-        medians = torch.tensor([statistics.median(times[name]) for name in groups], dtype=torch.float64)
-        dist.all_reduce(medians, op=dist.ReduceOp.MAX, group=groups["gloo"])  # the slowest rank's median
-        rows.append((count * 4, iters * args.reps, dict(zip(groups, medians.tolist()))))
+        medians = torch.tensor([statistics.median(times[name]) for name in runs], dtype=torch.float64)
+        dist.all_reduce(medians, op=dist.ReduceOp.MAX, group=gloo)  # the slowest rank's median
+        rows.append((count * 4, iters * args.reps, dict(zip(runs, medians.tolist()))))
         size *= args.factor
     if rank == 0:
         results.put(rows)
@@ -85,15 +98,19 @@ def rank_main(rank, world, args, init_file, results):
 
 def table(rows, world):
     factor = 2 * (world - 1) / world
+    names = list(rows[0][2])
+    ours = [n for n in names if n != "gloo"]
     lines = [
-        "| size | calls | braid us | gloo us | braid busbw GB/s | gloo busbw GB/s | braid/gloo |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| size | calls | " + " | ".join(f"{n} us" for n in names) + " | "
+        + " | ".join(f"{n} busbw GB/s" for n in names) + " | " + " | ".join(f"{n}/gloo" for n in ours) + " |",
+        "|---:|---:|" + "---:|" * (2 * len(names) + len(ours)),
     ]
     for nbytes, calls, t in rows:
         bw = {k: nbytes / v / 1e9 * factor for k, v in t.items()}
         lines.append(
-            f"| {human(nbytes)} | {calls} | {t['braid'] * 1e6:.1f} | {t['gloo'] * 1e6:.1f} | "
-            f"{bw['braid']:.3f} | {bw['gloo']:.3f} | {bw['braid'] / bw['gloo']:.1f} |"
+            f"| {human(nbytes)} | {calls} | " + " | ".join(f"{t[n] * 1e6:.1f}" for n in names) + " | "
+            + " | ".join(f"{bw[n]:.3f}" for n in names) + " | "
+            + " | ".join(f"{bw[n] / bw['gloo']:.1f}" for n in ours) + " |"
         )
     return "\n".join(lines)
 
@@ -108,6 +125,8 @@ def main():
     p.add_argument("-n", dest="iters", type=int, default=100, help="timed calls per repetition at <= 256K (default 100)")
     p.add_argument("-w", dest="warmup", type=int, default=3, help="untimed calls per repetition (default 3)")
     p.add_argument("-r", dest="reps", type=int, default=3, help="interleaved repetitions (default 3)")
+    p.add_argument("--shared-memory", action="store_true",
+                   help="also braid on tensors from braid_torch.use_shared_memory (in place on one host)")
     p.add_argument("--out", help="markdown file (default perf/results/DATE-torch-allreduce-npN.md); '-' for none")
     args = p.parse_args()
     if args.np < 2 or args.factor < 2 or args.min_bytes < 4 or args.max_bytes < args.min_bytes:

@@ -116,6 +116,15 @@ void Plan::finalize() {
     if (fedBy.empty()) fedBy.assign(steps.size(), -1);
     fedBy[i] = s.deps[0];
   }
+  // A receive forwards into one send only: a receive whose bytes two sends take (a tree's two
+  // children) writes them where both can read, and neither is fed.
+  if (!fedBy.empty()) {
+    std::vector<uint8_t> feeds(steps.size(), 0);
+    for (int32_t f : fedBy)
+      if (f >= 0 && feeds[f] < 2) ++feeds[f];
+    for (int32_t& f : fedBy)
+      if (f >= 0 && feeds[f] > 1) f = -1;
+  }
   markOutputOnly();
 }
 

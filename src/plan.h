@@ -102,7 +102,8 @@ struct Plan {
   // fedBy[i] >= 0 for a send whose only dependency is the receive fedBy[i] and whose bytes are
   // exactly what that receive writes (a ring's forwarded chunk): where both links' transport
   // forwards (TransportCaps::forwards), the send is posted with the receive and its slots are
-  // filled as the receive's pieces land, in the same pass where possible. Empty when the plan has none.
+  // filled as the receive's pieces land, in the same pass where possible. A receive feeds one send
+  // at most. Empty when the plan has none.
   std::vector<int32_t> fedBy;
   // outputOnly[i] for a receive whose output no later step reads or writes but the sends it feeds
   // (send and receive buffers counted as one, as they are in place): its bytes may bypass the cache.

@@ -79,7 +79,7 @@ const std::vector<ParamInfo> kParams = {
             "without them tagged calls fail with braidInvalidUsage (config->p2pTags overrides; braid_torch sets 1)"),
     boolean("BRAID_FORCE_LOWERING", "0",
             "test knob: plan every receive-reduce as a receive into scratch plus a local reduce, as for a link "
-            "that cannot reduce on arrival"),
+            "that cannot reduce on arrival (and forward nothing: the shm FIFOs' forwarding is off)"),
     // Transports.
     listOf("BRAID_TRANSPORTS", "shm,tcp", "shm|tcp|ucx|ibverbs",
            "transports to use, in order of preference (a name this build lacks is an error at init)"),

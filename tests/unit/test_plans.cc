@@ -171,6 +171,29 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("a receive feeds one send at most: a tree's receive that two children take feeds neither", "[unit][plan]") {
+  for (Coll coll : {Coll::kBroadcast, Coll::kReduce, Coll::kAllReduce})
+    for (Algo algo : {Algo::kRing, Algo::kTree})
+      for (int n : {2, 3, 7})
+        for (int r = 0; r < n; ++r) {
+          CollArgs a;
+          a.coll = coll;
+          a.algo = algo;
+          a.nranks = n;
+          a.rank = r;
+          a.count = 1 << 19;
+          a.elemSize = 4;
+          a.chunkBytes = 1 << 18;
+          Plan p;
+          buildPlan(a, &p);
+          INFO(collName(coll) << " " << algoName(algo) << " n " << n << " rank " << r);
+          std::vector<int> feeds(p.steps.size(), 0);
+          for (size_t i = 0; i < p.fedBy.size(); ++i)
+            if (p.fedBy[i] >= 0) ++feeds[p.fedBy[i]];
+          for (int f : feeds) CHECK(f <= 1);
+        }
+}
+
 TEST_CASE("the simulator reports a receive landing on bytes a posted send still reads", "[unit][plan]") {
   // Each rank sends its buffer and receives the peer's into the same bytes, with no dependency:
   // on a transport that reads the source late, the incoming bytes may overwrite it first.

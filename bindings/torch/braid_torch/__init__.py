@@ -17,8 +17,15 @@ from . import _C
 ProcessGroupBraid = _C.ProcessGroupBraid
 create_process_group = _C.create_process_group
 braid_version = _C.braid_version
+# use_shared_memory(enabled=True, min_bytes=1 MiB): CPU tensors allocated from then on (of at least
+# min_bytes) come from braidMemAlloc, where braid's collectives run in place when every rank is on
+# one host. Call it before building the model and DDP (its buckets are allocated then). The memory
+# is shared with a child forked later (a DataLoader worker): such a child sees the parent's tensors
+# change, as with Tensor.share_memory_().
+use_shared_memory = _C.use_shared_memory
+uses_shared_memory = _C.uses_shared_memory
 
-__all__ = ["ProcessGroupBraid", "create_process_group", "braid_version"]
+__all__ = ["ProcessGroupBraid", "create_process_group", "braid_version", "use_shared_memory", "uses_shared_memory"]
 
 
 def _register():

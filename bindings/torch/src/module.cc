@@ -3,6 +3,7 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "allocator.h"
 #include "process_group.h"
 
 namespace py = pybind11;
@@ -28,6 +29,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_end_all", &braid_torch::Comm::endAll, py::arg("abort") = false,
         "Ends every braid communicator still open: destroyed when nothing is pending, aborted (the peers get "
         "an error naming this rank) when an operation still waits for a peer, or when abort is true.");
+
+  m.def("use_shared_memory", &braid_torch::useSharedMemory, py::arg("enabled") = true,
+        py::arg("min_bytes") = size_t{1} << 20,
+        "CPU tensors of at least min_bytes allocated from now on come from braidMemAlloc (shared memory the "
+        "ranks of one host map), so braid's collectives on them run in place in the peers' buffers; False "
+        "turns it off for later allocations.");
+  m.def("uses_shared_memory", &braid_torch::usesSharedMemory);
 
   int version = 0;
   (void)braidGetVersion(&version);
