@@ -116,8 +116,10 @@ Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   p.recv = a.recv;
   p.dtype = a.dtype;
   p.op = reducing ? a.op : braidSum;
-  p.streamOut =
-      !inPlace && (sendBytes + recvBytes) * static_cast<uint64_t>(a.comm->localRanks) > a.comm->settings.ntStoresMin;
+  // Past the cache, outputs bypass it; under it, exchanges copy once, on the receiver (shm CMA).
+  const uint64_t hostBytes = (sendBytes + recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
+  p.streamOut = !inPlace && hostBytes > a.comm->settings.ntStoresMin;
+  p.singleCopy = (a.coll == Coll::kAllGather || a.coll == Coll::kAllToAll) && hostBytes <= a.comm->settings.ntStoresMin;
   if (bufs != nullptr) *bufs = CallBuffers{a.send, sendBytes, a.recv, recvBytes, inPlace};
   return okStatus();
 }

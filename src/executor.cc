@@ -305,6 +305,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->gate = a.gate;
         op->detached = a.detached;
         op->streamOut = a.streamOut;
+        op->singleCopy = a.singleCopy;
         if (direct) {
           small_->number(&small);  // engine lock held: in issue order
           small_->pin(&small);
@@ -395,6 +396,7 @@ bool Engine::postSteps(Op* op) {
         x = Xfer{};
         x.data = resolve(op, s.src);
         x.bytes = s.bytes;
+        x.singleCopy = op->singleCopy;
         if (feeder != nullptr) {
           x.feeder = feeder;
           feeder->feeds = &x;

@@ -71,7 +71,8 @@ struct braidRequest {
   braid::ReduceSpec reduceSpec;
   std::vector<braid::Xfer> xfers;
   std::vector<uint8_t> done;
-  bool streamOut = false;  // outputs past the cache: final receives may take non-temporal stores
+  bool streamOut = false;   // outputs past the cache: final receives may take non-temporal stores
+  bool singleCopy = false;  // PostArgs::singleCopy
   struct Cursor {
     uint32_t sendPost = 0, sendDone = 0, recvPost = 0, recvDone = 0;
   };
@@ -117,6 +118,9 @@ struct PostArgs {
   // Out of place, and the call's buffers on all ranks of this host exceed BRAID_NT_STORES_MIN: outputs
   // nothing reads again in the call may bypass the cache (src/base/nt_store.h).
   bool streamOut = false;
+  // An exchange (AllGather, AllToAll) whose buffers on the host fit under BRAID_NT_STORES_MIN: its
+  // sends may be read by the receivers in place (Xfer::singleCopy).
+  bool singleCopy = false;
 };
 
 class Engine {

@@ -99,6 +99,10 @@ struct Xfer {
   const Xfer* feeder = nullptr;
   Xfer* feeds = nullptr;
   bool forwardOnly = false;  // receive: where a piece is forwarded, `data` need not get it too
+  // Send: the receiver may copy straight out of `data` (single copy, where the transport has it).
+  // Set for exchanges (every rank receives as it sends) that fit the cache: there a single copy
+  // on each receiver beats two copies split between sender and receiver.
+  bool singleCopy = false;
 
   // Transport-owned while posted.
   size_t progressed = 0;

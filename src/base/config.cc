@@ -98,9 +98,10 @@ const std::vector<ParamInfo> kParams = {
     bytes("BRAID_SHM_SLOT_SIZE", "256K", 64, 64 * kMi,
           "bytes per shared-memory FIFO slot, a multiple of 64; all FIFOs of a host must fit in half its memory"),
     integer("BRAID_SHM_SLOTS", "8", 1, 4096, "slots per shared-memory FIFO (one FIFO per direction per pair)"),
-    oneOf("BRAID_SHM_CMA", "0", "0|1|auto",
-          "single-copy receives with process_vm_readv (auto: when the kernel allows; measured slower than the FIFO)"),
-    bytes("BRAID_SHM_CMA_MIN", "1M", 0, kTi, "smallest message that uses the single-copy path"),
+    oneOf("BRAID_SHM_CMA", "auto", "0|1|auto",
+          "single-copy receives with process_vm_readv for AllGather and AllToAll whose buffers fit under "
+          "BRAID_NT_STORES_MIN (auto: when the kernel allows)"),
+    bytes("BRAID_SHM_CMA_MIN", "64K", 0, kTi, "smallest message that uses the single-copy path"),
     bytes("BRAID_SHM_SMALL_BYTES", "64K", 0, 64 * kKi,
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),

@@ -41,6 +41,7 @@ constexpr int64_t kStallNs = 100 * 1000 * 1000;
 constexpr uint32_t kIdleCallsPerClock = 64;
 
 std::atomic<uint64_t> gForwarded{0};
+std::atomic<uint64_t> gSingleCopies{0};
 
 int openPidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -54,6 +55,7 @@ int openPidfd(pid_t pid) {
 }  // namespace
 
 uint64_t forwardedPieces() { return gForwarded.load(std::memory_order_relaxed); }
+uint64_t singleCopyReceives() { return gSingleCopies.load(std::memory_order_relaxed); }
 
 Mapping::~Mapping() {
   if (addr_ != nullptr) munmap(addr_, bytes_);
@@ -277,6 +279,7 @@ int ShmLink::cmaStep(Xfer* x) {
   if (x->progressed == x->bytes) {
     // Pairs with the sender's acquire load in completeSends(): we no longer read its buffer.
     in_.control()->cmaAcks.store(++cmaRecvDone_, std::memory_order_release);
+    gSingleCopies.fetch_add(1, std::memory_order_relaxed);
     finishRecv(x);
   }
   return 1;

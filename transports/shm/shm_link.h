@@ -58,6 +58,8 @@ struct LinkSetup {
 
 // Pieces that receives of this process wrote straight into a forwarded send's slot (tests).
 uint64_t forwardedPieces();
+// Receives of this process that read the sender's buffer by process_vm_readv (tests).
+uint64_t singleCopyReceives();
 
 // Host memory only; a receive folds into its destination as the slots arrive.
 inline constexpr TransportCaps kShmCaps{memTypeBit(MemType::kHost), true, false, false, 0, true};
@@ -88,7 +90,7 @@ class ShmLink final : public Link {
   }
 
  private:
-  bool usesCma(const Xfer* x) const { return cmaSend_ && x->bytes >= cmaMin_; }
+  bool usesCma(const Xfer* x) const { return cmaSend_ && x->singleCopy && x->bytes >= cmaMin_; }
   // One slot's (or CMA piece's) worth of work. sendStep: true when a slot was filled. recvStep and
   // cmaStep: 1 when something moved, 0 when not, -1 on failure (failure_ is set).
   bool sendStep();
