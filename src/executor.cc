@@ -169,6 +169,7 @@ void Engine::releaseLocked(Op* op) {
   op->started = true;
   op->detached = false;
   op->isSmall = false;
+  op->streamOut = op->singleCopy = false;           // set by post() alone: groups and shared plans take neither
   if (op->isDirect) SmallColls::unpin(&op->small);  // failed, or its plan ran
   op->isDirect = false;
   free_.push_back(op);

@@ -55,8 +55,8 @@ void storeFence() {
 
 // Measured, 2-rank AllReduce out of place on a VM whose sysfs says 2 MiB L2 and 480 MiB L3 (so the
 // L3 a VM reports says little): non-temporal stores were even at 16 MiB calls on the FIFOs and 12%
-// slower in place on braidMemAlloc memory (64 MiB of buffers on the host), and 25-35% faster on
-// both at 64 MiB calls (256 MiB of buffers). On a VM whose sysfs said 32 MiB L3 the cut was there.
+// slower on the in-place path (braidMemAlloc memory; 64 MiB of buffers on the host), and 25-35%
+// faster on both at 64 MiB calls (256 MiB of buffers). On a VM whose sysfs said 32 MiB L3 the cut was there.
 size_t defaultStreamBytes() {
   static const size_t bytes = [] {
     const size_t l2 = cacheBytes(2), l3 = cacheBytes(3);

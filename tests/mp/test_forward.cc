@@ -134,3 +134,26 @@ TEST_CASE("AllGather and AllToAll under the cache read each peer's buffer by a s
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+TEST_CASE("an operation that reuses a pooled request does not inherit the single copy of the call before it",
+          "[mp][shm][forward]") {
+  auto res = runComm(2, shmEnv({{"BRAID_SHM_CMA", "auto"}}), [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 256 << 10;  // int32 per rank: an AllGather that takes the single copy
+    std::vector<int32_t> send(count, rank), recv(count * size), p2p(count * 4, rank);
+    CHECK_BRAID(rank, braidAllGather(send.data(), recv.data(), count, braidInt32, comm, nullptr));
+    const uint64_t before = braid::shm::singleCopyReceives();
+    // 4 MiB both ways: a plain send and receive, which never go by single copy.
+    std::vector<int32_t> in(count * 4, -1);
+    CHECK_BRAID(rank, braidGroupStart());
+    CHECK_BRAID(rank, braidSend(p2p.data(), p2p.size(), braidInt32, 1 - rank, comm, nullptr));
+    CHECK_BRAID(rank, braidRecv(in.data(), in.size(), braidInt32, 1 - rank, comm, nullptr));
+    CHECK_BRAID(rank, braidGroupEnd());
+    for (int32_t v : in)
+      if (v != 1 - rank) return fail(rank, "received %d, want %d", v, 1 - rank);
+    if (braid::shm::singleCopyReceives() != before)
+      return fail(rank, "the send/receive after the AllGather went by single copy");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
