@@ -131,6 +131,12 @@ void Plan::finalize() {
 // Walks the steps backwards with the byte ranges that later steps touch, per buffer (send and
 // receive as one; a step's src and dst both count), kept as disjoint intervals.
 void Plan::markOutputOnly() {
+  outputOnly.clear();
+  // Point-to-point plans (built per call) receive into absolute addresses only: nothing to mark.
+  if (std::none_of(steps.begin(), steps.end(), [](const Step& s) {
+        return (s.kind == StepKind::kRecv || s.kind == StepKind::kRecvReduce) && s.dst.buf != Buf::kAbsolute;
+      }))
+    return;
   outputOnly.assign(steps.size(), 0);
   std::map<uint64_t, uint64_t> later[2];  // start -> end; [0] send/receive, [1] scratch
   auto cls = [](Buf b) { return b == Buf::kScratch ? 1 : b == Buf::kAbsolute ? -1 : 0; };

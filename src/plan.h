@@ -107,6 +107,7 @@ struct Plan {
   std::vector<int32_t> fedBy;
   // outputOnly[i] for a receive whose output no later step reads or writes but the sends it feeds
   // (send and receive buffers counted as one, as they are in place): its bytes may bypass the cache.
+  // Empty when no receive lands in a named buffer.
   std::vector<uint8_t> outputOnly;
 
   // Step builders: each appends one step after `deps` and returns its index (plan order is the

@@ -56,7 +56,8 @@ void storeFence() {
 // Measured, 2-rank AllReduce out of place on a VM whose sysfs says 2 MiB L2 and 480 MiB L3 (so the
 // L3 a VM reports says little): non-temporal stores were even at 16 MiB calls on the FIFOs and 12%
 // slower on the in-place path (braidMemAlloc memory; 64 MiB of buffers on the host), and 25-35%
-// faster on both at 64 MiB calls (256 MiB of buffers). On a VM whose sysfs said 32 MiB L3 the cut was there.
+// faster on both at 64 MiB calls (256 MiB of buffers). On a VM whose sysfs said 32 MiB L3 (the
+// in-place path, session 12), plain stores won at 4 MiB calls and streaming ones at 64 MiB.
 size_t defaultStreamBytes() {
   static const size_t bytes = [] {
     const size_t l2 = cacheBytes(2), l3 = cacheBytes(3);

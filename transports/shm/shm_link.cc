@@ -137,16 +137,27 @@ Status ShmLink::progress() {
   return checkPeerAlive();
 }
 
+bool ShmLink::slotFree() {
+  const uint32_t n = out_.nslots;
+  if (sendSeq_ - headCache_ < n) return true;
+  // Pairs with the receiver's release store of head: slots below head have been read entirely,
+  // so the one we are about to overwrite is free. Reloaded only when the ring looks full.
+  headCache_ = out_.control()->head.load(std::memory_order_acquire);
+  return sendSeq_ - headCache_ < n;
+}
+
+void ShmLink::publish(SlotHeader* s, Xfer* x, size_t progressed) {
+  // Publishes the payload and msgBytes written before: pairs with the receiver's acquire load of seq.
+  s->seq.store(sendSeq_ + 1, std::memory_order_release);
+  ++sendSeq_;
+  if (++sendSlot_ == out_.nslots) sendSlot_ = 0;
+  x->progressed = progressed;
+  if (progressed == x->bytes) sendCur_ = x->next;
+}
+
 bool ShmLink::sendStep() {
   Xfer* x = sendCur_;
-  if (x == nullptr) return false;
-  const uint32_t n = out_.nslots;
-  if (sendSeq_ - headCache_ >= n) {
-    // Pairs with the receiver's release store of head: slots below head have been read entirely,
-    // so the one we are about to overwrite is free. Reloaded only when the ring looks full.
-    headCache_ = out_.control()->head.load(std::memory_order_acquire);
-    if (sendSeq_ - headCache_ >= n) return false;
-  }
+  if (x == nullptr || !slotFree()) return false;
   SlotHeader* s = out_.slot(sendSlot_);
   const size_t off = x->progressed;
   // A forwarded chunk goes no further than its receive has delivered.
@@ -154,26 +165,21 @@ bool ShmLink::sendStep() {
       x->feeder->progressed <
           (x->bytes <= kInlineBytes || usesCma(x) ? x->bytes : std::min(x->bytes, off + out_.slotSize)))
     return false;
+  size_t progressed = x->bytes;
   if (usesCma(x)) {
     CmaDescriptor d{reinterpret_cast<uintptr_t>(x->data)};
     memcpy(s->inlineData, &d, sizeof(d));
     s->msgBytes = x->bytes | kCmaFlag;
-    x->progressed = x->bytes;
   } else if (x->bytes <= kInlineBytes) {
     if (x->bytes != 0) memcpy(s->inlineData, x->data, x->bytes);
     s->msgBytes = x->bytes;
-    x->progressed = x->bytes;
   } else {
     const size_t piece = std::min(out_.slotSize, x->bytes - off);
     memcpy(FifoView::payload(s), static_cast<const unsigned char*>(x->data) + off, piece);
     s->msgBytes = x->bytes;
-    x->progressed = off + piece;
+    progressed = off + piece;
   }
-  // Publishes the payload and msgBytes written above: pairs with the receiver's acquire load of seq.
-  s->seq.store(sendSeq_ + 1, std::memory_order_release);
-  ++sendSeq_;
-  if (++sendSlot_ == n) sendSlot_ = 0;
-  if (x->progressed == x->bytes) sendCur_ = x->next;
+  publish(s, x, progressed);
   return true;
 }
 
@@ -324,13 +330,8 @@ bool ShmLink::forward(Xfer* x, size_t off, const unsigned char* src, size_t piec
   if (y == nullptr) return false;
   auto* out = reinterpret_cast<ShmLink*>(static_cast<uintptr_t>(y->tp[0]));
   if (out == nullptr || out->sendCur_ != y || y->progressed != off || out->usesCma(y) || y->bytes != x->bytes ||
-      out->out_.slotSize != in_.slotSize || out->failed_)
+      out->out_.slotSize != in_.slotSize || out->failed_ || !out->slotFree())
     return false;
-  const uint32_t n = out->out_.nslots;
-  if (out->sendSeq_ - out->headCache_ >= n) {
-    out->headCache_ = out->out_.control()->head.load(std::memory_order_acquire);  // as in sendStep
-    if (out->sendSeq_ - out->headCache_ >= n) return false;
-  }
   SlotHeader* s = out->out_.slot(out->sendSlot_);
   unsigned char* slot = FifoView::payload(s);
   unsigned char* dst = static_cast<unsigned char*>(x->data) + off;
@@ -352,12 +353,7 @@ bool ShmLink::forward(Xfer* x, size_t off, const unsigned char* src, size_t piec
   }
   if (x->stream) storeFence();
   s->msgBytes = y->bytes;
-  // Publishes the payload and msgBytes written above, as sendStep does.
-  s->seq.store(out->sendSeq_ + 1, std::memory_order_release);
-  ++out->sendSeq_;
-  if (++out->sendSlot_ == n) out->sendSlot_ = 0;
-  y->progressed = off + piece;
-  if (y->progressed == y->bytes) out->sendCur_ = y->next;
+  out->publish(s, y, off + piece);
   gForwarded.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

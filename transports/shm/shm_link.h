@@ -94,6 +94,11 @@ class ShmLink final : public Link {
   // One slot's (or CMA piece's) worth of work. sendStep: true when a slot was filled. recvStep and
   // cmaStep: 1 when something moved, 0 when not, -1 on failure (failure_ is set).
   bool sendStep();
+  // Whether the outgoing ring has a free slot (head reloaded only when it looks full).
+  bool slotFree();
+  // Publishes slot s (payload and msgBytes written) as x's next piece: x->progressed becomes
+  // `progressed`, and the next send becomes current once x is all out.
+  void publish(SlotHeader* s, Xfer* x, size_t progressed);
   int recvStep();
   int cmaStep(Xfer* x);
   void releaseSlot();

@@ -23,11 +23,13 @@ namespace {
 // next allocation, or for the end.
 std::mutex gDeferredMu;
 std::vector<void*> gDeferred;
+std::atomic<size_t> gDeferredCount{0};  // gDeferred.size(), read without the lock by every allocation
 
 void freeShared(void* p) {
   if (braidMemFree(p) == braidSuccess) return;
   std::lock_guard<std::mutex> lock(gDeferredMu);
   gDeferred.push_back(p);
+  gDeferredCount.store(gDeferred.size(), std::memory_order_relaxed);
 }
 
 class SharedCpuAllocator final : public c10::Allocator {
@@ -51,11 +53,12 @@ class SharedCpuAllocator final : public c10::Allocator {
 #endif
 
   static void retryDeferred() {
+    if (gDeferredCount.load(std::memory_order_relaxed) == 0) return;  // the common case: no lock
     std::vector<void*> again;
     {
       std::lock_guard<std::mutex> lock(gDeferredMu);
-      if (gDeferred.empty()) return;
       again.swap(gDeferred);
+      gDeferredCount.store(0, std::memory_order_relaxed);
     }
     for (void* p : again) freeShared(p);
   }
@@ -82,7 +85,5 @@ void useSharedMemory(bool enabled, size_t minBytes) {
 }
 
 bool usesSharedMemory() { return gShared.enabled.load(std::memory_order_relaxed); }
-
-void freeDeferred() { SharedCpuAllocator::retryDeferred(); }
 
 }  // namespace braid_torch

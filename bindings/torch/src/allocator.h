@@ -9,7 +9,5 @@ namespace braid_torch {
 // allocations of at least minBytes come from braidMemAlloc. Tensors keep the memory they got.
 void useSharedMemory(bool enabled, size_t minBytes);
 bool usesSharedMemory();
-// Frees what braidMemFree refused earlier (an operation in flight held it), where it now can.
-void freeDeferred();
 
 }  // namespace braid_torch
