@@ -117,9 +117,17 @@ Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   p.dtype = a.dtype;
   p.op = reducing ? a.op : braidSum;
   // Past the cache, outputs bypass it; under it, exchanges copy once, on the receiver (shm CMA).
+  const uint64_t cut = a.comm->settings.ntStoresMin;
   const uint64_t hostBytes = (sendBytes + recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
-  p.streamOut = !inPlace && hostBytes > a.comm->settings.ntStoresMin;
-  p.singleCopy = (a.coll == Coll::kAllGather || a.coll == Coll::kAllToAll) && hostBytes <= a.comm->settings.ntStoresMin;
+  p.streamOut = !inPlace && hostBytes > cut;
+  p.singleCopy = (a.coll == Coll::kAllGather || a.coll == Coll::kAllToAll) && hostBytes <= cut;
+  // One to many (Broadcast, Scatter): over the FIFO the root copies every byte out, and out of place
+  // once more into its own output, while each reader copies once; by single copy the readers do all
+  // the copying and the root only its own copy. It wins while the data is in cache: up to 1/8 of
+  // the cut per host out of place and 1/32 in place (2 and 4 ranks on 2 cores, cut 64 MiB;
+  // perf/results/2026-12-02-one-to-many.md). Only the sender's choice matters (ShmLink::usesCma).
+  if (a.coll == Coll::kBroadcast || a.coll == Coll::kScatter)
+    p.singleCopy = a.count * es * static_cast<uint64_t>(a.comm->localRanks) <= cut / (inPlace ? 32 : 8);
   if (bufs != nullptr) *bufs = CallBuffers{a.send, sendBytes, a.recv, recvBytes, inPlace};
   return okStatus();
 }

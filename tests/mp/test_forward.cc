@@ -1,10 +1,12 @@
 // How the shm links move big messages. Forwarding (src/plan.h fedBy, ShmLink::forward): a received
 // chunk that a plan sends on is folded (or copied) straight into the slot that sends it, and a big
 // call's outputs take non-temporal stores (BRAID_NT_STORES_MIN). Single copy (Xfer::singleCopy):
-// AllGather and AllToAll under that size are read by each receiver out of the sender's buffer. Each test checks the
+// AllGather and AllToAll under that size, and Broadcast and Scatter under a fraction of it, are read
+// by each receiver out of the sender's buffer. Each test checks the
 // results and that pieces were in fact forwarded (shm::forwardedPieces): a test that ran the plain path instead would
 // pass for nothing. With two-slot FIFOs a forward finds a full ring more often, and such a piece
 // goes the plain way (how many do was not counted: only that some are still forwarded).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
@@ -129,6 +131,76 @@ TEST_CASE("AllGather and AllToAll under the cache read each peer's buffer by a s
       return 0;
     }
     if (braid::shm::singleCopyReceives() == before) return fail(rank, "no receive took the single copy");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+namespace {
+
+// Broadcast and Scatter of `count` int32 (per rank) from every root, in place and not, checked.
+int oneToManyChecked(braidComm_t comm, int rank, int n, size_t count) {
+  const size_t all = count * static_cast<size_t>(n);
+  std::vector<int32_t> send(all), recv(all);
+  for (int root = 0; root < n; ++root)
+    for (bool inPlace : {false, true}) {
+      const char* how = inPlace ? "in place" : "out of place";
+      std::vector<int32_t>& b = inPlace ? recv : send;
+      for (size_t i = 0; i < count; ++i) b[i] = rank == root ? static_cast<int32_t>(i * 7 + root) : -1;
+      std::fill(recv.begin() + (inPlace ? count : 0), recv.end(), -2);
+      CHECK_BRAID(rank, braidBroadcast(b.data(), recv.data(), count, braidInt32, root, comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        if (recv[i] != static_cast<int32_t>(i * 7 + root))
+          return fail(rank, "Broadcast %s from %d: [%zu] = %d", how, root, i, recv[i]);
+      // Scatter: the root's block p holds p * 1000003 + i; in place, the root keeps its block in recv.
+      for (int p = 0; p < n; ++p)
+        for (size_t i = 0; i < count; ++i)
+          (inPlace ? recv : send)[p * count + i] = rank == root ? static_cast<int32_t>(p * 1000003 + i) : -1;
+      const bool rootInPlace = inPlace && rank == root;
+      int32_t* out = rootInPlace ? recv.data() + rank * count : recv.data();
+      if (!rootInPlace) std::fill(recv.begin(), recv.begin() + count, -2);
+      CHECK_BRAID(rank, braidScatter(inPlace ? recv.data() : send.data(), out, count, braidInt32, root, comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != static_cast<int32_t>(rank * 1000003 + i))
+          return fail(rank, "Scatter %s from %d: [%zu] = %d", how, root, i, out[i]);
+    }
+  return 0;
+}
+
+// Whether every peer's link can read this process by process_vm_readv (else single copy is off).
+bool cmaEverywhere(braidComm_t comm, int rank, int n) {
+  braidComm* c = internalsOf(comm);
+  for (int p = 0; p < n; ++p)
+    if (p != rank) {
+      auto* link = dynamic_cast<braid::shm::ShmLink*>(c->links[p].get());
+      if (link == nullptr || !link->cmaRecv()) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("Broadcast and Scatter under the cut are read by the receivers from the root's buffer, and over it are not",
+          "[mp][shm][forward]") {
+  const int n = GENERATE(2, 3, 4);
+  // BRAID_NT_STORES_MIN sets the cut (1/8 of it out of place, 1/32 in place, per rank on the host):
+  // 1 GiB puts 64 Ki int32 under it, 1 MiB puts them over it.
+  const bool under = GENERATE(true, false);
+  INFO("nranks " << n << (under ? ", under the cut" : ", over the cut"));
+  Env env = shmEnv({{"BRAID_SHM_CMA", "auto"}, {"BRAID_NT_STORES_MIN", under ? "1G" : "1M"}});
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
+    const bool cma = cmaEverywhere(comm, rank, size);
+    const uint64_t before = braid::shm::singleCopyReceives();
+    if (oneToManyChecked(comm, rank, size, (64 << 10) + 3) != 0) return 1;
+    const bool took = braid::shm::singleCopyReceives() != before;
+    if (!cma) {
+      fprintf(stderr, "rank %d: process_vm_readv does not work here: single copy not checked\n", rank);
+      return 0;
+    }
+    // Every rank receives something from a root that sends it by single copy (Scatter's pieces).
+    if (under && !took) return fail(rank, "no receive took the single copy");
+    if (!under && took) return fail(rank, "a receive over the cut took the single copy");
     return 0;
   });
   INFO(describe(res));
