@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "src/base/nt_store.h"
+
 namespace braid {
 
 namespace {
@@ -16,7 +18,13 @@ class CpuCompute final : public Compute {
     // Compute; the executor handles those itself.
     switch (s.kind) {
       case StepKind::kCopy:
-        if (w.dst != w.src) memmove(w.dst, w.src, s.bytes);
+        if (w.dst == w.src) return okStatus();
+        if (w.stream && (w.dst + s.bytes <= w.src || w.src + s.bytes <= w.dst)) {
+          copyStreaming(w.dst, w.src, s.bytes);
+          storeFence();  // before a send of the same thread publishes these bytes to a peer
+        } else {
+          memmove(w.dst, w.src, s.bytes);
+        }
         return okStatus();
       case StepKind::kScale:
         scaleDivide(w.dtype, w.dst, s.bytes / es, w.nranks);

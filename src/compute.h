@@ -25,6 +25,9 @@ struct LocalWork {
   braidDataType_t dtype = braidUint8;
   ReduceKernel kernel = nullptr;  // kReduce: the call's reduction (braidAvg as sum)
   int nranks = 1;                 // kScale: the divisor
+  // kCopy into an output that bypasses the cache (PostArgs::streamOut): non-temporal stores, fenced
+  // before issue() returns. Honoured by the CPU; a device copy ignores it.
+  bool stream = false;
 };
 
 class Compute {

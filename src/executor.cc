@@ -516,6 +516,7 @@ bool Engine::runLocal(Op* op, const Step& s) {
       w.dtype = op->dtype;
       w.kernel = op->kernel;
       w.nranks = op->plan->nranks;
+      w.stream = op->streamOut && s.kind == StepKind::kCopy && s.dst.buf == Buf::kRecv;
       st = compute_->issue(w, &op->computeTicket);
       if (st.ok()) return true;
       break;

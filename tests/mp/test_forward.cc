@@ -56,6 +56,46 @@ int runChecked(braidComm_t comm, int rank, int n) {
   return 0;
 }
 
+// Broadcast and Scatter of `count` int32 (per rank) from every root, in place and not, checked.
+int oneToManyChecked(braidComm_t comm, int rank, int n, size_t count) {
+  const size_t all = count * static_cast<size_t>(n);
+  std::vector<int32_t> send(all), recv(all);
+  for (int root = 0; root < n; ++root)
+    for (bool inPlace : {false, true}) {
+      const char* how = inPlace ? "in place" : "out of place";
+      std::vector<int32_t>& b = inPlace ? recv : send;
+      for (size_t i = 0; i < count; ++i) b[i] = rank == root ? static_cast<int32_t>(i * 7 + root) : -1;
+      std::fill(recv.begin() + (inPlace ? count : 0), recv.end(), -2);
+      CHECK_BRAID(rank, braidBroadcast(b.data(), recv.data(), count, braidInt32, root, comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        if (recv[i] != static_cast<int32_t>(i * 7 + root))
+          return fail(rank, "Broadcast %s from %d: [%zu] = %d", how, root, i, recv[i]);
+      // Scatter: the root's block p holds p * 1000003 + i; in place, the root keeps its block in recv.
+      for (int p = 0; p < n; ++p)
+        for (size_t i = 0; i < count; ++i)
+          (inPlace ? recv : send)[p * count + i] = rank == root ? static_cast<int32_t>(p * 1000003 + i) : -1;
+      const bool rootInPlace = inPlace && rank == root;
+      int32_t* out = rootInPlace ? recv.data() + rank * count : recv.data();
+      if (!rootInPlace) std::fill(recv.begin(), recv.begin() + count, -2);
+      CHECK_BRAID(rank, braidScatter(inPlace ? recv.data() : send.data(), out, count, braidInt32, root, comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != static_cast<int32_t>(rank * 1000003 + i))
+          return fail(rank, "Scatter %s from %d: [%zu] = %d", how, root, i, out[i]);
+    }
+  return 0;
+}
+
+// Whether every peer's link can read this process by process_vm_readv (else single copy is off).
+bool cmaEverywhere(braidComm_t comm, int rank, int n) {
+  braidComm* c = internalsOf(comm);
+  for (int p = 0; p < n; ++p)
+    if (p != rank) {
+      auto* link = dynamic_cast<braid::shm::ShmLink*>(c->links[p].get());
+      if (link == nullptr || !link->cmaRecv()) return false;
+    }
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("shm FIFOs forward received chunks into the slots that send them on, with the right results",
@@ -72,6 +112,8 @@ TEST_CASE("shm FIFOs forward received chunks into the slots that send them on, w
     const uint64_t before = braid::shm::forwardedPieces();
     if (runChecked(comm, rank, size) != 0) return 1;
     if (braid::shm::forwardedPieces() == before) return fail(rank, "no piece was forwarded");
+    // Streamed outputs also take the roots' copies into their own outputs (LocalWork::stream).
+    if (form == 1 && oneToManyChecked(comm, rank, size, kCount / 4) != 0) return 1;
     return 0;
   });
   INFO(describe(res));
@@ -136,50 +178,6 @@ TEST_CASE("AllGather and AllToAll under the cache read each peer's buffer by a s
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
-
-namespace {
-
-// Broadcast and Scatter of `count` int32 (per rank) from every root, in place and not, checked.
-int oneToManyChecked(braidComm_t comm, int rank, int n, size_t count) {
-  const size_t all = count * static_cast<size_t>(n);
-  std::vector<int32_t> send(all), recv(all);
-  for (int root = 0; root < n; ++root)
-    for (bool inPlace : {false, true}) {
-      const char* how = inPlace ? "in place" : "out of place";
-      std::vector<int32_t>& b = inPlace ? recv : send;
-      for (size_t i = 0; i < count; ++i) b[i] = rank == root ? static_cast<int32_t>(i * 7 + root) : -1;
-      std::fill(recv.begin() + (inPlace ? count : 0), recv.end(), -2);
-      CHECK_BRAID(rank, braidBroadcast(b.data(), recv.data(), count, braidInt32, root, comm, nullptr));
-      for (size_t i = 0; i < count; ++i)
-        if (recv[i] != static_cast<int32_t>(i * 7 + root))
-          return fail(rank, "Broadcast %s from %d: [%zu] = %d", how, root, i, recv[i]);
-      // Scatter: the root's block p holds p * 1000003 + i; in place, the root keeps its block in recv.
-      for (int p = 0; p < n; ++p)
-        for (size_t i = 0; i < count; ++i)
-          (inPlace ? recv : send)[p * count + i] = rank == root ? static_cast<int32_t>(p * 1000003 + i) : -1;
-      const bool rootInPlace = inPlace && rank == root;
-      int32_t* out = rootInPlace ? recv.data() + rank * count : recv.data();
-      if (!rootInPlace) std::fill(recv.begin(), recv.begin() + count, -2);
-      CHECK_BRAID(rank, braidScatter(inPlace ? recv.data() : send.data(), out, count, braidInt32, root, comm, nullptr));
-      for (size_t i = 0; i < count; ++i)
-        if (out[i] != static_cast<int32_t>(rank * 1000003 + i))
-          return fail(rank, "Scatter %s from %d: [%zu] = %d", how, root, i, out[i]);
-    }
-  return 0;
-}
-
-// Whether every peer's link can read this process by process_vm_readv (else single copy is off).
-bool cmaEverywhere(braidComm_t comm, int rank, int n) {
-  braidComm* c = internalsOf(comm);
-  for (int p = 0; p < n; ++p)
-    if (p != rank) {
-      auto* link = dynamic_cast<braid::shm::ShmLink*>(c->links[p].get());
-      if (link == nullptr || !link->cmaRecv()) return false;
-    }
-  return true;
-}
-
-}  // namespace
 
 TEST_CASE("Broadcast and Scatter under the cut are read by the receivers from the root's buffer, and over it are not",
           "[mp][shm][forward]") {
