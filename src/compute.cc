@@ -1,5 +1,6 @@
 #include "src/compute.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "src/base/nt_store.h"
@@ -7,6 +8,11 @@
 namespace braid {
 
 namespace {
+
+bool disjoint(const char* a, const char* b, size_t bytes) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x + bytes <= y || y + bytes <= x;
+}
 
 class CpuCompute final : public Compute {
  public:
@@ -19,7 +25,7 @@ class CpuCompute final : public Compute {
     switch (s.kind) {
       case StepKind::kCopy:
         if (w.dst == w.src) return okStatus();
-        if (w.stream && (w.dst + s.bytes <= w.src || w.src + s.bytes <= w.dst)) {
+        if (w.stream && disjoint(w.dst, w.src, s.bytes)) {
           copyStreaming(w.dst, w.src, s.bytes);
           storeFence();  // before a send of the same thread publishes these bytes to a peer
         } else {
