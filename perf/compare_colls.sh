@@ -31,6 +31,12 @@ SIZES=${SIZES:-"-b 16 -e 256M -f 4"}
 BRAID_ITERS=${BRAID_ITERS:-"-n 50 -w 5"}
 OMPI_ITERS=${OMPI_ITERS:-}
 BUILD=${BUILD:-$top/build}
+# Folders given relative are the caller's: resolve them before peers_env.sh moves into its copy of
+# the peers (a relative BASELINE used to measure nothing, its runs failing with rc 127).
+BUILD=$(cd "$BUILD" && pwd) || { echo "compare_colls.sh: no build folder $BUILD" >&2; exit 2; }
+if [ -n "${BASELINE:-}" ]; then
+  BASELINE=$(cd "$BASELINE" && pwd) || { echo "compare_colls.sh: no baseline folder $BASELINE" >&2; exit 2; }
+fi
 . "$top/perf/peers_env.sh"
 
 # braid's *_perf program for a collective, and Open MPI's program and its -c name.
