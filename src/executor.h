@@ -118,8 +118,9 @@ struct PostArgs {
   // Out of place, and the call's buffers on all ranks of this host exceed BRAID_NT_STORES_MIN: outputs
   // nothing reads again in the call may bypass the cache (src/base/nt_store.h).
   bool streamOut = false;
-  // An exchange (AllGather, AllToAll) whose buffers on the host fit under BRAID_NT_STORES_MIN: its
-  // sends may be read by the receivers in place (Xfer::singleCopy).
+  // An exchange (AllGather, AllToAll) whose buffers on the host fit under BRAID_NT_STORES_MIN, or a
+  // Broadcast or Scatter under a fraction of it (src/api_coll.cc): its sends may be read by the
+  // receivers in place (Xfer::singleCopy).
   bool singleCopy = false;
 };
 

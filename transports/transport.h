@@ -101,7 +101,9 @@ struct Xfer {
   bool forwardOnly = false;  // receive: where a piece is forwarded, `data` need not get it too
   // Send: the receiver may copy straight out of `data` (single copy, where the transport has it).
   // Set for exchanges (every rank receives as it sends) that fit the cache: there a single copy
-  // on each receiver beats two copies split between sender and receiver.
+  // on each receiver beats two copies split between sender and receiver. Set too for one to many
+  // (Broadcast, Scatter) under a smaller cut, where it takes the copying off the root
+  // (src/api_coll.cc).
   bool singleCopy = false;
 
   // Transport-owned while posted.
