@@ -7,6 +7,7 @@
 
 #include "braid/braid.h"
 #include "src/api.h"
+#include "src/base/overlap.h"
 #include "src/comm.h"
 #include "src/cuda/runtime.h"
 
@@ -37,11 +38,6 @@ thread_local GroupState tGroup;
 
 Status checkCommon(CallArgs* a, braidStream_t stream) {
   return checkCommTypeStream(a->handle, a->dtype, stream, &a->comm);
-}
-
-bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return abytes > 0 && bbytes > 0 && x < y + bbytes && y < x + abytes;
 }
 
 // Checks a collective's arguments and derives its plan shape, and the bytes of its buffers this rank

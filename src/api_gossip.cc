@@ -25,6 +25,7 @@
 #include "algorithms/patterns/graph.h"
 #include "braid/braid.h"
 #include "src/api.h"
+#include "src/base/overlap.h"
 #include "src/comm.h"
 #include "src/plan_cache.h"
 
@@ -242,11 +243,6 @@ Status moveToSurvivors(braidGraph* g) {
                g->runOn->nranks, g->runOn->rank, gone.c_str());
   }
   return okStatus();
-}
-
-bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return abytes > 0 && bbytes > 0 && x < y + bbytes && y < x + abytes;
 }
 
 // Looks up (or builds) the plan of this call's shape and posts it, advancing the rotation. Graph lock

@@ -1,18 +1,13 @@
 #include "src/compute.h"
 
-#include <cstdint>
 #include <cstring>
 
 #include "src/base/nt_store.h"
+#include "src/base/overlap.h"
 
 namespace braid {
 
 namespace {
-
-bool disjoint(const char* a, const char* b, size_t bytes) {
-  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return x + bytes <= y || y + bytes <= x;
-}
 
 class CpuCompute final : public Compute {
  public:
@@ -25,7 +20,7 @@ class CpuCompute final : public Compute {
     switch (s.kind) {
       case StepKind::kCopy:
         if (w.dst == w.src) return okStatus();
-        if (w.stream && disjoint(w.dst, w.src, s.bytes)) {
+        if (w.stream && !overlaps(w.dst, s.bytes, w.src, s.bytes)) {
           copyStreaming(w.dst, w.src, s.bytes);
           storeFence();  // before a send of the same thread publishes these bytes to a peer
         } else {
