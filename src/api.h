@@ -59,6 +59,12 @@ Status routeDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stre
 // on and its gate. A call staged and then not posted must be given to abandonDeviceCall.
 Status stageDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, StagedCall* out);
 void abandonDeviceCall(braidComm* comm, const StagedCall& staged);
+// A group's device operations on one communicator, staged together on `stream` (src/cuda/staging.h:
+// stageBatch); an operation staged and not posted must be given to abandonDeviceGate.
+Status stageDeviceOps(braidComm* comm, StageOp* ops, size_t nops, braidStream_t stream);
+void abandonDeviceGate(braidComm* comm, OpGate* gate);
+// Refuses a stream device calls cannot be ordered on (captured, of another device, not a stream).
+Status checkDeviceStream(braidComm* comm, braidStream_t stream);
 // For calls that take host buffers only (tagged point-to-point, neighbour allreduces): refuses a
 // stream, and a device buffer where the communicator has a device. `what` names the buffer, `calls`
 // the kind of call ("tagged calls") in the message.

@@ -26,6 +26,10 @@ struct CallArgs {
   braidComm_t handle;
   bool isSend = false;        // point-to-point: a send (buffer in `send`) or a receive (in `recv`)
   braidComm* comm = nullptr;  // `handle` resolved: at the call, and again at braidGroupEnd
+  // A device call recorded in a group (src/api_cuda.cc): staged on `stream` at braidGroupEnd.
+  bool onDevice = false;
+  braidStream_t stream = nullptr;
+  CallBuffers bufs{};
 };
 
 // A call recorded between braidGroupStart and braidGroupEnd.
@@ -169,36 +173,136 @@ Status buildP2pPlan(braidComm* comm, const std::vector<const CallArgs*>& calls, 
   return okStatus();
 }
 
-// Posts a group's calls: each comm's collectives in call order, then its point-to-point calls as
-// one operation. Returns the posted ops through `ops`.
-Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector<Op*>* ops) {
-  std::vector<braidComm*> comms;
-  for (const CallArgs& c : calls)
-    if (std::find(comms.begin(), comms.end(), c.comm) == comms.end()) comms.push_back(c.comm);
-  for (braidComm* comm : comms) {
-    std::vector<const CallArgs*> p2p;
-    for (const CallArgs& c : calls) {
-      if (c.comm != comm) continue;
-      if (c.coll == Coll::kSendRecv) {
-        p2p.push_back(&c);
-        continue;
-      }
-      PostArgs p;
-      BRAID_TRY(shapeOf(c, &p));
-      Op* op = nullptr;
-      BRAID_TRY(comm->engine->post(p, userOwned, &op));
-      ops->push_back(op);
-    }
-    if (p2p.empty()) continue;
-    for (const CallArgs* c : p2p)
-      BRAID_INFO(kLogP2p, "%s rank %d: %llu bytes%s", c->isSend ? "send to" : "receive from", c->root,
-                 static_cast<unsigned long long>(c->count * dtypeSize(c->dtype)), p2p.size() > 1 ? " (grouped)" : "");
-    Plan plan;
-    BRAID_TRY(buildP2pPlan(comm, p2p, &plan));
-    Op* op = nullptr;
-    BRAID_TRY(comm->engine->postGroup(&plan, userOwned, &op));
-    ops->push_back(op);
+// A communicator's share of a group: its collectives in call order, then its point-to-point calls.
+struct CommCalls {
+  braidComm* comm;
+  std::vector<const CallArgs*> colls, p2p;
+};
+
+// Checks that a communicator's device calls in a group can be staged together: one stream, and
+// point-to-point calls all on device buffers or all on host buffers (a call without bytes goes
+// either way). *stream: the device calls' stream; *p2pOnDevice: the point-to-point op is staged.
+Status checkDeviceGroup(const CommCalls& cc, braidStream_t* stream, bool* p2pOnDevice) {
+  bool any = false, p2pDev = false, p2pHost = false;
+  auto see = [&](const CallArgs& c) -> Status {
+    if (!c.onDevice) return okStatus();
+    if (any && c.stream != *stream)
+      return errorf(braidInvalidUsage,
+                    "a group's device calls on one communicator must use one stream (two were given: %p and %p)",
+                    *stream, c.stream);
+    any = true;
+    *stream = c.stream;
+    return okStatus();
+  };
+  for (const CallArgs* c : cc.colls) BRAID_TRY(see(*c));
+  for (const CallArgs* c : cc.p2p) {
+    BRAID_TRY(see(*c));
+    if (c->onDevice)
+      p2pDev = true;
+    else if (c->count > 0)
+      p2pHost = true;
   }
+  if (p2pDev && p2pHost)
+    return errorf(braidInvalidUsage,
+                  "a group's sends and receives on one communicator mix host and device buffers: the point-to-point "
+                  "calls of a group run as one operation, on host or on device buffers");
+  *p2pOnDevice = p2pDev;
+  return okStatus();
+}
+
+// Posts one communicator's share of a group. Host operations go to *ops (the caller waits for
+// them); device operations are staged together first (one batch on their stream) and posted
+// detached, as a blocking device call is: the group returns once they are enqueued.
+Status postCommCalls(const CommCalls& cc, bool userOwned, std::vector<Op*>* ops) {
+  braidComm* comm = cc.comm;
+  braidStream_t stream = nullptr;
+  bool p2pOnDevice = false;
+  BRAID_TRY(checkDeviceGroup(cc, &stream, &p2pOnDevice));
+  // The staged operations, in posting order: device collectives, then the point-to-point op.
+  std::vector<CallBuffers> bufs;
+  std::vector<size_t> first;  // per staged op, its first entry in bufs
+  for (const CallArgs* c : cc.colls)
+    if (c->onDevice) {
+      first.push_back(bufs.size());
+      bufs.push_back(c->bufs);
+    }
+  if (p2pOnDevice) {
+    first.push_back(bufs.size());
+    for (const CallArgs* c : cc.p2p) bufs.push_back(c->bufs);
+  }
+  std::vector<StagedCall> staged(bufs.size());
+  std::vector<StageOp> stageOps(first.size());
+  for (size_t k = 0; k < first.size(); ++k) {
+    const size_t end = k + 1 < first.size() ? first[k + 1] : bufs.size();
+    stageOps[k] = StageOp{bufs.data() + first[k], end - first[k], staged.data() + first[k]};
+  }
+  if (!stageOps.empty()) BRAID_TRY(stageDeviceOps(comm, stageOps.data(), stageOps.size(), stream));
+  size_t nextStaged = 0;  // the staged ops are posted in order; those not reached are abandoned
+  auto abandonRest = [&] {
+    for (size_t k = nextStaged; k < stageOps.size(); ++k) abandonDeviceGate(comm, stageOps[k].out[0].gate);
+  };
+  for (const CallArgs* c : cc.colls) {
+    PostArgs p;
+    Status st = shapeOf(*c, &p);
+    Op* op = nullptr;
+    if (st.ok() && c->onDevice) {
+      const StagedCall& sc = stageOps[nextStaged].out[0];
+      p.send = sc.send;
+      p.recv = sc.recv;
+      p.gate = sc.gate;
+      p.detached = true;
+      st = comm->engine->post(p, true, &op);
+      if (st.ok()) ++nextStaged;
+    } else if (st.ok()) {
+      st = comm->engine->post(p, userOwned, &op);
+      if (st.ok()) ops->push_back(op);
+    }
+    if (!st.ok()) {
+      abandonRest();
+      return st;
+    }
+  }
+  if (cc.p2p.empty()) return okStatus();
+  for (const CallArgs* c : cc.p2p)
+    BRAID_INFO(kLogP2p, "%s rank %d: %llu bytes%s%s", c->isSend ? "send to" : "receive from", c->root,
+               static_cast<unsigned long long>(c->count * dtypeSize(c->dtype)), cc.p2p.size() > 1 ? " (grouped)" : "",
+               p2pOnDevice ? " (device)" : "");
+  Plan plan;
+  Op* op = nullptr;
+  Status st;
+  if (p2pOnDevice) {
+    // The plan runs on the staged copies of the calls' buffers.
+    std::vector<CallArgs> onHost;
+    onHost.reserve(cc.p2p.size());
+    for (size_t i = 0; i < cc.p2p.size(); ++i) {
+      onHost.push_back(*cc.p2p[i]);
+      onHost.back().send = stageOps[nextStaged].out[i].send;
+      onHost.back().recv = stageOps[nextStaged].out[i].recv;
+    }
+    std::vector<const CallArgs*> ptrs;
+    for (const CallArgs& c : onHost) ptrs.push_back(&c);
+    st = buildP2pPlan(comm, ptrs, &plan);
+    if (st.ok()) st = comm->engine->postGroup(&plan, true, &op, stageOps[nextStaged].out[0].gate, true);
+    if (st.ok()) ++nextStaged;
+  } else {
+    st = buildP2pPlan(comm, cc.p2p, &plan);
+    if (st.ok()) st = comm->engine->postGroup(&plan, userOwned, &op);
+    if (st.ok()) ops->push_back(op);
+  }
+  if (!st.ok()) abandonRest();
+  return st;
+}
+
+// Posts a group's calls, communicator by communicator in order of first appearance. Returns the
+// host operations to wait for through `ops`.
+Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector<Op*>* ops) {
+  std::vector<CommCalls> comms;
+  for (const CallArgs& c : calls) {
+    auto it = std::find_if(comms.begin(), comms.end(), [&](const CommCalls& cc) { return cc.comm == c.comm; });
+    if (it == comms.end()) it = comms.insert(comms.end(), CommCalls{c.comm, {}, {}});
+    (c.coll == Coll::kSendRecv ? it->p2p : it->colls).push_back(&c);
+  }
+  for (const CommCalls& cc : comms) BRAID_TRY(postCommCalls(cc, userOwned, ops));
   return okStatus();
 }
 
@@ -206,8 +310,6 @@ Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector
 // buffers. Returns without waiting; the blocking form's op is detached (the engine releases it).
 Status issueStaged(const CallArgs& a, PostArgs p, const CallBuffers& bufs, braidStream_t stream,
                    braidRequest_t* request, bool nonblocking) {
-  if (tGroup.depth > 0)
-    return errorf(braidInvalidUsage, "device buffers inside braidGroupStart/braidGroupEnd are not supported yet");
   StagedCall staged;
   BRAID_TRY(stageDeviceCall(a.comm, bufs, stream, &staged));
   Op* op = nullptr;
@@ -248,7 +350,7 @@ Status waitAll(const std::vector<Op*>& ops) {
 // shape for the host path.
 Status routeOnDevice(const CallArgs& a, braidStream_t stream, braidRequest_t* request, bool nonblocking, PostArgs* p,
                      bool* staged) {
-  CallBuffers bufs;
+  CallBuffers bufs{};
   if (a.coll == Coll::kSendRecv) {
     const uint64_t bytes = a.count * dtypeSize(a.dtype);
     bufs = a.isSend ? CallBuffers{a.send, bytes, nullptr, 0, false} : CallBuffers{nullptr, 0, a.recv, bytes, false};
@@ -257,8 +359,19 @@ Status routeOnDevice(const CallArgs& a, braidStream_t stream, braidRequest_t* re
   }
   BRAID_TRY(routeDeviceCall(a.comm, bufs, stream, staged));
   if (!*staged) return okStatus();
+  if (tGroup.depth > 0) {
+    // Staged with the rest of the group at braidGroupEnd; the stream is checked now.
+    if (nonblocking) return errorf(braidInvalidUsage, "nonblocking calls cannot be part of a group");
+    BRAID_TRY(checkDeviceStream(a.comm, stream));
+    CallArgs c = a;
+    c.onDevice = true;
+    c.stream = stream;
+    c.bufs = bufs;
+    tGroup.calls.push_back(c);
+    return okStatus();
+  }
   if (a.coll == Coll::kSendRecv && a.root == a.comm->rank)
-    return errorf(braidInvalidUsage, "a send to or receive from self on device buffers is not supported yet");
+    return errorf(braidInvalidUsage, "a send to or receive from self needs its partner in the same group");
   return issueStaged(a, *p, bufs, stream, request, nonblocking);
 }
 

@@ -9,8 +9,9 @@
 // call, before the work enqueued after. The host call returns once the copies are enqueued, also in
 // its blocking form (which then has no request: its failure reaches the caller through
 // braidCommGetAsyncError and the next call). A nonblocking call's request completes when the result
-// is back in the device buffer. Inside braidGroupStart/braidGroupEnd device buffers are refused (not
-// built yet), as are tagged calls on them.
+// is back in the device buffer. A group's device calls on one communicator share one stream and are
+// staged together at braidGroupEnd (DeviceStaging::stageBatch); tagged calls on device buffers are
+// refused.
 //
 // Cost on the host path: nothing without a device (the communicator's cudaDevice is -1 and no
 // lookup is made); with one, a cached memory-type lookup per buffer (src/cuda/memtype.h).
@@ -72,20 +73,40 @@ Status routeDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stre
   return okStatus();
 }
 
-Status stageDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, StagedCall* out) {
+Status checkDeviceStream(braidComm* comm, braidStream_t stream) {
+  return checkStagingStream(comm->cudaDevice, static_cast<CUstream_st*>(stream));
+}
+
+namespace {
+
+// The pool to stage on, once the communicator is healthy and the stream usable.
+Status stagingFor(braidComm* comm, braidStream_t stream, DeviceStaging** out) {
   // Nothing goes on the stream for a call the engine would refuse (a race with a failure that comes
   // later is handled by abandonDeviceCall).
   if (comm->control->failed()) {
     const Status f = comm->control->failure();
     return Status(f.code(), f.message() + " [a device call, not started: the communicator had failed]");
   }
-  BRAID_TRY(checkStagingStream(comm->cudaDevice, static_cast<CUstream_st*>(stream)));
+  BRAID_TRY(checkDeviceStream(comm, stream));
+  return stagingOf(comm, out);
+}
+
+}  // namespace
+
+Status stageDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stream, StagedCall* out) {
   DeviceStaging* staging = nullptr;
-  BRAID_TRY(stagingOf(comm, &staging));
+  BRAID_TRY(stagingFor(comm, stream, &staging));
   return staging->stage(b, static_cast<CUstream_st*>(stream), out);
 }
 
+Status stageDeviceOps(braidComm* comm, StageOp* ops, size_t nops, braidStream_t stream) {
+  DeviceStaging* staging = nullptr;
+  BRAID_TRY(stagingFor(comm, stream, &staging));
+  return staging->stageBatch(ops, nops, static_cast<CUstream_st*>(stream));
+}
+
 void abandonDeviceCall(braidComm* comm, const StagedCall& staged) { comm->staging->abandon(staged.gate); }
+void abandonDeviceGate(braidComm* comm, OpGate* gate) { comm->staging->abandon(gate); }
 
 Status requireHostBuffer(braidComm* comm, const void* buf, uint64_t bytes, braidStream_t stream, const char* what,
                          const char* calls) {

@@ -277,11 +277,17 @@ braidResult_t braidMemFree(void* ptr);
  * without waiting for the data: the blocking form returns once the work is enqueued (its failure
  * is reported by braidCommGetAsyncError and the next call); a nonblocking form's request completes
  * once the result is in recvbuff on the device. The data is staged through pinned host memory the
- * communicator owns. Refused, with nothing enqueued: host and device buffers mixed in one call
- * (braidInvalidArgument), buffers or a stream of another device (braidInvalidArgument), device
- * buffers inside a group, in tagged calls or with a send to self, and a stream being captured into
- * a CUDA graph (braidInvalidUsage). On a failure after the call returned, recvbuff's content is
- * unspecified. */
+ * communicator owns. In a group, a communicator's device calls are enqueued together at
+ * braidGroupEnd, which returns without waiting for them: every call's input copy first, then each
+ * call's wait and copy back, so the calls run one after the other as their inputs arrive; they must
+ * all use one stream per communicator, and the group's sends and receives on a communicator must
+ * all be device buffers or all host buffers (calls without bytes go either way), else braidGroupEnd
+ * is braidInvalidUsage and posts none of that communicator's calls; a send to self pairs with a
+ * receive from self of the same group, as on host buffers. Refused, with nothing enqueued: host
+ * and device buffers mixed in one call (braidInvalidArgument), buffers or a stream of another
+ * device (braidInvalidArgument), device buffers in tagged calls, a send to self outside a group,
+ * and a stream being captured into a CUDA graph (braidInvalidUsage). On a failure after the call
+ * returned, recvbuff's content is unspecified. */
 
 braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
                              braidRedOp_t op, braidComm_t comm, braidStream_t stream);

@@ -33,7 +33,7 @@ namespace {
 
 // Calls in flight per communicator (each holds a slot until its copy back completed). Far above what
 // a training step keeps in flight (a few gradient buckets); a 33rd call waits for the oldest.
-constexpr int kMaxSlots = 32;
+constexpr size_t kMaxSlots = kMaxStagedOps;
 // One flag per 64-byte line, so that the executor's store to one does not share a line the GPU polls
 // for another.
 constexpr size_t kFlagStride = 64 / sizeof(uint32_t);
@@ -231,56 +231,96 @@ class Pool final : public DeviceStaging {
     return okStatus();
   }
 
-  Status stage(const CallBuffers& r, CUstream_st* stream, StagedCall* out) override {
+  Status stageBatch(StageOp* ops, size_t nops, CUstream_st* stream) override {
+    if (nops > kMaxStagedOps)
+      return errorf(braidInvalidUsage, "%zu device operations in one group on one communicator: at most %zu", nops,
+                    kMaxStagedOps);
     std::lock_guard<std::mutex> hold(mu_);
     DeviceScope on(device_);
     BRAID_TRY(on.status());
-    const char* s = static_cast<const char*>(r.send);
-    char* d = static_cast<char*>(r.recv);
-    size_t bytes = 0, sendOff = 0, recvOff = 0;
-    if (r.inPlace) {
-      const char* lo = std::min<const char*>(s, d);
-      const char* hi = std::max<const char*>(s + r.sendBytes, d + r.recvBytes);
-      bytes = static_cast<size_t>(hi - lo);
-      sendOff = static_cast<size_t>(s - lo);
-      recvOff = static_cast<size_t>(d - lo);
-    } else {
-      recvOff = alignUp(r.sendBytes, kStagingAlign);
-      bytes = recvOff + r.recvBytes;
-    }
-    Slot* slot = nullptr;
-    BRAID_TRY(take(bytes, &slot));
-    char* stagedSend = slot->buf() + sendOff;
-    char* stagedRecv = slot->buf() + recvOff;
-    const uint32_t target = slot->begin();
-    if (r.sendBytes > 0) {
-      const Status copied = cudaStatus(cudaMemcpyAsync(stagedSend, r.send, r.sendBytes, cudaMemcpyDeviceToHost, stream),
-                                       "cudaMemcpyAsync of the input to the host");
-      if (!copied.ok()) {
-        slot->abandonUse();  // nothing was enqueued: the slot is free again
-        return copied;
+    // Each call's staged addresses, and a slot per operation, before anything is enqueued.
+    Slot* slots[kMaxStagedOps] = {};
+    uint32_t targets[kMaxStagedOps] = {};
+    for (size_t k = 0; k < nops; ++k) {
+      const Status taken = take(layOut(ops[k]), &slots[k]);
+      if (!taken.ok()) {
+        for (size_t j = 0; j < k; ++j) slots[j]->abandonUse();  // nothing was enqueued: free again
+        return taken;
+      }
+      targets[k] = slots[k]->begin();  // no longer idle: the next take() cannot hand it out again
+      for (size_t i = 0; i < ops[k].ncalls; ++i) {
+        StagedCall& c = ops[k].out[i];
+        c.send = slots[k]->buf() + reinterpret_cast<uintptr_t>(c.send);
+        c.recv = slots[k]->buf() + reinterpret_cast<uintptr_t>(c.recv);
+        c.gate = slots[k];
       }
     }
-    // From here something is on the stream: a failure loses the slot (see Slot::lose).
-    Status st = cudaStatus(cudaEventRecord(slot->in(), stream), "cudaEventRecord");
-    if (st.ok()) st = enqueueWait(stream, slot, target);
-    if (st.ok() && r.recvBytes > 0)
-      st = cudaStatus(cudaMemcpyAsync(r.recv, stagedRecv, r.recvBytes, cudaMemcpyHostToDevice, stream),
-                      "cudaMemcpyAsync of the result to the device");
-    if (st.ok()) st = cudaStatus(cudaEventRecord(slot->out(), stream), "cudaEventRecord");
-    if (!st.ok()) {
-      slot->lose();
-      return st;
+    Status st;
+    bool enqueued = false;
+    for (size_t k = 0; k < nops && st.ok(); ++k) {
+      for (size_t i = 0; i < ops[k].ncalls && st.ok(); ++i) {
+        const CallBuffers& r = ops[k].calls[i];
+        if (r.sendBytes == 0) continue;
+        st = cudaStatus(
+            cudaMemcpyAsync(const_cast<void*>(ops[k].out[i].send), r.send, r.sendBytes, cudaMemcpyDeviceToHost, stream),
+            "cudaMemcpyAsync of the input to the host");
+        enqueued = enqueued || st.ok();
+      }
+      if (st.ok()) st = cudaStatus(cudaEventRecord(slots[k]->in(), stream), "cudaEventRecord");
+      enqueued = enqueued || st.ok();
     }
-    out->send = stagedSend;
-    out->recv = stagedRecv;
-    out->gate = slot;
-    return okStatus();
+    for (size_t k = 0; k < nops && st.ok(); ++k) {
+      st = enqueueWait(stream, slots[k], targets[k]);
+      for (size_t i = 0; i < ops[k].ncalls && st.ok(); ++i) {
+        const CallBuffers& r = ops[k].calls[i];
+        if (r.recvBytes == 0) continue;
+        st = cudaStatus(cudaMemcpyAsync(r.recv, ops[k].out[i].recv, r.recvBytes, cudaMemcpyHostToDevice, stream),
+                        "cudaMemcpyAsync of the result to the device");
+      }
+      if (st.ok()) st = cudaStatus(cudaEventRecord(slots[k]->out(), stream), "cudaEventRecord");
+    }
+    if (st.ok()) return okStatus();
+    // Something may be on the stream: whatever waits on a flag waits no more, and a slot a copy may
+    // still use is never reused (Slot::lose).
+    for (size_t k = 0; k < nops; ++k) {
+      if (enqueued)
+        slots[k]->lose();
+      else
+        slots[k]->abandonUse();
+    }
+    return st;
   }
 
   void abandon(OpGate* gate) override { static_cast<Slot*>(gate)->abandonUse(); }
 
  private:
+  // Places an operation's calls in one staging buffer: each call from a kStagingAlign boundary,
+  // an in-place call as one range (its layout kept), else its input and then its output. Writes
+  // the offsets into op.out[i].send/recv (made addresses once the slot is known); returns the bytes.
+  static size_t layOut(const StageOp& op) {
+    size_t at = 0;
+    for (size_t i = 0; i < op.ncalls; ++i) {
+      const CallBuffers& r = op.calls[i];
+      const char* s = static_cast<const char*>(r.send);
+      const char* d = static_cast<const char*>(r.recv);
+      size_t sendOff = at, recvOff = 0;
+      if (r.inPlace) {
+        const char* lo = std::min<const char*>(s, d);
+        const char* hi = std::max<const char*>(s + r.sendBytes, d + r.recvBytes);
+        sendOff = at + static_cast<size_t>(s - lo);
+        recvOff = at + static_cast<size_t>(d - lo);
+        at += static_cast<size_t>(hi - lo);
+      } else {
+        recvOff = alignUp(at + r.sendBytes, kStagingAlign);
+        at = recvOff + r.recvBytes;
+      }
+      op.out[i].send = reinterpret_cast<const void*>(static_cast<uintptr_t>(sendOff));
+      op.out[i].recv = reinterpret_cast<void*>(static_cast<uintptr_t>(recvOff));
+      at = alignUp(at, kStagingAlign);
+    }
+    return at;
+  }
+
   Status enqueueWait(cudaStream_t stream, Slot* slot, uint32_t target) {
     if (waitValue_ != nullptr) {
       const CUresult r =
@@ -322,7 +362,7 @@ class Pool final : public DeviceStaging {
       }
       if (until.expired())
         return errorf(braidTimeout,
-                      "%d device calls of this communicator are in flight and none ended within BRAID_TIMEOUT (%.0f "
+                      "%zu device calls of this communicator are in flight and none ended within BRAID_TIMEOUT (%.0f "
                       "s): are their streams waiting for something that comes later?",
                       kMaxSlots, timeoutSec_);
       sched_yield();

@@ -74,13 +74,33 @@ struct StagedCall {
   OpGate* gate = nullptr;
 };
 
+// One operation of a batch: the calls it runs, staged into one slot behind one gate (a group's
+// point-to-point calls on one communicator are one operation). out[i] receives call i's staged
+// buffers; every out[i].gate is the operation's gate.
+struct StageOp {
+  const CallBuffers* calls = nullptr;
+  size_t ncalls = 0;
+  StagedCall* out = nullptr;
+};
+
+// Most operations one batch may stage (a communicator's group): the pool's slot count.
+constexpr size_t kMaxStagedOps = 32;
+
 class DeviceStaging {
  public:
   virtual ~DeviceStaging() = default;
   // Enqueues the call's copies and wait on `stream` (null: the legacy default stream; checked
   // with checkStagingStream first) and returns the staged buffers. On failure nothing waits on the
   // stream and no slot is held.
-  virtual Status stage(const CallBuffers& call, CUstream_st* stream, StagedCall* out) = 0;
+  Status stage(const CallBuffers& call, CUstream_st* stream, StagedCall* out) {
+    StageOp op{&call, 1, out};
+    return stageBatch(&op, 1, stream);
+  }
+  // A group's operations on one stream: every operation's input copies first, then, operation by
+  // operation, its wait and its copies back. So the host runs the group's operations one after the
+  // other as their inputs arrive, and the stream's later work sees all their results. At most
+  // kMaxStagedOps operations. On failure nothing waits on the stream and no slot is held.
+  virtual Status stageBatch(StageOp* ops, size_t nops, CUstream_st* stream) = 0;
   // A call staged but never posted (the communicator had failed): lets its stream go on.
   virtual void abandon(OpGate* gate) = 0;
 };

@@ -1,9 +1,9 @@
 // Collectives on device buffers through host staging (src/cuda/staging.h), on real processes that
 // share one GPU: every collective in place and out of place, every dtype and op of AllReduce, 1, 2
 // and 4 ranks, checked on the host; the stream order (a kernel before the call writes its input, a
-// kernel after it reads its output); a nonblocking request; send/recv; and the refusals. Built only
-// with CUDA; skipped, saying why, where no GPU is present (asked in a child process: CUDA set up in
-// this process would be unusable in the ranks forked from it).
+// kernel after it reads its output); a nonblocking request; send/recv; groups of device calls; and
+// the refusals. Built only with CUDA; skipped, saying why, where no GPU is present (asked in a child
+// process: CUDA set up in this process would be unusable in the ranks forked from it).
 #include <cuda_runtime_api.h>
 #include <sched.h>
 #include <unistd.h>
@@ -278,7 +278,96 @@ TEST_CASE("braidSend and braidRecv on device buffers", "[gpu][mp]") {
   REQUIRE(allOk(res));
 }
 
-TEST_CASE("device calls refuse mixed buffers, host buffers with a stream, groups, tagged and graph calls, capture",
+TEST_CASE(
+    "a group's device calls run together on their stream: collectives, a ring of sends, an all-to-all of "
+    "sends and receives, a send to self",
+    "[gpu][mp]") {
+  if (noGpu()) return;
+  const int n = GENERATE(2, 3, 4);
+  INFO("nranks " << n);
+  auto res = runComm(n, {}, [](braidComm_t comm, int rank, int size) {
+    const size_t count = 65537, bytes = count * sizeof(int32_t);
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    // Every buffer's value is a function of (the rank that wrote it, block, index).
+    auto value = [](int who, int block, size_t i) { return static_cast<int32_t>(who * 1000003 + block * 7919 + i); };
+    std::vector<int32_t> h(count * size);
+    auto fill = [&](int32_t* d, int who, int blocks) -> int {
+      for (int b = 0; b < blocks; ++b)
+        for (size_t i = 0; i < count; ++i) h[b * count + i] = value(who, b, i);
+      CUDA_OK(rank, cudaMemcpy(d, h.data(), bytes * blocks, cudaMemcpyHostToDevice));
+      return 0;
+    };
+    int32_t *dSum = nullptr, *dGather = nullptr, *dRingIn = nullptr, *dRingOut = nullptr, *dA2aIn = nullptr,
+            *dA2aOut = nullptr, *dSelfIn = nullptr, *dSelfOut = nullptr;
+    for (int32_t** p : {&dSum, &dRingIn, &dRingOut, &dSelfIn, &dSelfOut})
+      CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(p), bytes));
+    for (int32_t** p : {&dGather, &dA2aIn, &dA2aOut})
+      CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(p), bytes * size));
+    if (fill(dSum, rank, 1) || fill(dRingIn, rank, 1) || fill(dA2aIn, rank, size) || fill(dSelfIn, rank, 1)) return 1;
+    CUDA_OK(rank, cudaMemset(dRingOut, 0xff, bytes));
+    CUDA_OK(rank, cudaMemset(dA2aOut, 0xff, bytes * size));
+    CUDA_OK(rank, cudaMemset(dSelfOut, 0xff, bytes));
+    if (fill(dGather + rank * count, rank, 1)) return 1;  // the in-place AllGather's own block
+    CUDA_OK(rank, cudaDeviceSynchronize());
+    cudaStream_t s = nullptr;
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::atomic<int> open{0};
+    CUDA_OK(rank, cudaLaunchHostFunc(s, holdUntilOpen, &open));
+    // Two groups, as NCCL programs write them: collectives with a ring of sends, then an all-to-all
+    // of sends and receives (torch's all_to_all) with a send to self and an empty send.
+    CHECK_BRAID(rank, braidGroupStart());
+    CHECK_BRAID(rank, braidAllReduce(dSum, dSum, count, braidInt32, braidSum, comm, s));
+    CHECK_BRAID(rank, braidAllGather(dGather + rank * count, dGather, count, braidInt32, comm, s));
+    CHECK_BRAID(rank, braidSend(dRingIn, count, braidInt32, next, comm, s));
+    CHECK_BRAID(rank, braidRecv(dRingOut, count, braidInt32, prev, comm, s));
+    CHECK_BRAID(rank, braidGroupEnd());
+    CHECK_BRAID(rank, braidGroupStart());
+    for (int p = 0; p < size; ++p) {
+      CHECK_BRAID(rank, braidSend(dA2aIn + p * count, count, braidInt32, p, comm, s));
+      CHECK_BRAID(rank, braidRecv(dA2aOut + p * count, count, braidInt32, p, comm, s));
+    }
+    CHECK_BRAID(rank, braidSend(dSelfIn, count, braidInt32, rank, comm, s));
+    CHECK_BRAID(rank, braidRecv(dSelfOut, count, braidInt32, rank, comm, s));
+    CHECK_BRAID(rank, braidSend(nullptr, 0, braidInt32, next, comm, s));
+    CHECK_BRAID(rank, braidRecv(nullptr, 0, braidInt32, prev, comm, s));
+    // Both groups returned while the stream was held before them: they are on the stream, not done.
+    CHECK_BRAID(rank, braidGroupEnd());
+    open.store(1, std::memory_order_release);
+    CUDA_OK(rank, cudaStreamSynchronize(s));
+    auto check = [&](const int32_t* d, int blocks, auto want, const char* what) -> int {
+      CUDA_OK(rank, cudaMemcpy(h.data(), d, bytes * blocks, cudaMemcpyDeviceToHost));
+      for (int b = 0; b < blocks; ++b)
+        for (size_t i = 0; i < count; ++i)
+          if (h[b * count + i] != want(b, i))
+            return fail(rank, "%s: block %d element %zu is %d, expected %d", what, b, i, h[b * count + i], want(b, i));
+      return 0;
+    };
+    if (check(
+            dSum, 1,
+            [&](int, size_t i) {
+              int64_t t = 0;
+              for (int r = 0; r < size; ++r) t += value(r, 0, i);
+              return static_cast<int32_t>(t);  // wraps as int32 sums do
+            },
+            "AllReduce") ||
+        check(
+            dGather, size, [&](int b, size_t i) { return value(b, 0, i); }, "AllGather") ||
+        check(
+            dRingOut, 1, [&](int, size_t i) { return value(prev, 0, i); }, "ring receive") ||
+        check(
+            dA2aOut, size, [&](int b, size_t i) { return value(b, rank, i); }, "all-to-all") ||
+        check(
+            dSelfOut, 1, [&](int, size_t i) { return value(rank, 0, i); }, "send to self"))
+      return 1;
+    cudaStreamDestroy(s);
+    for (int32_t* p : {dSum, dGather, dRingIn, dRingOut, dA2aIn, dA2aOut, dSelfIn, dSelfOut}) cudaFree(p);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("device calls refuse mixed buffers, host buffers with a stream, bad groups, tagged and graph calls, capture",
           "[gpu][mp]") {
   if (noGpu()) return;
   auto res = runComm(2, {}, [](braidComm_t comm, int rank, int size) {
@@ -302,10 +391,25 @@ TEST_CASE("device calls refuse mixed buffers, host buffers with a stream, groups
     if (expect(braidAllReduce(host.data(), host2.data(), count, braidFloat32, braidSum, comm, s), braidInvalidUsage,
                "host buffers with a stream"))
       return 1;
+    // Groups: device calls of one communicator on two streams, and sends on device buffers beside a
+    // receive into host memory, are refused at braidGroupEnd with nothing posted.
+    cudaStream_t s2 = nullptr;
+    CUDA_OK(rank, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
     CHECK_BRAID(rank, braidGroupStart());
-    const braidResult_t inGroup = braidAllReduce(d, d, count, braidFloat32, braidSum, comm, s);
+    CHECK_BRAID(rank, braidAllReduce(d, d, count, braidFloat32, braidSum, comm, s));
+    CHECK_BRAID(rank, braidAllReduce(d, d, count, braidFloat32, braidSum, comm, s2));
+    if (expect(braidGroupEnd(), braidInvalidUsage, "a group on two streams")) return 1;
+    CHECK_BRAID(rank, braidGroupStart());
+    CHECK_BRAID(rank, braidSend(d, count, braidFloat32, 1 - rank, comm, s));
+    CHECK_BRAID(rank, braidRecv(host.data(), count, braidFloat32, 1 - rank, comm, nullptr));
+    if (expect(braidGroupEnd(), braidInvalidUsage, "a group's sends on device and receives on host")) return 1;
+    if (host[0] != 5.0f) return fail(rank, "a refused group wrote the host buffer");
+    CHECK_BRAID(rank, braidGroupStart());
+    braidRequest_t req = nullptr;
+    const braidResult_t nb = braidIAllReduce(d, d, count, braidFloat32, braidSum, comm, s, &req);
     CHECK_BRAID(rank, braidGroupEnd());
-    if (expect(inGroup, braidInvalidUsage, "device buffers in a group")) return 1;
+    if (expect(nb, braidInvalidUsage, "a nonblocking device call in a group")) return 1;
+    cudaStreamDestroy(s2);
     if (expect(braidSendTagged(d, count, braidFloat32, 1 - rank, 3, comm, nullptr), braidInvalidArgument,
                "a tagged send of device memory"))
       return 1;
