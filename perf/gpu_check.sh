@@ -12,7 +12,8 @@
 # backend until its 2.x code has been compiled (a later step of the issue).
 #
 # Parts that later steps of the issue add print "not built yet" in the table, so the script runs as
-# it is at every step. Nothing of it has run on a GPU yet.
+# it is at every step. Nothing of it has run on a GPU yet. The DDP step needs python3 with torch
+# (CUDA) there.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-gpu}
@@ -107,12 +108,57 @@ else
     row "all_reduce_perf -m device, host staging" "FAILED (rc $rc), see $out"
   fi
 fi
-# 5-6. Later steps of the issue.
-# TODO(issue "GPUs", cuda_ipc): all_reduce_perf -m device -g 0 with 2 ranks through cuda_ipc.
+# 5. The NCCL shim's own tests (suite shim: built where NVIDIA's nccl.h is found, pip's included):
+#    with a device they check ncclCommCuDevice, ncclMemAlloc/Free and the PreMulSum refusal on
+#    device memory besides everything on host buffers.
+out=$logs/shim_tests.log
+if timeout 200 meson test -C "$build" --suite shim --print-errorlogs > "$out" 2>&1; then
+  row "NCCL shim tests (suite shim)" "pass: $(grep -E '^Ok:' "$out" | tr -s ' ')"
+else
+  row "NCCL shim tests (suite shim)" "FAIL: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$out" | tr -s ' ' | tr '\n' ' ')see $out"
+fi
+
+# 6. TODO(issue "GPUs", cuda_ipc): all_reduce_perf -m device -g 0 with 2 ranks through cuda_ipc.
 row "all_reduce_perf -m device, cuda_ipc" "not built yet"
-# TODO(issue "GPUs", torch): DDP on CUDA tensors, 20 steps: braid_torch, the "nccl" backend with
-#   LD_PRELOAD of the shim, and torch's own NCCL.
-row "DDP 20 steps: braid_torch / shim / NCCL" "not built yet"
+
+# 7. DDP on CUDA tensors, 20 steps (perf/ddp_steps.py): torch's own NCCL, then torch's "nccl"
+#    backend with the shim preloaded, 2 ranks on the one GPU; most NCCL versions refuse two ranks on
+#    one GPU, so where NCCL fails with 2 both run with 1 rank too (DDP's all-reduce then still runs
+#    through the library). The same seeds give the same checksum of the parameters. braid_torch on
+#    CUDA tensors is a later step (its row says so).
+ddp() {  # label world log [env...]
+  local label=$1 world=$2 log=$3
+  shift 3
+  timeout 180 env "$@" python3 "$src/perf/ddp_steps.py" --world "$world" --steps 20 > "$log" 2>&1
+  local rc=$?
+  grep -E "^ddp " "$log" | tail -1
+  return $rc
+}
+shim_env=(LD_PRELOAD="$build/libbraid_nccl.so" BRAID_TIMEOUT=60)
+if ! python3 -c "import torch; assert torch.cuda.is_available()" > "$logs/torch.log" 2>&1; then
+  row "DDP 20 steps" "no torch with CUDA here ($(tail -1 "$logs/torch.log"))"
+elif [ ! -f "$build/libbraid_nccl.so" ]; then
+  row "DDP 20 steps" "libbraid_nccl.so not built"
+else
+  for world in 2 1; do
+    nccl_line=$(ddp "NCCL" $world "$logs/ddp_nccl_$world.log")
+    nccl_rc=$?
+    shim_line=$(ddp "shim" $world "$logs/ddp_shim_$world.log" "${shim_env[@]}")
+    shim_rc=$?
+    ms() { sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<< "$1"; }
+    sum() { sed -n 's/.*checksum=\([-0-9.e]*\).*/\1/p' <<< "$1"; }
+    nccl_desc="NCCL $( [ $nccl_rc -eq 0 ] && echo "$(ms "$nccl_line") ms" || echo "FAILED (see $logs/ddp_nccl_$world.log)")"
+    shim_desc="shim $( [ $shim_rc -eq 0 ] && echo "$(ms "$shim_line") ms" || echo "FAILED (see $logs/ddp_shim_$world.log)")"
+    extra=""
+    if [ $nccl_rc -eq 0 ] && [ $shim_rc -eq 0 ]; then
+      extra=$(awk -v a="$(ms "$shim_line")" -v b="$(ms "$nccl_line")" -v x="$(sum "$shim_line")" -v y="$(sum "$nccl_line")" \
+        'BEGIN { d = x - y; if (d < 0) d = -d; printf ", shim/NCCL %.2f, checksums %s", a / b, (d <= 1e-3 * (y < 0 ? -y : y) + 1e-6) ? "agree" : "DIFFER" }')
+    fi
+    row "DDP 20 steps, $world rank(s), one GPU" "$nccl_desc, $shim_desc$extra"
+    [ $nccl_rc -eq 0 ] && break
+  done
+fi
+row "DDP 20 steps, braid_torch" "not built yet (braid_torch takes CPU tensors only)"
 
 echo
 echo "== gpu_check: $(( $(date +%s) - start )) s =="

@@ -187,6 +187,18 @@ braidResult_t braidCommUserRank(braidComm_t handle, int* rank) {
   });
 }
 
+braidResult_t braidCommCuDevice(braidComm_t handle, int* device) {
+  return guard(__func__, [&] {
+    braidComm* comm = nullptr;
+    BRAID_TRY(commOf(handle, &comm));
+    if (device == nullptr) return errorf(braidInvalidArgument, "device is NULL");
+    if (comm->cudaDevice < 0)
+      return errorf(braidInvalidUsage, "this communicator has no CUDA device (%s)", whyNoCommDevice());
+    *device = comm->cudaDevice;
+    return okStatus();
+  });
+}
+
 braidResult_t braidCommGetAsyncError(braidComm_t handle, braidResult_t* asyncError) {
   return guard(__func__, [&] {
     braidComm* comm = nullptr;

@@ -65,6 +65,9 @@ Status stageDeviceOps(braidComm* comm, StageOp* ops, size_t nops, braidStream_t 
 void abandonDeviceGate(braidComm* comm, OpGate* gate);
 // Refuses a stream device calls cannot be ordered on (captured, of another device, not a stream).
 Status checkDeviceStream(braidComm* comm, braidStream_t stream);
+// Why a communicator has no CUDA device (cudaDevice -1), for messages: "no CUDA device: ...",
+// "CUDA is not compiled in ...", or "none was current at init".
+const char* whyNoCommDevice();
 // For calls that take host buffers only (tagged point-to-point, neighbour allreduces): refuses a
 // stream, and a device buffer where the communicator has a device. `what` names the buffer, `calls`
 // the kind of call ("tagged calls") in the message.

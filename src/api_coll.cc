@@ -426,7 +426,7 @@ Status braid::checkCommTypeStream(braidComm_t handle, braidDataType_t dtype, bra
   // With a device, the buffers decide (routeDeviceCall); without, a stream cannot mean anything.
   if (stream != nullptr && (*comm)->cudaDevice < 0)
     return errorf(braidInvalidUsage, "stream must be NULL: this communicator has no CUDA device (%s)",
-                  gpuAbsentReason()[0] != '\0' ? gpuAbsentReason() : "none was current at init");
+                  whyNoCommDevice());
   return okStatus();
 }
 

@@ -20,6 +20,7 @@
 #include "src/api.h"
 #include "src/comm.h"
 #include "src/cuda/memtype.h"
+#include "src/cuda/runtime.h"
 
 namespace braid {
 
@@ -72,6 +73,8 @@ Status routeDeviceCall(braidComm* comm, const CallBuffers& b, braidStream_t stre
   *onDeviceOut = sendDev || recvDev || stream != nullptr;
   return okStatus();
 }
+
+const char* whyNoCommDevice() { return gpuAbsentReason()[0] != '\0' ? gpuAbsentReason() : "none was current at init"; }
 
 Status checkDeviceStream(braidComm* comm, braidStream_t stream) {
   return checkStagingStream(comm->cudaDevice, static_cast<CUstream_st*>(stream));

@@ -1,8 +1,11 @@
 // The C API of memory: registration (braidCommRegister/Deregister) and allocation
-// (braidMemAlloc/Free). The records live in src/regions.h.
+// (braidMemAlloc/AllocDevice/Free) and the memory-type query. The records live in src/regions.h
+// (host) and src/cuda/device_mem.h (device).
 #include "braid/braid.h"
 #include "src/api.h"
 #include "src/comm.h"
+#include "src/cuda/device_mem.h"
+#include "src/cuda/memtype.h"
 
 using namespace braid;
 
@@ -37,10 +40,31 @@ braidResult_t braidMemAlloc(void** ptr, size_t size) {
   });
 }
 
+braidResult_t braidMemAllocDevice(void** ptr, size_t size) {
+  return guard(__func__, [&] {
+    if (ptr == nullptr) return errorf(braidInvalidArgument, "ptr is NULL");
+    if (size == 0) return errorf(braidInvalidArgument, "size is 0");
+    return deviceAlloc(size, ptr);
+  });
+}
+
 braidResult_t braidMemFree(void* ptr) {
   return guard(__func__, [&] {
     if (ptr == nullptr) return okStatus();
+    Status freed;
+    if (deviceFree(ptr, &freed)) return freed;
     return hostFree(ptr);
+  });
+}
+
+braidResult_t braidMemGetType(const void* ptr, size_t size, braidMemType_t* type) {
+  return guard(__func__, [&] {
+    if (ptr == nullptr) return errorf(braidInvalidArgument, "ptr is NULL");
+    if (type == nullptr) return errorf(braidInvalidArgument, "type is NULL");
+    PtrInfo info;
+    BRAID_TRY(pointerKind(ptr, size, &info));
+    *type = memTypeOf(info.kind) == MemType::kCuda ? braidMemCuda : braidMemHost;
+    return okStatus();
   });
 }
 

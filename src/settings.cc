@@ -38,8 +38,9 @@ Status parseConfig(const braidConfig_t* c, ConfigOverrides* out) {
   }
   if (c->memType != BRAID_CONFIG_UNDEF_INT) {
     if (c->memType == braidMemCuda)
-      return errorf(braidInvalidArgument,
-                    "config->memType braidMemCuda: this braid has no device-memory support yet (host memory only)");
+      return errorf(
+          braidInvalidArgument,
+          "config->memType braidMemCuda: braid finds each call's memory type from its buffers; leave memType unset");
     if (c->memType != braidMemHost)
       return errorf(braidInvalidArgument, "config->memType %d is not a braidMemType_t", c->memType);
   }

@@ -130,7 +130,7 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId com
 /* Memory types of buffers. Host memory only today; device memory comes with the GPU transport. */
 typedef enum BRAID_ENUM_BASE {
   braidMemHost = 0, /* pageable or pinned host memory */
-  braidMemCuda = 1, /* CUDA device memory: refused (braidInvalidArgument) until braid supports it */
+  braidMemCuda = 1, /* CUDA device or managed memory */
   braidNumMemTypes = 2
 } braidMemType_t;
 
@@ -208,6 +208,11 @@ braidResult_t braidCommAbort(braidComm_t comm);
 braidResult_t braidCommCount(braidComm_t comm, int* count);
 braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
 
+/* The CUDA device of comm's device buffers (BRAID_CUDA_DEVICE, else the device current at init).
+ * A communicator without one (no CUDA compiled in, no device) is braidInvalidUsage saying why, and
+ * *device is untouched. Thread-safe, never blocks. */
+braidResult_t braidCommCuDevice(braidComm_t comm, int* device);
+
 /* The error that failed the communicator (braidSuccess while healthy), without blocking. The
  * message is in braidGetLastError(). */
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
@@ -260,6 +265,19 @@ braidResult_t braidMemAlloc(void** ptr, size_t size);
  * already freed, is braidInvalidArgument and frees nothing; memory an operation in flight reads or
  * writes in place (above) is braidInvalidUsage and frees nothing. Thread-safe. */
 braidResult_t braidMemFree(void* ptr);
+
+/* Allocates size bytes of CUDA device memory on the calling thread's current device (cudaMalloc:
+ * contents undefined, 256-byte aligned; peers on the host can map it with CUDA IPC) into *ptr. Free
+ * it with braidMemFree, which waits for the device, as cudaFree does. size 0 or ptr NULL is
+ * braidInvalidArgument; no CUDA device is braidInvalidUsage saying why; out of device memory is
+ * braidSystemError. *ptr is set on success only. Thread-safe. (ncclMemAlloc of the NCCL shim.) */
+braidResult_t braidMemAllocDevice(void** ptr, size_t size);
+
+/* Where [ptr, ptr + size) lies: braidMemCuda for device or managed memory, braidMemHost for any
+ * other (pageable, pinned, or memory CUDA does not know). size 0 counts as 1. ptr or type NULL is
+ * braidInvalidArgument. Answers are cached, as for the buffers of collectives (a memory range freed
+ * outside braid and reused as another kind may be answered from the cache). Thread-safe. */
+braidResult_t braidMemGetType(const void* ptr, size_t size, braidMemType_t* type);
 
 /* ---- Collectives -------------------------------------------------------------------------------
  * Blocking forms return when the result is in recvbuff. Nonblocking forms (braidI...) return at

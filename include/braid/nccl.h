@@ -8,11 +8,13 @@
  * NCCL 2.28; the text and the behaviour described here are braid's.
  *
  * What holds for every function:
- * - Buffers are host memory and `stream` must be NULL: this build has no CUDA. A non-NULL stream
- *   is ncclInvalidUsage ("device buffers need a CUDA build"). NCCL itself requires a stream, so
- *   host buffers with a NULL stream are a braid extension.
- * - Calls return when their work is done (a collective: when recvbuff holds the result). Nothing
- *   is ever left running on a stream, so ncclInProgress is never returned.
+ * - Buffers are device memory of the communicator's CUDA device (ncclCommCuDevice), ordered on
+ *   `stream` as in NCCL: after the work enqueued on it before the call, before the work enqueued
+ *   after; the call returns once its work is enqueued (braid's device buffers, braid.h). Or they are
+ *   host memory with a NULL stream, a braid extension (NCCL requires device memory): such calls
+ *   return when their work is done. A non-NULL stream with host buffers, or on a communicator
+ *   without a CUDA device (a build without CUDA, a machine without a GPU), is ncclInvalidUsage.
+ *   ncclInProgress is never returned.
  * - What braid cannot do is an error with a message, never a silent success: ncclInvalidArgument
  *   for bad arguments, ncclInvalidUsage for things braid does not support. Nothing is written to
  *   the caller's buffers or outputs on failure, and ncclGetLastError() says why.
@@ -277,14 +279,16 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
 
-/* ncclInvalidUsage: communicators of this build are bound to no CUDA device. */
+/* The communicator's CUDA device (the device current at init, or BRAID_CUDA_DEVICE);
+ * ncclInvalidUsage for a communicator without one (no CUDA, no GPU), *device untouched. */
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device);
 
 /* ---- Memory -------------------------------------------------------------------------------------
- * ncclMemAlloc returns device memory in NCCL, and callers hand it to CUDA kernels; a CPU build has
- * none to give, and host memory in its place would fail later and far away. So ncclMemAlloc is
- * ncclInvalidUsage here (use malloc and a NULL stream). ncclMemFree(NULL) is a no-op; any other
- * pointer was not allocated by ncclMemAlloc and is ncclInvalidArgument. */
+ * ncclMemAlloc returns device memory of the current device (braidMemAllocDevice: cudaMalloc, which
+ * peers can map with CUDA IPC). Callers hand it to CUDA kernels, so host memory in its place would
+ * fail later and far away: without a CUDA device ncclMemAlloc is ncclInvalidUsage (use malloc and a
+ * NULL stream). ncclMemFree(NULL) is a no-op; a pointer ncclMemAlloc did not return (or returned and
+ * was freed) is ncclInvalidArgument and frees nothing. */
 ncclResult_t ncclMemAlloc(void** ptr, size_t size);
 ncclResult_t ncclMemFree(void* ptr);
 
@@ -306,9 +310,10 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
  * datatype (fp16/bf16 through fp32 with one rounding to nearest even; integers wrap around), then
  * the scaled values are summed. The op works only on `comm` and with `datatype` (anything else is
  * ncclInvalidArgument). The scalar, a value of `datatype`, must be host memory
- * (ncclScalarHostImmediate) and is read before the call returns; ncclScalarDevice needs CUDA and is
+ * (ncclScalarHostImmediate) and is read before the call returns; ncclScalarDevice is
  * ncclInvalidUsage. fp8 datatypes are ncclInvalidArgument. Each call using the op scales into a
- * scratch copy (the caller's sendbuff is never written). */
+ * host scratch copy (the caller's sendbuff is never written), so a call with the op on device
+ * buffers is ncclInvalidUsage (ncclAvg, or ncclSum of input scaled on the device, work). */
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                       ncclScalarResidence_t residence, ncclComm_t comm);
 /* Frees an op of ncclRedOpCreatePreMulSum; built-in ops and unknown values are ncclInvalidArgument. */

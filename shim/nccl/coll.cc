@@ -1,6 +1,8 @@
-// Collectives and point to point: each call checks what braid cannot check for it (the stream,
-// NCCL's datatype and op values), then calls braid's function of the same name. PreMulSum ops scale
-// a scratch copy of the input, then sum it.
+// Collectives and point to point: each call checks what braid cannot check for it (NCCL's datatype
+// and op values), then calls braid's function of the same name with the caller's stream: braid
+// orders calls on device buffers on it, as NCCL does, and refuses a stream with host buffers or on a
+// communicator without a CUDA device. PreMulSum ops scale a scratch copy of the input on the host,
+// then sum it; on device buffers they are refused (the shim runs no kernels).
 #include <cstdint>
 #include <cstring>
 
@@ -10,14 +12,9 @@ namespace braid::nccl {
 
 namespace {
 
-Status prologue(ncclComm_t comm, cudaStream_t stream, braidComm_t* out) {
-  BRAID_TRY(usable(comm, out));
-  if (stream != nullptr)
-    return errorf(braidInvalidUsage,
-                  "stream is not NULL: device buffers need a CUDA build of braid (host buffers with a NULL "
-                  "stream work)");
-  return okStatus();
-}
+Status prologue(ncclComm_t comm, braidComm_t* out) { return usable(comm, out); }
+
+braidStream_t toBraid(cudaStream_t stream) { return static_cast<braidStream_t>(stream); }
 
 Status rankAndSize(braidComm_t b, int* rank, int* n) {
   BRAID_TRY(fromBraid(braidCommUserRank(b, rank)));
@@ -48,6 +45,12 @@ Status prepareReduction(ncclComm_t comm, const void* sendbuff, size_t count, siz
   if (count > static_cast<size_t>(PTRDIFF_MAX) / es / sendBlocks)
     return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
   if (sendbuff == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
+  braidMemType_t where = braidMemHost;
+  BRAID_TRY(fromBraid(braidMemGetType(sendbuff, count * sendBlocks * es, &where)));
+  if (where != braidMemHost)
+    return errorf(braidInvalidUsage,
+                  "a PreMulSum op (ncclRedOpCreatePreMulSum) on device buffers: the shim scales its input on the "
+                  "host; scale on the device and use ncclSum, or ncclAvg for an average");
   const size_t elems = count * sendBlocks;
   unsigned char* scaled = nullptr;
   if (inGroup()) {
@@ -77,13 +80,13 @@ using namespace braid::nccl;
 
 namespace {
 
-// The calls that move data without reducing it: check the communicator and stream, map the type
+// The calls that move data without reducing it: check the communicator, map the type
 // (fp8 moves as bytes), call braid.
 template <class Call>
-ncclResult_t movement(const char* fn, ncclComm_t comm, cudaStream_t stream, ncclDataType_t datatype, Call call) {
+ncclResult_t movement(const char* fn, ncclComm_t comm, ncclDataType_t datatype, Call call) {
   return guard(fn, [&] {
     braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
+    BRAID_TRY(prologue(comm, &b));
     braidDataType_t t;
     BRAID_TRY(moveType(datatype, &t));
     return fromBraid(call(b, t));
@@ -98,10 +101,10 @@ NCCL_SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff
                                             ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return guard(__func__, [&] {
     braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
+    BRAID_TRY(prologue(comm, &b));
     Reduction red;
     BRAID_TRY(prepareReduction(comm, sendbuff, count, 1, datatype, op, &red));
-    return finishReduction(braidAllReduce(red.send, recvbuff, count, red.type, red.op, b, nullptr), &red);
+    return finishReduction(braidAllReduce(red.send, recvbuff, count, red.type, red.op, b, toBraid(stream)), &red);
   });
 }
 
@@ -109,10 +112,10 @@ NCCL_SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, s
                                          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   return guard(__func__, [&] {
     braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
+    BRAID_TRY(prologue(comm, &b));
     Reduction red;
     BRAID_TRY(prepareReduction(comm, sendbuff, count, 1, datatype, op, &red));
-    return finishReduction(braidReduce(red.send, recvbuff, count, red.type, red.op, root, b, nullptr), &red);
+    return finishReduction(braidReduce(red.send, recvbuff, count, red.type, red.op, root, b, toBraid(stream)), &red);
   });
 }
 
@@ -121,67 +124,70 @@ NCCL_SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recv
                                                 cudaStream_t stream) {
   return guard(__func__, [&] {
     braidComm_t b = nullptr;
-    BRAID_TRY(prologue(comm, stream, &b));
+    BRAID_TRY(prologue(comm, &b));
     int rank = 0, n = 0;
     BRAID_TRY(rankAndSize(b, &rank, &n));
     Reduction red;
     BRAID_TRY(prepareReduction(comm, sendbuff, recvcount, static_cast<size_t>(n), datatype, op, &red));
-    return finishReduction(braidReduceScatter(red.send, recvbuff, recvcount, red.type, red.op, b, nullptr), &red);
+    return finishReduction(braidReduceScatter(red.send, recvbuff, recvcount, red.type, red.op, b, toBraid(stream)),
+                           &red);
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
-    return braidAllGather(sendbuff, recvbuff, sendcount, t, b, nullptr);
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidAllGather(sendbuff, recvbuff, sendcount, t, b, toBraid(stream));
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                             int root, ncclComm_t comm, cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
-    return braidBroadcast(sendbuff, recvbuff, count, t, root, b, nullptr);
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidBroadcast(sendbuff, recvbuff, count, t, root, b, toBraid(stream));
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                                         cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
-    return braidBroadcast(buff, buff, count, t, root, b, nullptr);
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidBroadcast(buff, buff, count, t, root, b, toBraid(stream));
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                            ncclComm_t comm, cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
-    return braidAllToAll(sendbuff, recvbuff, count, t, b, nullptr);
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidAllToAll(sendbuff, recvbuff, count, t, b, toBraid(stream));
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                          int root, ncclComm_t comm, cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
-    return braidGather(sendbuff, recvbuff, count, t, root, b, nullptr);
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidGather(sendbuff, recvbuff, count, t, root, b, toBraid(stream));
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                           int root, ncclComm_t comm, cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype, [&](braidComm_t b, braidDataType_t t) {
-    return braidScatter(sendbuff, recvbuff, count, t, root, b, nullptr);
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidScatter(sendbuff, recvbuff, count, t, root, b, toBraid(stream));
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                        ncclComm_t comm, cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype,
-                  [&](braidComm_t b, braidDataType_t t) { return braidSend(sendbuff, count, t, peer, b, nullptr); });
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidSend(sendbuff, count, t, peer, b, toBraid(stream));
+  });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                                        cudaStream_t stream) {
-  return movement(__func__, comm, stream, datatype,
-                  [&](braidComm_t b, braidDataType_t t) { return braidRecv(recvbuff, count, t, peer, b, nullptr); });
+  return movement(__func__, comm, datatype, [&](braidComm_t b, braidDataType_t t) {
+    return braidRecv(recvbuff, count, t, peer, b, toBraid(stream));
+  });
 }
 
 }  // extern "C"

@@ -392,9 +392,10 @@ NCCL_SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank)
 
 NCCL_SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return guard(__func__, [&] {
-    BRAID_TRY(live(comm));
-    (void)device;
-    return errorf(braidInvalidUsage, "this braid build has no CUDA: communicators are bound to no device");
+    braidComm_t b = nullptr;
+    BRAID_TRY(initialized(comm, &b));
+    if (device == nullptr) return errorf(braidInvalidArgument, "device is NULL");
+    return fromBraid(braidCommCuDevice(b, device));
   });
 }
 

@@ -1,4 +1,5 @@
-// Memory: allocation (refused without CUDA), registration (braidCommRegister), windows (refused).
+// Memory: allocation (braidMemAllocDevice: refused without a CUDA device), registration
+// (braidCommRegister), windows (refused).
 // The reasons are in include/braid/nccl.h.
 #include "shim/nccl/shim.h"
 
@@ -10,18 +11,26 @@ extern "C" {
 NCCL_SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   return guard(__func__, [&] {
     if (ptr == nullptr) return errorf(braidInvalidArgument, "ptr is NULL");
-    return errorf(braidInvalidUsage,
-                  "ncclMemAlloc returns CUDA device memory and this braid build has no CUDA (%zu bytes asked); "
-                  "use host memory (malloc) with a NULL stream",
-                  size);
+    // NCCL returns device memory, which callers hand to kernels: host memory in its place would fail
+    // later and far away, so without a device this is refused.
+    return fromBraid(braidMemAllocDevice(ptr, size))
+        .withContext(
+            "ncclMemAlloc allocates CUDA device memory; without a device use host memory (malloc) with a "
+            "NULL stream");
   });
 }
 
 NCCL_SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
   return guard(__func__, [&] {
     if (ptr == nullptr) return okStatus();
-    return errorf(braidInvalidArgument, "%p was not allocated by ncclMemAlloc (which allocates nothing in this build)",
-                  ptr);
+    // braidMemFree also frees braidMemAlloc's host memory, which ncclMemAlloc never returns.
+    braidMemType_t where = braidMemHost;
+    if (braidMemGetType(ptr, 1, &where) != braidSuccess || where != braidMemCuda)
+      return errorf(braidInvalidArgument, "%p was not allocated by ncclMemAlloc (it is not device memory)", ptr);
+    const Status freed = fromBraid(braidMemFree(ptr));
+    if (freed.code() == braidInvalidArgument)
+      return errorf(braidInvalidArgument, "%p was not allocated by ncclMemAlloc: %s", ptr, freed.message().c_str());
+    return freed;
   });
 }
 

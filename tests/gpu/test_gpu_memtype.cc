@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
+#include "braid/braid.h"
 #include "src/cuda/memtype.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -56,6 +57,35 @@ TEST_CASE("memory types of device, managed and pinned memory", "[gpu][memtype]")
   CHECK(cudaFree(managed) == cudaSuccess);
   CHECK(cudaFree(dev) == cudaSuccess);
   forgetPointerKinds(nullptr, 0);
+}
+
+// braidMemAllocDevice: device memory of the current device that braidMemGetType names and a kernel
+// can write; braidMemFree frees it once, and refuses device memory braid did not allocate (which
+// stays the caller's to free).
+TEST_CASE("braidMemAllocDevice memory is device memory that braidMemFree frees once", "[gpu][memtype]") {
+  if (noGpu()) return;
+  int current = -1;
+  REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+  void* p = nullptr;
+  REQUIRE(braidMemAllocDevice(&p, 1 << 20) == braidSuccess);
+  REQUIRE(p != nullptr);
+  braidMemType_t t = braidMemHost;
+  REQUIRE(braidMemGetType(static_cast<char*>(p) + 4096, 16, &t) == braidSuccess);
+  CHECK(t == braidMemCuda);
+  PtrInfo info;
+  REQUIRE(pointerKind(p, 1 << 20, &info).ok());
+  CHECK(info.kind == PtrKind::kDevice);
+  CHECK(info.device == current);
+  CHECK(cudaMemset(p, 0x5a, 1 << 20) == cudaSuccess);
+  unsigned char back = 0;
+  CHECK(cudaMemcpy(&back, static_cast<char*>(p) + 12345, 1, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back == 0x5a);
+  void* foreign = nullptr;
+  REQUIRE(cudaMalloc(&foreign, 4096) == cudaSuccess);
+  CHECK(braidMemFree(foreign) == braidInvalidArgument);
+  CHECK(cudaFree(foreign) == cudaSuccess);
+  REQUIRE(braidMemFree(p) == braidSuccess);
+  CHECK(braidMemFree(p) == braidInvalidArgument);
 }
 
 }  // namespace

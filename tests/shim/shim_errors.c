@@ -93,8 +93,9 @@ static int refused_calls(ncclComm_t comm, int rank, int n) {
   EXPECT_FAIL(ncclAllReduce(send, recv, 8, (ncclDataType_t)99, ncclSum, comm, NULL), ncclInvalidArgument, "datatype");
   EXPECT_FAIL(ncclAllReduce(send, recv, 8, ncclFloat8e4m3, ncclSum, comm, NULL), ncclInvalidArgument, "fp8");
   EXPECT_FAIL(ncclAllReduce(send, recv, 8, ncclInt32, (ncclRedOp_t)42, comm, NULL), ncclInvalidArgument, "op 42");
+  /* A stream with host buffers: refused with or without a device (braid checks which memory). */
   cudaStream_t stream = (cudaStream_t)(uintptr_t)0x1;
-  EXPECT_FAIL(ncclAllReduce(send, recv, 8, ncclInt32, ncclSum, comm, stream), ncclInvalidUsage, "CUDA");
+  EXPECT_FAIL(ncclAllReduce(send, recv, 8, ncclInt32, ncclSum, comm, stream), ncclInvalidUsage, "stream");
   EXPECT_FAIL(ncclBroadcast(send, recv, 8, ncclInt32, n, comm, NULL), ncclInvalidArgument, "root");
   EXPECT_FAIL(ncclReduce(send, recv, 8, ncclInt32, ncclSum, -1, comm, NULL), ncclInvalidArgument, "root");
   EXPECT_FAIL(ncclGather(send, recv, 1, ncclInt32, n, comm, NULL), ncclInvalidArgument, "root");
@@ -102,13 +103,29 @@ static int refused_calls(ncclComm_t comm, int rank, int n) {
   EXPECT_FAIL(ncclRecv(recv, 8, ncclInt32, -1, comm, NULL), ncclInvalidArgument, "peer");
   EXPECT_FAIL(ncclAllReduce(send, recv, 8, ncclInt32, ncclSum, NULL, NULL), ncclInvalidArgument, "comm");
   for (int i = 0; i < 8; ++i) EXPECT(recv[i] == 0x5a5a5a5a, "a refused call wrote recvbuff[%d]", i);
-  /* No CUDA: device, memory, windows. */
+  /* Device and memory: with a CUDA device (a GPU machine) real; without one refused, saying CUDA,
+   * and nothing written. */
   int dev = 1234;
-  EXPECT_FAIL(ncclCommCuDevice(comm, &dev), ncclInvalidUsage, "CUDA");
-  EXPECT(dev == 1234, "ncclCommCuDevice wrote *device");
   void* p = (void*)&dev;
-  EXPECT_FAIL(ncclMemAlloc(&p, 4096), ncclInvalidUsage, "CUDA");
-  EXPECT(p == (void*)&dev, "ncclMemAlloc wrote *ptr");
+  if (ncclCommCuDevice(comm, &dev) == ncclSuccess) {
+    EXPECT(dev >= 0 && dev != 1234, "ncclCommCuDevice gave device %d", dev);
+    CHECK_NCCL(ncclMemAlloc(&p, 4096));
+    EXPECT(p != NULL && p != (void*)&dev, "ncclMemAlloc gave no memory");
+    /* Device memory with a host-only op refused before anything runs, then freed once. */
+    float fhalf = 0.5f;
+    ncclRedOp_t pre = (ncclRedOp_t)-1;
+    CHECK_NCCL(ncclRedOpCreatePreMulSum(&pre, &fhalf, ncclFloat32, ncclScalarHostImmediate, comm));
+    EXPECT_FAIL(ncclAllReduce(p, p, 16, ncclFloat32, pre, comm, NULL), ncclInvalidUsage, "PreMulSum");
+    CHECK_NCCL(ncclRedOpDestroy(pre, comm));
+    CHECK_NCCL(ncclMemFree(p));
+    EXPECT_FAIL(ncclMemFree(p), ncclInvalidArgument, "ncclMemAlloc");
+  } else {
+    EXPECT_FAIL(ncclCommCuDevice(comm, &dev), ncclInvalidUsage, "CUDA");
+    EXPECT(dev == 1234, "ncclCommCuDevice wrote *device");
+    EXPECT_FAIL(ncclMemAlloc(&p, 4096), ncclInvalidUsage, "CUDA");
+    EXPECT(p == (void*)&dev, "ncclMemAlloc wrote *ptr");
+  }
+  EXPECT_FAIL(ncclCommCuDevice(comm, NULL), ncclInvalidArgument, "device");
   CHECK_NCCL(ncclMemFree(NULL));
   EXPECT_FAIL(ncclMemFree(&dev), ncclInvalidArgument, "ncclMemAlloc");
   ncclWindow_t win = NULL;

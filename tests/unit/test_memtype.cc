@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "braid/braid.h"
@@ -98,6 +99,42 @@ TEST_CASE("memory types map onto the transports' MemType and have names", "[unit
   CHECK(memTypeOf(PtrKind::kManaged) == MemType::kCuda);
   CHECK(std::string(ptrKindName(PtrKind::kPinnedHost)) == "pinned host");
   CHECK(std::string(ptrKindName(PtrKind::kManaged)) == "managed");
+}
+
+}  // namespace
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+// The public calls on every machine: braidMemGetType answers host for host memory and refuses bad
+// arguments; braidMemAllocDevice refuses bad arguments and, without a device, says why and writes
+// nothing. The device side is in tests/gpu/test_gpu_memtype.cc.
+TEST_CASE("braidMemGetType and braidMemAllocDevice on host memory and bad arguments", "[unit][memtype]") {
+  char stack[64];
+  void* mem = nullptr;
+  REQUIRE(braidMemAlloc(&mem, 4096) == braidSuccess);
+  for (const void* p : {static_cast<const void*>(stack), static_cast<const void*>(mem)}) {
+    braidMemType_t t = braidMemCuda;
+    REQUIRE(braidMemGetType(p, 64, &t) == braidSuccess);
+    CHECK(t == braidMemHost);
+  }
+  braidMemType_t t = braidMemCuda;
+  CHECK(braidMemGetType(nullptr, 1, &t) == braidInvalidArgument);
+  CHECK(braidMemGetType(stack, 1, nullptr) == braidInvalidArgument);
+  CHECK(t == braidMemCuda);
+  void* p = stack;
+  CHECK(braidMemAllocDevice(nullptr, 16) == braidInvalidArgument);
+  CHECK(braidMemAllocDevice(&p, 0) == braidInvalidArgument);
+  CHECK(p == stack);
+  if (gpuDeviceCount() == 0) {
+    CHECK(braidMemAllocDevice(&p, 4096) == braidInvalidUsage);
+    CHECK(std::string(braidGetLastError()).find("CUDA") != std::string::npos);
+    CHECK(p == stack);
+  }
+  // Host memory from braidMemAlloc is still freed by braidMemFree, and only once.
+  REQUIRE(braidMemFree(mem) == braidSuccess);
+  CHECK(braidMemFree(mem) == braidInvalidArgument);
 }
 
 }  // namespace
