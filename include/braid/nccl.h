@@ -236,8 +236,10 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myran
 
 /* Creates all `ndev` ranks of one communicator in this process (comm[i] is rank i), initializing
  * them on ndev threads. devlist names CUDA devices: it may be NULL; when given, its entries must be
- * distinct and non-negative, and are otherwise unused (no CUDA). Blocks until all are ready. On
- * failure no communicator is left behind. */
+ * distinct and non-negative, and are otherwise unused: every rank takes the device its init thread
+ * finds current (device 0, or BRAID_CUDA_DEVICE), so on a machine with several GPUs buffers of
+ * another device are refused by the calls (ncclInvalidArgument naming both devices), never moved
+ * wrongly. Blocks until all are ready. On failure no communicator is left behind. */
 ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist);
 
 /* Splits `comm` by color (ranks of one color form one communicator, ordered by key, then by old
