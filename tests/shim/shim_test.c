@@ -136,13 +136,10 @@ struct phase {
 };
 
 static const struct phase kPhases[] = {
-    {"coll", coll_phase, 0},
-    {"errors", error_phase, 0},
-    {"split", split_phase, 0},
-    {"abort", abort_phase, 0},
-    {"exit", exit_phase, 0},
-    {"local", local_phase, 1},
-    {"local-split", local_split_phase, 1},
+    {"coll", coll_phase, 0},   {"errors", error_phase, 0},
+    {"split", split_phase, 0}, {"abort", abort_phase, 0},
+    {"exit", exit_phase, 0},   {"device", device_phase, 0},
+    {"local", local_phase, 1}, {"local-split", local_split_phase, 1},
 };
 
 /* Runs one phase; returns 0, SKIP_STATUS or 1. */

@@ -58,11 +58,12 @@ unsigned short to_bf16_bits(float f);
 #define TEST_IDS 3
 typedef int (*rank_body)(int rank, int n, const ncclUniqueId* ids);
 
-int coll_phase(int rank, int n, const ncclUniqueId* ids);  /* collectives, PreMulSum */
-int error_phase(int rank, int n, const ncclUniqueId* ids); /* error paths, configs */
-int split_phase(int rank, int n, const ncclUniqueId* ids); /* ncclCommSplit */
-int abort_phase(int rank, int n, const ncclUniqueId* ids); /* a rank aborts mid-run */
-int exit_phase(int rank, int n, const ncclUniqueId* ids);  /* a rank dies mid-run */
+int coll_phase(int rank, int n, const ncclUniqueId* ids);   /* collectives, PreMulSum */
+int error_phase(int rank, int n, const ncclUniqueId* ids);  /* error paths, configs */
+int split_phase(int rank, int n, const ncclUniqueId* ids);  /* ncclCommSplit */
+int abort_phase(int rank, int n, const ncclUniqueId* ids);  /* a rank aborts mid-run */
+int exit_phase(int rank, int n, const ncclUniqueId* ids);   /* a rank dies mid-run */
+int device_phase(int rank, int n, const ncclUniqueId* ids); /* device buffers on a stream */
 /* Single-process phases (ids unused): all n ranks in one process. */
 int local_phase(int rank, int n, const ncclUniqueId* ids);       /* ncclCommInitAll, grouped init */
 int local_split_phase(int rank, int n, const ncclUniqueId* ids); /* grouped splits in one thread */
