@@ -32,6 +32,27 @@ enum { kCount = 1 << 18 };
 /* Rank r's input element i: small integers, exact in float and int32. */
 static float input(int r, size_t i) { return (float)(r + 1 + (int)(i % 7)); }
 
+/* Copies `host` into `src` on s, AllReduces it (sum or avg) into `dst`, copies `dst` into `back`
+ * on s, then synchronizes once and checks every element. */
+static int allreduce_round(ncclComm_t comm, int n, const float* host, void* src, void* dst, ncclRedOp_t op, float* back,
+                           cudaStream_t s) {
+  const size_t bytes = kCount * sizeof(float);
+  CHECK_CUDA(cudaMemcpyAsync(src, host, bytes, cudaMemcpyHostToDevice, s));
+  CHECK_NCCL(ncclAllReduce(src, dst, kCount, ncclFloat32, op, comm, s));
+  CHECK_CUDA(cudaMemcpyAsync(back, dst, bytes, cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < kCount; ++i) {
+    double want = 0;
+    for (int r = 0; r < n; ++r) want += input(r, i);
+    if (op == ncclAvg) want /= n;
+    const double err = back[i] > want ? back[i] - want : want - back[i];
+    /* A sum of small integers is exact; an average is rounded once. */
+    EXPECT(err <= (op == ncclAvg ? 1e-6 * want : 0), "AllReduce %s %s: element %zu is %g, want %g",
+           op == ncclAvg ? "avg" : "sum", src == dst ? "in place" : "out of place", i, back[i], want);
+  }
+  return 0;
+}
+
 static int device_body(ncclComm_t comm, int rank, int n, cudaStream_t s) {
   const size_t bytes = kCount * sizeof(float);
   float* host = malloc(bytes * (size_t)n);
@@ -43,29 +64,10 @@ static int device_body(ncclComm_t comm, int rank, int n, cudaStream_t s) {
   CHECK_CUDA(cudaMalloc((void**)&out, bytes * (size_t)n));
   for (size_t i = 0; i < kCount; ++i) host[i] = input(rank, i);
 
-  /* AllReduce sum in place, the copies in and out on the same stream. */
-  CHECK_CUDA(cudaMemcpyAsync(mem, host, bytes, cudaMemcpyHostToDevice, s));
-  CHECK_NCCL(ncclAllReduce(mem, mem, kCount, ncclFloat32, ncclSum, comm, s));
-  CHECK_CUDA(cudaMemcpyAsync(back, mem, bytes, cudaMemcpyDeviceToHost, s));
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  for (size_t i = 0; i < kCount; ++i) {
-    double want = 0;
-    for (int r = 0; r < n; ++r) want += input(r, i);
-    EXPECT(back[i] == (float)want, "AllReduce in place: element %zu is %g, want %g", i, back[i], want);
-  }
-
-  /* ncclAvg out of place from the same input. */
-  CHECK_CUDA(cudaMemcpyAsync(mem, host, bytes, cudaMemcpyHostToDevice, s));
-  CHECK_NCCL(ncclAllReduce(mem, out, kCount, ncclFloat32, ncclAvg, comm, s));
-  CHECK_CUDA(cudaMemcpyAsync(back, out, bytes, cudaMemcpyDeviceToHost, s));
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  for (size_t i = 0; i < kCount; ++i) {
-    double want = 0;
-    for (int r = 0; r < n; ++r) want += input(r, i);
-    want /= n;
-    const double err = back[i] > want ? back[i] - want : want - back[i];
-    EXPECT(err <= 1e-6 * want, "AllReduce ncclAvg: element %zu is %g, want %g", i, back[i], want);
-  }
+  /* AllReduce sum in place, then ncclAvg out of place, from the same input. */
+  int rc = allreduce_round(comm, n, host, mem, mem, ncclSum, back, s);
+  if (rc == 0) rc = allreduce_round(comm, n, host, mem, out, ncclAvg, back, s);
+  if (rc != 0) return rc;
 
   /* An AllGather of the input (still in `mem`) into `out`: all n blocks. */
   CHECK_NCCL(ncclAllGather(mem, out, kCount, ncclFloat32, comm, s));
