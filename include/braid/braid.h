@@ -127,7 +127,7 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
  * release it with braidCommDestroy. Thread-safe. */
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank);
 
-/* Memory types of buffers. Host memory only today; device memory comes with the GPU transport. */
+/* Memory types of buffers (braidMemGetType). Each call finds its buffers' type itself. */
 typedef enum BRAID_ENUM_BASE {
   braidMemHost = 0, /* pageable or pinned host memory */
   braidMemCuda = 1, /* CUDA device or managed memory */
@@ -253,8 +253,8 @@ braidResult_t braidCommRegister(braidComm_t comm, void* buff, size_t size, void*
  * registrations left. Not collective, never blocks. Thread-safe. */
 braidResult_t braidCommDeregister(braidComm_t comm, void* handle);
 
-/* Allocates size bytes of zeroed host memory, aligned to the page size, into *ptr (device memory
- * comes with the GPU transport). size 0 or ptr NULL is braidInvalidArgument; out of memory is
+/* Allocates size bytes of zeroed host memory, aligned to the page size, into *ptr (device memory:
+ * braidMemAllocDevice). size 0 or ptr NULL is braidInvalidArgument; out of memory is
  * braidSystemError. Free it with braidMemFree. Thread-safe.
  * The memory is a memory file mapped shared (shared with a child after fork, not copied): on one
  * host, collectives whose buffers the peers use are all such memory, on every rank, read and write
