@@ -127,14 +127,16 @@ row "all_reduce_perf -m device, cuda_ipc" "not built yet"
 #    one GPU, so where NCCL fails with 2 both run with 1 rank too (DDP's all-reduce then still runs
 #    through the library). The same seeds give the same checksum of the parameters. braid_torch on
 #    CUDA tensors is a later step (its row says so).
-ddp() {  # label world log [env...]
-  local label=$1 world=$2 log=$3
-  shift 3
+ddp() {  # world log [env...]: prints the script's result line, returns its status
+  local world=$1 log=$2
+  shift 2
   timeout 180 env "$@" python3 "$src/perf/ddp_steps.py" --world "$world" --steps 20 > "$log" 2>&1
   local rc=$?
   grep -E "^ddp " "$log" | tail -1
   return $rc
 }
+ms() { sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<< "$1"; }
+sum() { sed -n 's/.*checksum=\([-0-9.e]*\).*/\1/p' <<< "$1"; }
 shim_env=(LD_PRELOAD="$build/libbraid_nccl.so" BRAID_TIMEOUT=60)
 if ! python3 -c "import torch; assert torch.cuda.is_available()" > "$logs/torch.log" 2>&1; then
   row "DDP 20 steps" "no torch with CUDA here ($(tail -1 "$logs/torch.log"))"
@@ -142,12 +144,10 @@ elif [ ! -f "$build/libbraid_nccl.so" ]; then
   row "DDP 20 steps" "libbraid_nccl.so not built"
 else
   for world in 2 1; do
-    nccl_line=$(ddp "NCCL" $world "$logs/ddp_nccl_$world.log")
+    nccl_line=$(ddp $world "$logs/ddp_nccl_$world.log")
     nccl_rc=$?
-    shim_line=$(ddp "shim" $world "$logs/ddp_shim_$world.log" "${shim_env[@]}")
+    shim_line=$(ddp $world "$logs/ddp_shim_$world.log" "${shim_env[@]}")
     shim_rc=$?
-    ms() { sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<< "$1"; }
-    sum() { sed -n 's/.*checksum=\([-0-9.e]*\).*/\1/p' <<< "$1"; }
     nccl_desc="NCCL $( [ $nccl_rc -eq 0 ] && echo "$(ms "$nccl_line") ms" || echo "FAILED (see $logs/ddp_nccl_$world.log)")"
     shim_desc="shim $( [ $shim_rc -eq 0 ] && echo "$(ms "$shim_line") ms" || echo "FAILED (see $logs/ddp_shim_$world.log)")"
     extra=""

@@ -394,7 +394,6 @@ NCCL_SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* devic
   return guard(__func__, [&] {
     braidComm_t b = nullptr;
     BRAID_TRY(initialized(comm, &b));
-    if (device == nullptr) return errorf(braidInvalidArgument, "device is NULL");
     return fromBraid(braidCommCuDevice(b, device));
   });
 }

@@ -10,7 +10,6 @@ extern "C" {
 
 NCCL_SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   return guard(__func__, [&] {
-    if (ptr == nullptr) return errorf(braidInvalidArgument, "ptr is NULL");
     // NCCL returns device memory, which callers hand to kernels: host memory in its place would fail
     // later and far away, so without a device this is refused.
     return fromBraid(braidMemAllocDevice(ptr, size))
