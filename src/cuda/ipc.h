@@ -1,0 +1,84 @@
+// CUDA IPC, the first layer of the cuda_ipc transport (issue "GPUs"): a rank exports a range of its
+// device memory as a handle of fixed size that travels over any link (as bytes in a host message),
+// and another process of the same host opens it and reaches that range with copies or kernels of its
+// own: over NVLink or PCIe when the two ranks use two GPUs that can reach each other, within the
+// device when they share one (several processes on one GPU work: the GPU machine has one).
+//
+// What can be exported: memory of cudaMalloc (braidMemAllocDevice's included), any range inside one
+// allocation; the handle names the allocation and the offset of the range in it, because a peer
+// maps whole allocations (CUDA IPC knows nothing smaller). Managed memory, memory of cudaMallocAsync
+// pools and of cuMemCreate are refused saying so (the transport stages those instead).
+//
+// Device ordinals travel as the exporter sees them. They name the same GPU in the importer only when
+// both processes see the same devices in the same order (CUDA_VISIBLE_DEVICES alike): the transport
+// compares PCI bus ids, not ordinals, before it trusts a handle (not built yet).
+//
+// Without CUDA compiled in, or without a device, every call is refused saying why; nothing here
+// needs a GPU to build.
+//
+// Threads: ipcExport and ipcReachable are thread-safe; an IpcImports belongs to one thread at a time
+// (the executor's engine lock, once the transport uses it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+
+#include "src/base/status.h"
+
+namespace braid {
+
+// The wire form of one exported range. Plain bytes: no pointer, the same layout in every process of
+// one build (the transport checks the build at init like every other link).
+struct IpcHandle {
+  unsigned char handle[64];  // cudaIpcMemHandle_t of the allocation
+  uint64_t offset;           // of the range from the allocation's base
+  uint64_t bytes;            // of the range
+  uint64_t allocBytes;       // of the whole allocation
+  int32_t device;            // the exporter's CUDA ordinal
+  int32_t pid;               // the exporter's process: CUDA refuses to open a handle in its own process
+};
+static_assert(std::is_trivially_copyable_v<IpcHandle>, "IPC handles travel as bytes");
+static_assert(sizeof(IpcHandle) == 96, "the wire form of an IPC handle is fixed");
+
+// Exports bytes (> 0) of device memory at ptr, which must lie inside one cudaMalloc allocation.
+// *out written on success only.
+Status ipcExport(const void* ptr, size_t bytes, IpcHandle* out);
+
+// Whether a kernel or copy on `device` can reach memory of `peerDevice`: the same device always, two
+// devices when cudaDeviceCanAccessPeer says so (NVLink or PCIe peer-to-peer). *reachable written on
+// success only.
+Status ipcReachable(int device, int peerDevice, bool* reachable);
+
+// The peers' allocations this process opened, each once however many of its ranges are asked for,
+// closed when the IpcImports ends (or by closeAll). The transport keeps one per communicator.
+class IpcImports {
+ public:
+  IpcImports() = default;
+  ~IpcImports() { (void)closeAll(); }
+  IpcImports(const IpcImports&) = delete;
+  IpcImports& operator=(const IpcImports&) = delete;
+
+  // The address in this process of the range `h` names, mapped into `device`'s context (the
+  // importer's device, made current for the call and put back). *ptr written on success only.
+  Status open(const IpcHandle& h, int device, void** ptr);
+  // Closes every allocation opened here; the first failure is returned, the others still closed.
+  Status closeAll();
+  // How many allocations are open.
+  size_t openCount() const { return open_.size(); }
+
+ private:
+  struct Opened {
+    void* base = nullptr;
+    uint64_t allocBytes = 0;
+    int device = -1;  // the importer's device it was opened on
+  };
+  // By the handle's bytes, which name one allocation. Whether an allocation freed and made again at
+  // the same address gets other bytes is not checked yet (no GPU has run this): until it is, the
+  // transport closes a peer's allocations when that peer deregisters or frees them.
+  std::unordered_map<std::string, Opened> open_;
+};
+
+}  // namespace braid
