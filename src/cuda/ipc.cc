@@ -75,6 +75,7 @@ Status ipcExport(const void* ptr, size_t bytes, IpcHandle* out) {
     return cudaStatus(e, "cudaIpcGetMemHandle").withContext(where);
   }
   IpcHandle w{};
+  BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(w.busId, sizeof(w.busId), attr.device));
   memcpy(w.handle, &h, sizeof(h));
   w.offset = offset;
   w.bytes = bytes;
@@ -82,6 +83,24 @@ Status ipcExport(const void* ptr, size_t bytes, IpcHandle* out) {
   w.device = attr.device;
   w.pid = static_cast<int32_t>(getpid());
   *out = w;
+  return okStatus();
+}
+
+Status ipcLocalDevice(const IpcHandle& h, int* device) {
+  if (device == nullptr) return errorf(braidInvalidArgument, "ipcLocalDevice needs somewhere to write the device");
+  if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+  if (memchr(h.busId, 0, sizeof(h.busId)) == nullptr || h.busId[0] == 0)
+    return errorf(braidInvalidArgument, "a CUDA IPC handle without a PCI bus id");
+  int d = -1;
+  const cudaError_t e = cudaDeviceGetByPCIBusId(&d, h.busId);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return errorf(braidInvalidUsage,
+                  "the peer's GPU %s (its CUDA device %d) is not among this process's CUDA devices "
+                  "(cudaDeviceGetByPCIBusId: %s)",
+                  h.busId, static_cast<int>(h.device), cudaGetErrorString(e));
+  }
+  *device = d;
   return okStatus();
 }
 
@@ -149,6 +168,8 @@ Status IpcImports::closeAll() {
 #else  // no CUDA compiled in
 
 Status ipcExport(const void*, size_t, IpcHandle*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
+
+Status ipcLocalDevice(const IpcHandle&, int*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
 
 Status ipcReachable(int, int, bool*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
 

@@ -9,9 +9,9 @@
 // maps whole allocations (CUDA IPC knows nothing smaller). Managed memory, memory of cudaMallocAsync
 // pools and of cuMemCreate are refused saying so (the transport stages those instead).
 //
-// Device ordinals travel as the exporter sees them. They name the same GPU in the importer only when
-// both processes see the same devices in the same order (CUDA_VISIBLE_DEVICES alike): the transport
-// compares PCI bus ids, not ordinals, before it trusts a handle (not built yet).
+// Device ordinals name a GPU only within one process (CUDA_VISIBLE_DEVICES may differ between
+// ranks), so a handle also carries its device's PCI bus id, and ipcLocalDevice finds which of the
+// importer's devices that is.
 //
 // Without CUDA compiled in, or without a device, every call is refused saying why; nothing here
 // needs a GPU to build.
@@ -37,15 +37,21 @@ struct IpcHandle {
   uint64_t offset;           // of the range from the allocation's base
   uint64_t bytes;            // of the range
   uint64_t allocBytes;       // of the whole allocation
-  int32_t device;            // the exporter's CUDA ordinal
+  int32_t device;            // the exporter's CUDA ordinal (as the exporter sees it)
   int32_t pid;               // the exporter's process: CUDA refuses to open a handle in its own process
+  char busId[32];            // the device's PCI bus id ("0000:65:00.0"), NUL-terminated
 };
 static_assert(std::is_trivially_copyable_v<IpcHandle>, "IPC handles travel as bytes");
-static_assert(sizeof(IpcHandle) == 96, "the wire form of an IPC handle is fixed");
+static_assert(sizeof(IpcHandle) == 128, "the wire form of an IPC handle is fixed");
 
 // Exports bytes (> 0) of device memory at ptr, which must lie inside one cudaMalloc allocation.
 // *out written on success only.
 Status ipcExport(const void* ptr, size_t bytes, IpcHandle* out);
+
+// The importer's ordinal of the device whose memory `h` names (by its PCI bus id): the exporter's
+// device as this process sees it. braidInvalidUsage when this process does not see that device.
+// *device written on success only.
+Status ipcLocalDevice(const IpcHandle& h, int* device);
 
 // Whether a kernel or copy on `device` can reach memory of `peerDevice`: the same device always, two
 // devices when cudaDeviceCanAccessPeer says so (NVLink or PCIe peer-to-peer). *reachable written on

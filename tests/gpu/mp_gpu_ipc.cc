@@ -1,8 +1,8 @@
 // CUDA IPC between real processes that share one GPU (src/cuda/ipc.h): rank 0 exports a range in the
 // middle of its device memory and sends the handle as bytes; rank 1 opens it, reads rank 0's data
-// there, writes its own, and the range opens once however often it is asked for; rank 0 then sees
-// rank 1's bytes in the range and its own outside it. Built only with CUDA; skipped, saying why,
-// where no GPU is present.
+// there (its GPU found by PCI bus id), writes its own, and the range opens once however often it is asked for; rank 0
+// then sees rank 1's bytes in the range and its own outside it. Built only with CUDA; skipped, saying why, where no GPU
+// is present.
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
@@ -62,10 +62,15 @@ TEST_CASE("CUDA IPC: a peer process opens a range of device memory, reads and wr
     if (h.offset != offset || h.bytes != bytes || h.allocBytes < allocBytes)
       return fail(rank, "the handle says %llu bytes at offset %llu of %llu", static_cast<unsigned long long>(h.bytes),
                   static_cast<unsigned long long>(h.offset), static_cast<unsigned long long>(h.allocBytes));
+    int peerDevice = -1;
+    const braid::Status l = braid::ipcLocalDevice(h, &peerDevice);
+    if (!l.ok() || peerDevice != device)  // the ranks share one GPU
+      return fail(rank, "the handle's GPU %s is device %d here, not %d: %s", h.busId, peerDevice, device,
+                  l.message().c_str());
     bool reachable = false;
-    const braid::Status r = braid::ipcReachable(device, h.device, &reachable);
+    const braid::Status r = braid::ipcReachable(device, peerDevice, &reachable);
     if (!r.ok() || !reachable)
-      return fail(rank, "device %d cannot reach device %d: %s", device, h.device, r.message().c_str());
+      return fail(rank, "device %d cannot reach device %d: %s", device, peerDevice, r.message().c_str());
     braid::IpcImports imports;
     void* p = nullptr;
     void* again = nullptr;

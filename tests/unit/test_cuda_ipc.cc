@@ -1,11 +1,12 @@
 // CUDA IPC export and import (src/cuda/ipc.h) where it must work on every machine: bad arguments
 // and, without a device, every call refused saying why with nothing written; with a device, what one
-// process can check by itself (the handle's range, device and process; ranges past their allocation,
-// host memory and a handle of this very process refused). Two processes sharing device memory:
-// tests/gpu/mp_gpu_ipc.cc.
+// process can check by itself (the handle's range, device, bus id and process; ranges past their
+// allocation, host memory, a handle of this very process and a GPU this process does not see
+// refused). Two processes sharing device memory: tests/gpu/mp_gpu_ipc.cc.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -39,6 +40,9 @@ TEST_CASE("CUDA IPC: bad arguments and a missing device are refused, writing not
   CHECK(s.code() == braidInvalidUsage);
   CHECK(s.message() == gpuAbsentReason());
   CHECK(allBytes(&h, sizeof(h), 0xab));
+  int device = -1;
+  CHECK(ipcLocalDevice(h, &device).code() == braidInvalidUsage);
+  CHECK(device == -1);
   bool reachable = true;
   CHECK(ipcReachable(0, 0, &reachable).code() == braidInvalidUsage);
   CHECK(reachable);
@@ -68,6 +72,16 @@ TEST_CASE("CUDA IPC: a range of braidMemAllocDevice memory exports with its offs
   CHECK(whole.allocBytes >= bytes);
   CHECK(whole.device == device);
   CHECK(whole.pid == static_cast<int32_t>(getpid()));
+  int local = -1;
+  CHECK(ipcLocalDevice(whole, &local).ok());  // the bus id names this very device
+  CHECK(local == device);
+  IpcHandle stranger = whole;
+  snprintf(stranger.busId, sizeof(stranger.busId), "ffff:ff:1f.7");
+  local = -1;
+  CHECK(ipcLocalDevice(stranger, &local).code() == braidInvalidUsage);
+  memset(stranger.busId, 0, sizeof(stranger.busId));
+  CHECK(ipcLocalDevice(stranger, &local).code() == braidInvalidArgument);
+  CHECK(local == -1);
   REQUIRE(ipcExport(base + 4096, 1000, &part).ok());
   CHECK(part.offset == 4096);
   CHECK(part.bytes == 1000);
