@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "perf/cuda_bench.h"
 #include "perf/options.h"
 #include "src/cuda/kernels.h"
 #include "src/cuda/runtime.h"
@@ -27,51 +28,8 @@ namespace {
 
 using namespace braid;
 
-// Exits with the CUDA error: a benchmark has no one to hand a Status to.
-void must(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return;
-  std::fprintf(stderr, "cuda_reduce_perf: %s: %s\n", what, cudaGetErrorString(err));
-  std::exit(1);
-}
-
-void must(const Status& s, const char* what) {
-  if (s.ok()) return;
-  std::fprintf(stderr, "cuda_reduce_perf: %s: %s\n", what, s.message().c_str());
-  std::exit(1);
-}
-
-// Microseconds per call of `body`, over `iters` calls after `warmup` untimed ones.
-template <class F>
-double timeUs(int warmup, int iters, cudaStream_t stream, F&& body) {
-  for (int i = 0; i < warmup; ++i) body();
-  cudaEvent_t start, stop;
-  must(cudaEventCreate(&start), "cudaEventCreate");
-  must(cudaEventCreate(&stop), "cudaEventCreate");
-  must(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int i = 0; i < iters; ++i) body();
-  must(cudaEventRecord(stop, stream), "cudaEventRecord");
-  must(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float ms = 0;
-  must(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms * 1000.0 / iters;
-}
-
-// Pulls "-B N" and "-g N" out of argv (the shared parser does not know them); the rest stays.
-std::vector<char*> ownFlags(int argc, char** argv, int* blocks, int* device) {
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const bool mine = std::strcmp(argv[i], "-B") == 0 || std::strcmp(argv[i], "-g") == 0;
-    if (mine && i + 1 < argc) {
-      (argv[i][1] == 'B' ? *blocks : *device) = std::atoi(argv[i + 1]);
-      ++i;
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
-  return rest;
-}
+using perf::must;
+using perf::timeUs;
 
 // One reduction of `count` elements against the CPU kernel (bit for bit, NaNs aside: the inputs
 // are small integers in every type, so no NaN arises).
@@ -131,12 +89,7 @@ bool check(braidDataType_t dt, braidRedOp_t op, size_t count, const GpuLaunch& l
 
 int main(int argc, char** argv) {
   int blocks = 0, device = 0;
-  std::vector<char*> args = ownFlags(argc, argv, &blocks, &device);
-  // Defaults first, so that the caller's -b/-e override them.
-  std::vector<char*> full{args[0], const_cast<char*>("-b"), const_cast<char*>("1M"), const_cast<char*>("-e"),
-                          const_cast<char*>("1G")};
-  full.insert(full.end(), args.begin() + 1, args.end());
-  const perf::Options o = perf::parseOptions(static_cast<int>(full.size()), full.data());
+  const perf::Options o = perf::parseCudaBenchFlags(argc, argv, {{"-B", &blocks}, {"-g", &device}});
   if (gpuDeviceCount() == 0) {
     std::printf("cuda_reduce_perf: %s; nothing measured\n", gpuAbsentReason());
     return 0;

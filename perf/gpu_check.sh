@@ -119,7 +119,25 @@ else
   row "NCCL shim tests (suite shim)" "FAIL: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$out" | tr -s ' ' | tr '\n' ' ')see $out"
 fi
 
-# 6. TODO(issue "GPUs", cuda_ipc): all_reduce_perf -m device -g 0 with 2 ranks through cuda_ipc.
+# 6. CUDA IPC between 2 ranks (perf/cuda_ipc_perf: rank 1 copies from and into rank 0's exported
+#    memory and within its own; on one GPU all of it stays in that GPU's memory), the raw bandwidth
+#    the cuda_ipc transport will have. TODO(issue "GPUs", cuda_ipc): all_reduce_perf -m device -g 0
+#    with 2 ranks through the transport.
+out=$logs/cuda_ipc_perf.log
+if [ ! -x "$build/perf/cuda_ipc_perf" ]; then
+  row "CUDA IPC copies, 2 ranks" "not built (no CUDA in this build)"
+elif timeout 120 "$build/tools/braidrun" -n 2 "$build/perf/cuda_ipc_perf" -b 1M -e 1G -f 4 -n 20 -w 5 > "$out" 2>&1; then
+  cat "$out"
+  if grep -q "nothing measured" "$out"; then
+    row "CUDA IPC copies, 2 ranks" "$(grep -m1 'nothing measured' "$out")"
+  else
+    big=$(awk '!/^#/ && NF == 8 { last = $0 } END { split(last, f); print f[1] " B: pull " f[3] " GB/s, push " f[5] " GB/s, local " f[7] " GB/s" }' "$out")
+    row "CUDA IPC copies, 2 ranks" "$big; $(grep -o "first byte.*" "$out")"
+  fi
+else
+  tail -5 "$out"
+  row "CUDA IPC copies, 2 ranks" "FAILED (rc $?), see $out"
+fi
 row "all_reduce_perf -m device, cuda_ipc" "not built yet"
 
 # 7. DDP on CUDA tensors, 20 steps (perf/ddp_steps.py): torch's own NCCL, then torch's "nccl"
