@@ -38,10 +38,9 @@ GetAddressRange addressRangeFn() {
 
 }  // namespace
 
-Status ipcExport(const void* ptr, size_t bytes, IpcHandle* out) {
-  if (ptr == nullptr || bytes == 0 || out == nullptr)
-    return errorf(braidInvalidArgument, "ipcExport needs a pointer, a size > 0 and somewhere to write the handle");
-  if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+namespace {
+
+Status exportRange(const void* ptr, size_t bytes, IpcHandle* out) {
   cudaPointerAttributes attr{};
   BRAID_CUDA_TRY(cudaPointerGetAttributes(&attr, ptr));
   if (attr.type != cudaMemoryTypeDevice)
@@ -86,11 +85,7 @@ Status ipcExport(const void* ptr, size_t bytes, IpcHandle* out) {
   return okStatus();
 }
 
-Status ipcLocalDevice(const IpcHandle& h, int* device) {
-  if (device == nullptr) return errorf(braidInvalidArgument, "ipcLocalDevice needs somewhere to write the device");
-  if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
-  if (memchr(h.busId, 0, sizeof(h.busId)) == nullptr || h.busId[0] == 0)
-    return errorf(braidInvalidArgument, "a CUDA IPC handle without a PCI bus id");
+Status localDevice(const IpcHandle& h, int* device) {
   int d = -1;
   const cudaError_t e = cudaDeviceGetByPCIBusId(&d, h.busId);
   if (e != cudaSuccess) {
@@ -104,34 +99,16 @@ Status ipcLocalDevice(const IpcHandle& h, int* device) {
   return okStatus();
 }
 
-Status ipcReachable(int device, int peerDevice, bool* reachable) {
-  if (reachable == nullptr) return errorf(braidInvalidArgument, "ipcReachable needs somewhere to write its answer");
-  const int n = gpuDeviceCount();
-  if (n == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
-  if (device < 0 || device >= n || peerDevice < 0 || peerDevice >= n)
-    return errorf(braidInvalidArgument, "CUDA devices %d and %d: this process sees devices 0..%d", device, peerDevice,
-                  n - 1);
-  if (device == peerDevice) {
-    *reachable = true;
-    return okStatus();
-  }
+Status canAccessPeer(int device, int peerDevice, bool* reachable) {
   int can = 0;
   BRAID_CUDA_TRY(cudaDeviceCanAccessPeer(&can, device, peerDevice));
   *reachable = can != 0;
   return okStatus();
 }
 
-Status IpcImports::open(const IpcHandle& h, int device, void** ptr) {
-  if (ptr == nullptr) return errorf(braidInvalidArgument, "IpcImports::open needs somewhere to write the address");
-  if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
-  if (h.pid == static_cast<int32_t>(getpid()))
-    return errorf(braidInvalidUsage,
-                  "a CUDA IPC handle cannot be opened in the process that exported it (pid %d): use the memory itself",
-                  static_cast<int>(h.pid));
-  if (h.bytes == 0 || h.offset > h.allocBytes || h.bytes > h.allocBytes - h.offset)
-    return errorf(braidInvalidArgument, "a CUDA IPC handle of %llu bytes at offset %llu of a %llu-byte allocation",
-                  static_cast<unsigned long long>(h.bytes), static_cast<unsigned long long>(h.offset),
-                  static_cast<unsigned long long>(h.allocBytes));
+}  // namespace
+
+Status IpcImports::openChecked(const IpcHandle& h, int device, void** ptr) {
   const std::string key(reinterpret_cast<const char*>(h.handle), sizeof(h.handle));
   auto it = open_.find(key);
   if (it != open_.end() && it->second.device != device)
@@ -165,15 +142,17 @@ Status IpcImports::closeAll() {
   return first;
 }
 
-#else  // no CUDA compiled in
+#else  // no CUDA compiled in: the checks below refuse every call before these are reached
 
-Status ipcExport(const void*, size_t, IpcHandle*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
+namespace {
+Status exportRange(const void*, size_t, IpcHandle*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
+Status localDevice(const IpcHandle&, int*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
+Status canAccessPeer(int, int, bool*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
+}  // namespace
 
-Status ipcLocalDevice(const IpcHandle&, int*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
-
-Status ipcReachable(int, int, bool*) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
-
-Status IpcImports::open(const IpcHandle&, int, void**) { return errorf(braidInvalidUsage, "%s", gpuAbsentReason()); }
+Status IpcImports::openChecked(const IpcHandle&, int, void**) {
+  return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+}
 
 Status IpcImports::closeAll() {
   open_.clear();  // nothing can have been opened
@@ -181,5 +160,50 @@ Status IpcImports::closeAll() {
 }
 
 #endif
+
+// The checks every build makes, CUDA or not: bad arguments first, then a missing device.
+
+Status ipcExport(const void* ptr, size_t bytes, IpcHandle* out) {
+  if (ptr == nullptr || bytes == 0 || out == nullptr)
+    return errorf(braidInvalidArgument, "ipcExport needs a pointer, a size > 0 and somewhere to write the handle");
+  if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+  return exportRange(ptr, bytes, out);
+}
+
+Status ipcLocalDevice(const IpcHandle& h, int* device) {
+  if (device == nullptr) return errorf(braidInvalidArgument, "ipcLocalDevice needs somewhere to write the device");
+  if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+  if (memchr(h.busId, 0, sizeof(h.busId)) == nullptr || h.busId[0] == 0)
+    return errorf(braidInvalidArgument, "a CUDA IPC handle without a PCI bus id");
+  return localDevice(h, device);
+}
+
+Status ipcReachable(int device, int peerDevice, bool* reachable) {
+  if (reachable == nullptr) return errorf(braidInvalidArgument, "ipcReachable needs somewhere to write its answer");
+  const int n = gpuDeviceCount();
+  if (n == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+  if (device < 0 || device >= n || peerDevice < 0 || peerDevice >= n)
+    return errorf(braidInvalidArgument, "CUDA devices %d and %d: this process sees devices 0..%d", device, peerDevice,
+                  n - 1);
+  if (device == peerDevice) {
+    *reachable = true;
+    return okStatus();
+  }
+  return canAccessPeer(device, peerDevice, reachable);
+}
+
+Status IpcImports::open(const IpcHandle& h, int device, void** ptr) {
+  if (ptr == nullptr) return errorf(braidInvalidArgument, "IpcImports::open needs somewhere to write the address");
+  if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+  if (h.pid == static_cast<int32_t>(getpid()))
+    return errorf(braidInvalidUsage,
+                  "a CUDA IPC handle cannot be opened in the process that exported it (pid %d): use the memory itself",
+                  static_cast<int>(h.pid));
+  if (h.bytes == 0 || h.offset > h.allocBytes || h.bytes > h.allocBytes - h.offset)
+    return errorf(braidInvalidArgument, "a CUDA IPC handle of %llu bytes at offset %llu of a %llu-byte allocation",
+                  static_cast<unsigned long long>(h.bytes), static_cast<unsigned long long>(h.offset),
+                  static_cast<unsigned long long>(h.allocBytes));
+  return openChecked(h, device, ptr);
+}
 
 }  // namespace braid

@@ -76,6 +76,8 @@ class IpcImports {
   size_t openCount() const { return open_.size(); }
 
  private:
+  Status openChecked(const IpcHandle& h, int device, void** ptr);  // open() after its checks
+
   struct Opened {
     void* base = nullptr;
     uint64_t allocBytes = 0;
