@@ -126,17 +126,19 @@ fi
 out=$logs/cuda_ipc_perf.log
 if [ ! -x "$build/perf/cuda_ipc_perf" ]; then
   row "CUDA IPC copies, 2 ranks" "not built (no CUDA in this build)"
-elif timeout 120 "$build/tools/braidrun" -n 2 "$build/perf/cuda_ipc_perf" -b 1M -e 1G -f 4 -n 20 -w 5 > "$out" 2>&1; then
-  cat "$out"
-  if grep -q "nothing measured" "$out"; then
+else
+  timeout 120 "$build/tools/braidrun" -n 2 "$build/perf/cuda_ipc_perf" -b 1M -e 1G -f 4 -n 20 -w 5 > "$out" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    tail -5 "$out"
+    row "CUDA IPC copies, 2 ranks" "FAILED (rc $rc), see $out"
+  elif grep -q "nothing measured" "$out"; then
     row "CUDA IPC copies, 2 ranks" "$(grep -m1 'nothing measured' "$out")"
   else
+    cat "$out"
     big=$(awk '!/^#/ && NF == 8 { last = $0 } END { split(last, f); print f[1] " B: pull " f[3] " GB/s, push " f[5] " GB/s, local " f[7] " GB/s" }' "$out")
     row "CUDA IPC copies, 2 ranks" "$big; $(grep -o "first byte.*" "$out")"
   fi
-else
-  tail -5 "$out"
-  row "CUDA IPC copies, 2 ranks" "FAILED (rc $?), see $out"
 fi
 row "all_reduce_perf -m device, cuda_ipc" "not built yet"
 
