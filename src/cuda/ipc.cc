@@ -125,7 +125,7 @@ Status IpcImports::openChecked(const IpcHandle& h, int device, void** ptr) {
       return cudaStatus(e, "cudaIpcOpenMemHandle")
           .withContext("opening device memory of process " + std::to_string(h.pid) + " (its CUDA device " +
                        std::to_string(h.device) + ") on CUDA device " + std::to_string(device));
-    it = open_.emplace(key, Opened{base, h.allocBytes, device}).first;
+    it = open_.emplace(key, Opened{base, device}).first;
   }
   *ptr = static_cast<char*>(it->second.base) + h.offset;
   return okStatus();

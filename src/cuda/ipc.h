@@ -80,7 +80,6 @@ class IpcImports {
 
   struct Opened {
     void* base = nullptr;
-    uint64_t allocBytes = 0;
     int device = -1;  // the importer's device it was opened on
   };
   // By the handle's bytes, which name one allocation. Whether an allocation freed and made again at
