@@ -307,11 +307,16 @@ Status postCalls(const std::vector<CallArgs>& calls, bool userOwned, std::vector
 }
 
 // A call on device buffers (src/api_cuda.cc): staged on `stream` and posted on the staged host
-// buffers. Returns without waiting; the blocking form's op is detached (the engine releases it).
+// buffers, or, for a collective the engine runs in place on the peers' device memory (cuda_ipc),
+// on the device buffers with their IPC handles. Returns without waiting; the blocking form's op is
+// detached (the engine releases it).
 Status issueStaged(const CallArgs& a, PostArgs p, const CallBuffers& bufs, braidStream_t stream,
                    braidRequest_t* request, bool nonblocking) {
   StagedCall staged;
-  BRAID_TRY(stageDeviceCall(a.comm, bufs, stream, &staged));
+  CallBuffers b = bufs;
+  // On one host where every rank reaches every peer's GPU: in place on the peers' device memory.
+  b.direct = a.coll != Coll::kSendRecv && a.comm->engine->takesDeviceCall(p.shape);
+  BRAID_TRY(stageDeviceCall(a.comm, b, stream, &staged));
   Op* op = nullptr;
   Status posted;
   if (a.coll == Coll::kSendRecv) {
@@ -325,6 +330,7 @@ Status issueStaged(const CallArgs& a, PostArgs p, const CallBuffers& bufs, braid
     p.send = staged.send;
     p.recv = staged.recv;
     p.gate = staged.gate;
+    p.ipc = staged.ipc;
     p.detached = !nonblocking;
     posted = a.comm->engine->post(p, true, &op);
   }

@@ -14,6 +14,7 @@
 
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "src/cuda/ipc_coll.h"
 #include "src/cuda/runtime.h"
 #include "src/link_check.h"
 #include "src/peer_maps.h"
@@ -351,7 +352,9 @@ struct MailAgreement {
   int64_t pid = 0;
   uint64_t probeIno = 0;  // a one-page braidMemAlloc-like file the peers try to map (0: none)
   int32_t probeFd = -1;
-  int32_t direct = 0;  // BRAID_SHM_DIRECT
+  int32_t direct = 0;   // BRAID_SHM_DIRECT
+  int32_t cudaIpc = 0;  // BRAID_CUDA_IPC, and a CUDA device
+  char busId[32] = {};  // that device's PCI bus id
 };
 
 // A memory file of one page for the peers' probe; false without memfd.
@@ -368,6 +371,30 @@ bool makeProbe(int* fd, uint64_t* ino) {
   return true;
 }
 
+// Device collectives in place on the peers' device memory (src/cuda/ipc_coll.h): when every rank
+// has a device and BRAID_CUDA_IPC (all know that from `all`), each rank says whether it reaches
+// every peer's GPU, and all take the verdict. Otherwise device calls are staged through host memory.
+Status agreeOnCudaIpc(braidComm* comm, const std::vector<MailAgreement>& all, Deadline deadline) {
+  for (const MailAgreement& a : all)
+    if (a.cudaIpc == 0) return okStatus();
+  std::vector<std::string> busIds;
+  for (const MailAgreement& a : all) busIds.emplace_back(a.busId, strnlen(a.busId, sizeof(a.busId)));
+  bool reach = false;
+  std::string why;
+  Status asked = ipcReachesAll(comm->cudaDevice, busIds, comm->rank, &reach, &why);
+  if (!asked.ok()) {
+    reach = false;
+    why = asked.message();
+  }
+  if (!reach) BRAID_INFO(kLogInit, "cuda_ipc off: %s", why.c_str());
+  const uint64_t ok = reach ? 1 : 0;
+  std::vector<uint64_t> oks(comm->nranks);
+  BRAID_TRY(comm->boot->allGather(&ok, sizeof(ok), oks.data(), deadline));
+  comm->cudaIpc = std::find(oks.begin(), oks.end(), uint64_t{0}) == oks.end();
+  BRAID_INFO(kLogInit, "collectives on device buffers: %s", comm->cudaIpc ? "cuda_ipc (in place)" : "host staging");
+  return okStatus();
+}
+
 Status agreeOnMailboxes(braidComm* comm, Deadline deadline) {
   MailAgreement mine;
   mine.capacity = comm->nranks > 1 ? UINT64_MAX : 0;
@@ -379,6 +406,10 @@ Status agreeOnMailboxes(braidComm* comm, Deadline deadline) {
   }
   mine.pid = static_cast<int64_t>(getpid());
   mine.direct = comm->settings.shmDirect ? 1 : 0;
+  if (comm->settings.cudaIpc && comm->cudaDevice >= 0) {
+    ipcBusId(comm->cudaDevice, mine.busId);
+    mine.cudaIpc = mine.busId[0] != '\0' ? 1 : 0;
+  }
   int probe = -1;
   if (mine.capacity > 0 && mine.direct != 0 && makeProbe(&probe, &mine.probeIno)) mine.probeFd = probe;
   struct CloseProbe {
@@ -397,6 +428,7 @@ Status agreeOnMailboxes(braidComm* comm, Deadline deadline) {
   }
   BRAID_INFO(kLogInit, "small collectives on mailboxes: %s (%zu bytes)", comm->mailBytes > 0 ? "on" : "off",
              comm->mailBytes);
+  if (comm->mailBytes > 0) BRAID_TRY(agreeOnCudaIpc(comm, all, deadline));
   if (comm->mailBytes == 0 || !direct) return okStatus();
   // Every rank tries every peer's probe, and the answers are agreed: a call either reads in place
   // on every rank or on none.

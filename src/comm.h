@@ -54,6 +54,10 @@ struct braidComm {
   // device calls (src/cuda/staging.h) is made at the first one; it outlives the engine, whose
   // operations hold its slots.
   int cudaDevice = -1;
+  // Collectives on device buffers run in place on the peers' device memory (src/cuda/ipc_coll.h):
+  // every rank is on this host with mailboxes, has a device and reaches every peer's, and
+  // BRAID_CUDA_IPC is on everywhere. Agreed at init.
+  bool cudaIpc = false;
   std::mutex stagingMu;
   std::unique_ptr<braid::DeviceStaging> staging;
   // Derived communicators (shrink, split): the id's secret, every rank's long-lived listener (the

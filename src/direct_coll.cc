@@ -86,7 +86,95 @@ Extents extentsOf(const SmallCall& c, int rank, int n) {
   }
 }
 
+// What a direct call's mail says on device memory: the IPC handles of its buffers.
+struct DeviceMail {
+  uint64_t bytes;
+  IpcHandle h[2];  // send, recv; bytes 0 where the call has no such buffer here
+};
+
 }  // namespace
+
+void SmallColls::enableDevice(int device) {
+  device_ = device;
+  ins_.resize(nranks_);
+  outs_.resize(nranks_);
+}
+
+bool SmallColls::takesDevice(Coll coll, size_t bytes, bool inPlace) const {
+  if (device_ < 0 || capacity_ < sizeof(DeviceMail) || bytes == 0) return false;
+  if (coll == Coll::kBarrier || coll == Coll::kSendRecv) return false;
+  return !(coll == Coll::kAllToAll && inPlace);  // rank p would write what rank q reads
+}
+
+void SmallColls::postDevice(const SmallCall& c) {
+  DeviceMail m{};
+  m.bytes = c.bytes;
+  m.h[0] = c.ipc[0];
+  m.h[1] = c.ipc[1];
+  sendMail(c, &m, sizeof(m));
+}
+
+int SmallColls::readDevice(SmallCall* c, Status* err) {
+  if (ipc_ == nullptr) {
+    const Status made = makeIpcColl(device_, &ipc_);
+    if (!made.ok()) {
+      *err = made;
+      return -1;
+    }
+  }
+  for (; c->next < nranks_; ++c->next) {
+    const unsigned char* mail = nullptr;
+    const int got = c->next == rank_ ? 1 : mailOf(c, c->next, &mail, err);
+    if (got <= 0) return got;
+  }
+  for (int p = 0; p < nranks_; ++p) {
+    ins_[p] = nullptr;
+    outs_[p] = nullptr;
+    if (p == rank_) continue;
+    const Extents e = extentsOf(*c, p, nranks_);
+    DeviceMail m;
+    memcpy(&m, mail_[p].inPayload(c->k), sizeof(m));
+    Status st;
+    void* in = nullptr;
+    void* out = nullptr;
+    if (e.peersRead) {
+      st = m.h[0].bytes >= e.send ? ipc_->open(m.h[0], &in)
+                                  : errorf(braidInternalError, "its input's handle covers %llu of %zu bytes",
+                                           static_cast<unsigned long long>(m.h[0].bytes), e.send);
+    }
+    if (st.ok() && e.peersWrite) {
+      st = m.h[1].bytes >= e.recv ? ipc_->open(m.h[1], &out)
+                                  : errorf(braidInternalError, "its output's handle covers %llu of %zu bytes",
+                                           static_cast<unsigned long long>(m.h[1].bytes), e.recv);
+    }
+    if (!st.ok()) {
+      // The peer is in the call until we are done, unless it failed: likely it did, and said why.
+      *err = st.withContext("opening the device buffers of " + names_[p]);
+      c->waitingOn = p;
+      return -2;
+    }
+    ins_[p] = static_cast<const char*>(in);
+    outs_[p] = static_cast<char*>(out);
+  }
+  ins_[rank_] = c->send;
+  outs_[rank_] = c->recv;
+  return 1;
+}
+
+Status SmallColls::launchDevice(const SmallCall& c) {
+  DeviceShare s;
+  s.coll = c.coll;
+  s.dtype = c.dtype;
+  s.op = c.op;
+  s.root = c.root;
+  s.rank = rank_;
+  s.nranks = nranks_;
+  s.bytes = c.bytes;
+  workRange(c, &s.lo, &s.hi);
+  s.ins = ins_.data();
+  s.outs = outs_.data();
+  return ipc_->launch(s);
+}
 
 bool SmallColls::takesDirect(Coll coll, size_t bytes) const {
   // Every collective with data (extentsOf says what each touches).
@@ -104,6 +192,10 @@ void SmallColls::unpin(SmallCall* c) {
 void SmallColls::pin(SmallCall* c) const {
   const Extents e = extentsOf(*c, rank_, nranks_);
   c->mine[0] = c->mine[1] = SharedRange{};
+  if (c->device) {  // device memory: its staging slot holds it until the call is over
+    c->pinned = true;
+    return;
+  }
   if (c->coll == Coll::kAllToAll && c->inPlace) return;
   if (e.peersRead && !pinShared(c->send, e.send, &c->mine[0])) return;
   if (e.peersWrite && !pinShared(c->recv, e.recv, &c->mine[1])) {
@@ -130,35 +222,48 @@ void SmallColls::postDirect(SmallCall* c) {
     m.recvOff = c->mine[1].offset;
     m.recvFd = c->mine[1].fd;
   }
+  sendMail(*c, &m, sizeof(m));
+}
+
+void SmallColls::sendMail(const SmallCall& c, const void* mail, size_t bytes) {
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_) continue;
-    MailSlot& s = mail_[p].out[c->k % kMailDepth];
-    s.check = c->check;
-    memcpy(mail_[p].outPayload(c->k), &m, sizeof(m));
-    // Publishes check and the mail: pairs with the peer's acquire load in readDirect (or roomAt).
-    s.seq.store(c->k, std::memory_order_release);
+    MailSlot& s = mail_[p].out[c.k % kMailDepth];
+    s.check = c.check;
+    memcpy(mail_[p].outPayload(c.k), mail, bytes);
+    // Publishes check and the mail: pairs with the peer's acquire load in mailOf (or roomAt).
+    s.seq.store(c.k, std::memory_order_release);
   }
+}
+
+int SmallColls::mailOf(SmallCall* c, int p, const unsigned char** mail, Status* err) {
+  const MailSlot& s = mail_[p].in[c->k % kMailDepth];
+  // Pairs with the peer's release store in sendMail.
+  if (s.seq.load(std::memory_order_acquire) != c->k) {
+    c->waitingOn = p;
+    return 0;
+  }
+  started_[p] = std::max(started_[p], c->k);
+  uint64_t bytes = 0;  // every direct mail starts with the call's bytes
+  memcpy(&bytes, mail_[p].inPayload(c->k), sizeof(bytes));
+  if (s.check != c->check || bytes != c->bytes) {
+    *err = mismatch(*c, p, s.check, bytes);
+    return -1;
+  }
+  *mail = mail_[p].inPayload(c->k);
+  return 1;
 }
 
 int SmallColls::readDirect(SmallCall* c, Status* err) {
   // Every peer's mail before any mapping: a call that differs is named as such, even where a peer
   // that saw it first already left the call (and its memory with it).
   for (; c->next < nranks_; ++c->next) {
-    const int p = c->next;
-    if (p == rank_) continue;
-    const MailSlot& s = mail_[p].in[c->k % kMailDepth];
-    // Pairs with the peer's release store in postDirect.
-    if (s.seq.load(std::memory_order_acquire) != c->k) {
-      c->waitingOn = p;
-      return 0;
-    }
-    started_[p] = std::max(started_[p], c->k);
+    if (c->next == rank_) continue;
+    const unsigned char* mail = nullptr;
+    const int got = mailOf(c, c->next, &mail, err);
+    if (got <= 0) return got;
     DirectMail m;
-    memcpy(&m, mail_[p].inPayload(c->k), sizeof(m));
-    if (s.check != c->check || m.bytes != c->bytes) {
-      *err = mismatch(*c, p, s.check, m.bytes);
-      return -1;
-    }
+    memcpy(&m, mail, sizeof(m));
     if (m.runsHere == 0) return 2;  // not braidMemAlloc memory there: the plan
   }
   for (int p = 0; p < nranks_; ++p) {
@@ -294,10 +399,14 @@ void SmallColls::workDirect(SmallCall* c) {
   if (c->at < hi) return;
   if (stream) storeFence();  // before the done below publishes the stores
   c->at = SIZE_MAX;          // the share is done
+  publishDone(*c);
+}
+
+void SmallColls::publishDone(const SmallCall& c) {
   // Publishes every write into the peers' outputs, and ends our reads of their inputs: pairs with
   // their acquire load in peersDone.
   for (int p = 0; p < nranks_; ++p)
-    if (p != rank_) mail_[p].out[c->k % kMailDepth].done.store(c->k, std::memory_order_release);
+    if (p != rank_) mail_[p].out[c.k % kMailDepth].done.store(c.k, std::memory_order_release);
 }
 
 bool SmallColls::peersDone(SmallCall* c) {
@@ -316,7 +425,10 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
   switch (c->phase) {
     case 0:
       if (!mayStart(c)) return 0;
-      postDirect(c);
+      if (c->device)
+        postDevice(*c);
+      else
+        postDirect(c);
       if (!c->pinned) {  // ours are not braidMemAlloc memory: every rank runs the plan
         c->phase = 2;
         ++finished_;
@@ -326,7 +438,7 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
       c->next = 0;
       [[fallthrough]];
     case 1: {
-      const int r = readDirect(c, err);
+      const int r = c->device ? readDevice(c, err) : readDirect(c, err);
       if (r == 0) return 0;
       if (r == 2) {  // the plan runs it
         unpin(c);
@@ -345,6 +457,16 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
       [[fallthrough]];
     }
     case 3:
+      if (c->device) {
+        const Status launched = launchDevice(*c);
+        if (!launched.ok()) {
+          *err = launched.withContext("a direct call on device memory");
+          c->phase = 5;
+          return -1;
+        }
+        c->phase = 6;
+        return 0;
+      }
       workDirect(c);
       if (c->at != SIZE_MAX) return 0;
       c->phase = 4;
@@ -359,6 +481,18 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
       return 1;
     case 2:
       return 1;
+    case 6: {  // the share's kernels run on this rank's device
+      const int r = ipc_->poll(err);
+      if (r == 0) return 0;
+      if (r < 0) {
+        c->phase = 5;
+        return -1;
+      }
+      publishDone(*c);
+      c->phase = 4;
+      c->next = 0;
+      return stepDirect(c, err);
+    }
     default:
       return 0;
   }

@@ -95,6 +95,7 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
       names[r] = comm->describeRank(r);
     }
     small_ = std::make_unique<SmallColls>(comm->rank, std::move(links), std::move(names), comm->directPids);
+    if (comm->cudaIpc) small_->enableDevice(comm->cudaDevice);
     for (int c = 0; c < kNumColls; ++c) {
       smallPlans_[c].coll = static_cast<Coll>(c);
       smallPlans_[c].algorithm = "mailbox";
@@ -318,7 +319,9 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, %s, %zu steps%s", collName(a.shape.coll),
                    static_cast<unsigned long long>(op->seq), static_cast<unsigned long long>(a.shape.count),
                    dtypeName(a.dtype), a.shape.root, op->plan->algorithm, op->plan->steps.size(),
-                   direct ? " (in place if every rank's buffers are braidMemAlloc memory)" : "");
+                   !direct            ? ""
+                   : a.ipc != nullptr ? " (cuda_ipc: in place on the peers' device memory)"
+                                      : " (in place if every rank's buffers are braidMemAlloc memory)");
       });
 }
 

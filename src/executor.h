@@ -115,6 +115,10 @@ struct PostArgs {
   // stream returns at once, and the engine releases the op itself when it is done.
   OpGate* gate = nullptr;
   bool detached = false;
+  // A call on device buffers that runs in place on the peers' device memory (the cuda_ipc
+  // transport, src/cuda/ipc_coll.h; takesDeviceCall said so): its send and recv buffers' IPC
+  // handles, owned by the staging slot behind `gate`.
+  const IpcHandle* ipc = nullptr;
   // Out of place, and the call's buffers on all ranks of this host exceed BRAID_NT_STORES_MIN: outputs
   // nothing reads again in the call may bypass the cache (src/base/nt_store.h).
   bool streamOut = false;
@@ -143,6 +147,10 @@ class Engine {
   // other operations running): then post() and wait() it. A call that is not done within a few
   // microseconds continues as an op, waited for like any other; *result is the call's result.
   bool runSmall(const PostArgs& args, Status* result);
+  // Whether a collective of `shape` on device buffers runs in place on the peers' device memory
+  // (cuda_ipc: src/cuda/ipc_coll.h), the same answer on every rank; then its PostArgs carry the
+  // buffers' IPC handles. Otherwise it runs on host staging.
+  bool takesDeviceCall(const CollArgs& shape) const;
   // Posts a point-to-point group; `plan` steps use Buf::kAbsolute addresses. Swapped into the op.
   // gate and detached: as in PostArgs.
   Status postGroup(Plan* plan, bool userOwned, Op** out, OpGate* gate = nullptr, bool detached = false);

@@ -17,9 +17,29 @@ constexpr int kInlineYields = 64;
 
 }  // namespace
 
+bool Engine::takesDeviceCall(const CollArgs& sh) const {
+  if (small_ == nullptr || sh.algo == Algo::kGossip) return false;
+  return small_->takesDevice(sh.coll, sh.count * sh.elemSize, sh.inPlace);
+}
+
 bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {
-  if (small_ == nullptr || a.gate != nullptr) return false;
+  if (small_ == nullptr) return false;
   const CollArgs& sh = a.shape;
+  if (a.ipc != nullptr) {  // takesDeviceCall said yes; BRAID_ALGO names host algorithms
+    c->coll = sh.coll;
+    c->send = static_cast<const char*>(a.send);
+    c->recv = static_cast<char*>(a.recv);
+    c->bytes = sh.count * sh.elemSize;
+    c->dtype = a.dtype;
+    c->op = a.op;
+    c->root = sh.root;
+    c->inPlace = sh.inPlace;
+    c->direct = true;
+    c->device = true;
+    c->ipc = a.ipc;
+    return true;
+  }
+  if (a.gate != nullptr) return false;
   // BRAID_ALGO asked for an algorithm (tests count its messages), or the call may gossip.
   if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
   const size_t bytes = sh.coll == Coll::kBarrier ? 0 : sh.count * sh.elemSize;

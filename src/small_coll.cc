@@ -25,6 +25,9 @@ constexpr uint64_t kField = (1u << 20) - 1;
 // Marks the check word of a direct call (src/direct_coll.cc), whose bytes the word holds only in
 // part: its mail carries them whole.
 constexpr uint64_t kDirectBit = uint64_t{1} << 46;
+// Marks a direct call on device memory (src/direct_coll.cc): a rank that calls it on host
+// memory where a peer calls it on device memory is told the calls differ.
+constexpr uint64_t kDeviceBit = uint64_t{1} << 47;
 
 uint64_t packCall(Coll coll, braidDataType_t dt, braidRedOp_t op, int root, size_t bytes) {
   return (bytes & kField) | (static_cast<uint64_t>(root) & kField) << 20 | static_cast<uint64_t>(coll) << 40 |
@@ -35,7 +38,7 @@ uint64_t packCall(Coll coll, braidDataType_t dt, braidRedOp_t op, int root, size
 CallHeader unpackCall(uint64_t w, uint64_t seq, uint64_t bytes) {
   CallHeader h{};
   h.magic = kCallHeaderMagic;
-  h.coll = static_cast<uint8_t>((w & ~kDirectBit) >> 40);
+  h.coll = static_cast<uint8_t>((w & ~(kDirectBit | kDeviceBit)) >> 40);
   h.dtype = static_cast<uint8_t>(w >> 48);
   h.redop = static_cast<uint8_t>(w >> 56);
   h.root = static_cast<int32_t>(w >> 20 & kField);
@@ -95,7 +98,8 @@ bool SmallColls::takes(Coll coll, size_t bytes) const {
 
 void SmallColls::number(SmallCall* c) {
   c->k = ++numbered_;
-  c->check = packCall(c->coll, c->dtype, c->op, c->root, c->bytes) | (c->direct ? kDirectBit : 0);
+  c->check = packCall(c->coll, c->dtype, c->op, c->root, c->bytes) | (c->direct ? kDirectBit : 0) |
+             (c->device ? kDeviceBit : 0);
   c->phase = 0;
   c->waitingOn = -1;
 }

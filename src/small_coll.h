@@ -30,12 +30,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "braid/braid.h"
 #include "src/base/status.h"
 #include "src/coll.h"
+#include "src/cuda/ipc_coll.h"
 #include "src/peer_maps.h"
 #include "src/reduce.h"
 #include "src/regions.h"
@@ -61,9 +63,9 @@ struct SmallCall {
   uint64_t check = 0;      // the call as its mail says it (checkWord)
   // Progress: 0 not started (waiting for its turn or for the peers' room), 1 its mail is out and it
   // reads the peers' from `next` on, 2 done; a direct call also 3 (its share of the work, `at`
-  // bytes of it done), 4 (waiting for the peers to be done with its buffers) and 5 (failed: it
-  // never completes, the engine fails it). waitingOn: the
-  // rank it waits for (-1: none).
+  // bytes of it done), 4 (waiting for the peers to be done with its buffers), 5 (failed: it
+  // never completes, the engine fails it) and, on device memory, 6 (its share's kernels run).
+  // waitingOn: the rank it waits for (-1: none).
   uint8_t phase = 0;
   int next = 0;
   int waitingOn = -1;
@@ -73,6 +75,10 @@ struct SmallCall {
   bool pinned = false;
   SharedRange mine[2];  // send, recv
   size_t at = 0;
+  // A direct call on device memory (src/cuda/ipc_coll.h): its buffers' IPC handles, send and
+  // recv (bytes 0: a buffer its peers do not use), owned by its staging slot.
+  bool device = false;
+  const IpcHandle* ipc = nullptr;
 };
 
 class SmallColls {
@@ -89,6 +95,11 @@ class SmallColls {
   // Whether a call too big for the mailboxes may run in place on braidMemAlloc memory
   // (src/direct_coll.cc): `pids` were given, and it is a collective that does.
   bool takesDirect(Coll coll, size_t bytes) const;
+  // Direct calls on device memory (src/direct_coll.cc): every rank agreed at init that it
+  // reaches every peer's GPU (comm->cudaIpc); `device` is this rank's.
+  void enableDevice(int device);
+  // Whether a call on device buffers runs here, on every rank alike (AllToAll in place does not).
+  bool takesDevice(Coll coll, size_t bytes, bool inPlace) const;
   // Numbers `c` as the next call (in issue order).
   void number(SmallCall* c);
   // Moves `c` as far as it goes without waiting: 1 when done, 0 when it waits (c->waitingOn says
@@ -124,7 +135,16 @@ class SmallColls {
   void workDirect(SmallCall* c);              // phase 3: some of this rank's share
   void workRange(const SmallCall& c, size_t* lo, size_t* hi) const;
   void foldBlock(const SmallCall& c, char* acc, size_t base, size_t off, size_t len) const;
-  bool peersDone(SmallCall* c);  // phase 4
+  bool peersDone(SmallCall* c);                                       // phase 4
+  void publishDone(const SmallCall& c);                               // this rank is done with its peers' buffers
+  void sendMail(const SmallCall& c, const void* mail, size_t bytes);  // a direct call's, to every peer
+  // Peer p's mail for direct call c: 1 when there (*mail: its payload), 0 while not (waitingOn),
+  // -1 when it is another call (*err says how).
+  int mailOf(SmallCall* c, int p, const unsigned char** mail, Status* err);
+  // On device memory (src/direct_coll.cc).
+  void postDevice(const SmallCall& c);
+  int readDevice(SmallCall* c, Status* err);  // phase 1: the peers' handles opened
+  Status launchDevice(const SmallCall& c);    // phase 3: this rank's share enqueued
 
   int rank_, nranks_;
   std::vector<std::string> names_;
@@ -143,7 +163,9 @@ class SmallColls {
   // A fold and its copies go block by block (src/direct_coll.cc), so that the copies read what
   // the fold just wrote from the cache.
   static constexpr size_t kBlockBytes = 32 << 10;
-  std::vector<char> fold_;  // a block of this rank's share, where its output cannot hold the fold
+  std::vector<char> fold_;        // a block of this rank's share, where its output cannot hold the fold
+  int device_ = -1;               // direct calls on device memory: this rank's device, -1 for none
+  std::unique_ptr<IpcColl> ipc_;  // made at the first such call
 };
 
 }  // namespace braid

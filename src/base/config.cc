@@ -196,6 +196,10 @@ const std::vector<ParamInfo> kParams = {
     // device is chosen (src/cuda/runtime.h), since checking it here would start the CUDA driver.
     integer("BRAID_CUDA_DEVICE", "", 0, 1023,
             "CUDA device of a communicator (default: the calling thread's current device at init)"),
+    boolean("BRAID_CUDA_IPC", "1",
+            "on one host, collectives on device buffers read and write the peers' device memory in place (CUDA "
+            "IPC) where every rank reaches every peer's GPU, else they are staged through host memory (off on any "
+            "rank turns it off for all)"),
 };
 
 const ParamInfo* findParam(const char* name) {

@@ -82,6 +82,7 @@ class Slot final : public OpGate {
     if (in_ != nullptr) (void)cudaEventDestroy(in_);
     if (out_ != nullptr) (void)cudaEventDestroy(out_);
     if (buf_ != nullptr && !lost_) (void)cudaFreeHost(buf_);
+    if (dev_ != nullptr && !lost_) (void)cudaFree(dev_);
     (void)cudaGetLastError();
   }
 
@@ -112,6 +113,27 @@ class Slot final : public OpGate {
     BRAID_CUDA_TRY(cudaHostAlloc(&p, cap, cudaHostAllocPortable));
     buf_ = static_cast<char*>(p);
     cap_ = cap;
+    return okStatus();
+  }
+
+  // A device buffer of `bytes` for the copies of a direct call, exported (devHandle) for the peers;
+  // like reserve(), only an idle slot grows. The peers may still have the old buffer open: they
+  // close it with the communicator (src/cuda/ipc.h: IpcImports).
+  Status reserveDevice(size_t bytes) {
+    if (bytes == 0 || (dev_ != nullptr && devCap_ >= bytes)) return okStatus();
+    const size_t cap = alignUp(std::max({bytes, kMinStagingBytes, devCap_ * 2}), kMinStagingBytes);
+    if (dev_ != nullptr) BRAID_CUDA_TRY(cudaFree(dev_));
+    dev_ = nullptr;
+    devCap_ = 0;
+    void* p = nullptr;
+    BRAID_CUDA_TRY(cudaMalloc(&p, cap));
+    const Status exported = ipcExport(p, cap, &devHandle_);
+    if (!exported.ok()) {
+      (void)cudaFree(p);
+      return exported.withContext("the device buffer of a cuda_ipc call");
+    }
+    dev_ = static_cast<char*>(p);
+    devCap_ = cap;
     return okStatus();
   }
 
@@ -185,6 +207,9 @@ class Slot final : public OpGate {
   }
 
   char* buf() const { return buf_; }
+  char* dev() const { return dev_; }
+  const IpcHandle& devHandle() const { return devHandle_; }
+  IpcHandle* ipc() { return ipc_; }
   CUdeviceptr flagDev() const { return flagDev_; }
   cudaEvent_t in() const { return in_; }
   cudaEvent_t out() const { return out_; }
@@ -197,6 +222,10 @@ class Slot final : public OpGate {
   bool lost_ = false;
   char* buf_ = nullptr;
   size_t cap_ = 0;
+  char* dev_ = nullptr;  // direct calls' copies (reserveDevice)
+  size_t devCap_ = 0;
+  IpcHandle devHandle_{};
+  IpcHandle ipc_[2] = {};  // the current direct call's send and recv handles
   cudaEvent_t in_ = nullptr;
   cudaEvent_t out_ = nullptr;
 };
@@ -238,11 +267,17 @@ class Pool final : public DeviceStaging {
     std::lock_guard<std::mutex> hold(mu_);
     DeviceScope on(device_);
     BRAID_TRY(on.status());
+    if (ops[0].ncalls > 0 && ops[0].calls[0].direct) {
+      if (nops != 1 || ops[0].ncalls != 1)
+        return errorf(braidInternalError, "a cuda_ipc call is staged alone (%zu operations, %zu calls)", nops,
+                      ops[0].ncalls);
+      return stageDirect(ops[0], stream);
+    }
     // Each call's staged addresses, and a slot per operation, before anything is enqueued.
     Slot* slots[kMaxStagedOps] = {};
     uint32_t targets[kMaxStagedOps] = {};
     for (size_t k = 0; k < nops; ++k) {
-      const Status taken = take(layOut(ops[k]), &slots[k]);
+      const Status taken = take(layOut(ops[k]), false, &slots[k]);
       if (!taken.ok()) {
         for (size_t j = 0; j < k; ++j) slots[j]->abandonUse();  // nothing was enqueued: free again
         return taken;
@@ -321,6 +356,67 @@ class Pool final : public DeviceStaging {
     return at;
   }
 
+  // A direct call (cuda_ipc): its buffers exported, or copied into the slot's device buffer where
+  // they cannot be; around the wait, the events that tell the executor when to start and when
+  // the caller's stream went on. Pool lock held, the device current.
+  Status stageDirect(const StageOp& op, cudaStream_t stream) {
+    const CallBuffers& r = op.calls[0];
+    StagedCall& c = op.out[0];
+    IpcHandle h[2] = {};
+    Status exported;
+    if (r.sendBytes > 0) exported = ipcExport(r.send, r.sendBytes, &h[0]);
+    if (exported.ok() && r.recvBytes > 0) exported = ipcExport(r.recv, r.recvBytes, &h[1]);
+    const bool copies = !exported.ok();
+    if (copies && !toldCopies_) {
+      BRAID_INFO(kLogColl,
+                 "a device call's buffers cannot be exported (%s): cuda_ipc copies them through a device "
+                 "buffer of its own (said once)",
+                 exported.message().c_str());
+      toldCopies_ = true;
+    }
+    Slot* slot = nullptr;
+    BRAID_TRY(take(copies ? layOut(op) : 0, true, &slot));
+    const uint32_t target = slot->begin();
+    if (copies) {  // layOut wrote the offsets
+      const size_t sendOff = reinterpret_cast<uintptr_t>(c.send), recvOff = reinterpret_cast<uintptr_t>(c.recv);
+      c.send = slot->dev() + sendOff;
+      c.recv = slot->dev() + recvOff;
+      h[0] = h[1] = slot->devHandle();
+      h[0].offset += sendOff;
+      h[0].bytes = r.sendBytes;
+      h[1].offset += recvOff;
+      h[1].bytes = r.recvBytes;
+    } else {
+      c.send = r.send;
+      c.recv = r.recv;
+    }
+    IpcHandle* held = slot->ipc();
+    held[0] = h[0];
+    held[1] = h[1];
+    c.ipc = held;
+    c.gate = slot;
+    Status st;
+    bool enqueued = false;
+    if (copies && r.sendBytes > 0) {
+      st = cudaStatus(cudaMemcpyAsync(const_cast<void*>(c.send), r.send, r.sendBytes, cudaMemcpyDeviceToDevice, stream),
+                      "cudaMemcpyAsync of the input to cuda_ipc's device buffer");
+      enqueued = st.ok();
+    }
+    if (st.ok()) st = cudaStatus(cudaEventRecord(slot->in(), stream), "cudaEventRecord");
+    enqueued = enqueued || st.ok();
+    if (st.ok()) st = enqueueWait(stream, slot, target);
+    if (st.ok() && copies && r.recvBytes > 0)
+      st = cudaStatus(cudaMemcpyAsync(r.recv, c.recv, r.recvBytes, cudaMemcpyDeviceToDevice, stream),
+                      "cudaMemcpyAsync of the result from cuda_ipc's device buffer");
+    if (st.ok()) st = cudaStatus(cudaEventRecord(slot->out(), stream), "cudaEventRecord");
+    if (st.ok()) return okStatus();
+    if (enqueued)
+      slot->lose();
+    else
+      slot->abandonUse();
+    return st;
+  }
+
   Status enqueueWait(cudaStream_t stream, Slot* slot, uint32_t target) {
     if (waitValue_ != nullptr) {
       const CUresult r =
@@ -338,16 +434,18 @@ class Pool final : public DeviceStaging {
     return cudaStatus(cudaLaunchHostFunc(stream, &Slot::waitOnHost, slot), "cudaLaunchHostFunc");
   }
 
-  // An idle slot with room for `bytes` (round robin from the last one taken), a new one while fewer
+  // An idle slot with room for `bytes` (pinned host memory; device memory for a direct call), round robin from
+  // the last one taken; a new one while fewer
   // than kMaxSlots exist, else waits for one to become idle. Pool lock held.
-  Status take(size_t bytes, Slot** out) {
+  Status take(size_t bytes, bool device, Slot** out) {
+    auto room = [&](Slot* s) { return device ? s->reserveDevice(bytes) : s->reserve(bytes); };
     const Deadline until = Deadline::afterSeconds(timeoutSec_);
     for (;;) {
       const size_t n = slots_.size();
       for (size_t i = 0; i < n; ++i) {
         Slot* s = slots_[(next_ + i) % n].get();
         if (!s->idle()) continue;
-        BRAID_TRY(s->reserve(bytes));
+        BRAID_TRY(room(s));
         next_ = (next_ + i + 1) % n;
         *out = s;
         return okStatus();
@@ -355,7 +453,7 @@ class Pool final : public DeviceStaging {
       if (n < kMaxSlots) {
         auto s = std::make_unique<Slot>(flags_ + n * kFlagStride, flagsDev_ + n * kFlagStride * sizeof(uint32_t));
         BRAID_TRY(s->init());
-        BRAID_TRY(s->reserve(bytes));
+        BRAID_TRY(room(s.get()));
         slots_.push_back(std::move(s));
         *out = slots_.back().get();
         return okStatus();
@@ -377,6 +475,7 @@ class Pool final : public DeviceStaging {
   uint32_t* flags_ = nullptr;
   CUdeviceptr flagsDev_ = 0;
   WaitValue32 waitValue_ = nullptr;
+  bool toldCopies_ = false;
 };
 
 }  // namespace

@@ -33,6 +33,20 @@
 // completed, so nonblocking calls in flight each have their own; once warm, a call allocates nothing. At most kMaxSlots
 // are in use at once; one more call waits in stage() for the oldest to end.
 //
+// cuda_ipc (CallBuffers::direct): the collective runs in place on the caller's device buffers, which
+// its peers open with CUDA IPC (src/cuda/ipc_coll.h), so nothing is copied through the host:
+//
+//   1. cudaEventRecord(in) (after a copy into the slot's device buffer, for a buffer that cannot
+//      be exported: managed memory, a cudaMallocAsync pool's, cuMemCreate's);
+//   2. the same wait on the flag;
+//   3. cudaEventRecord(out) (after the copy back, likewise).
+//
+// The executor starts the call once `in` completed: every rank's buffers then hold what the work
+// before the call wrote. Each rank's kernels on its peers' buffers run on a stream of the executor's;
+// once every rank's are done, the flag lets the caller's stream go on. The buffers are exported per
+// call (cudaIpcGetMemHandle on the allocation: a driver call, no allocation); the peers open each
+// allocation once.
+//
 // Not supported (refused before anything is enqueued): graph capture of the stream (the executor
 // needs a fresh flag value and event per launch, which a replayed graph cannot give it); a stream of
 // another device than the communicator's.
@@ -49,6 +63,7 @@
 #include <memory>
 
 #include "src/base/status.h"
+#include "src/cuda/ipc.h"
 #include "src/op_gate.h"
 
 struct CUstream_st;  // cudaStream_t is a CUstream_st*
@@ -64,6 +79,9 @@ struct CallBuffers {
   void* recv = nullptr;
   size_t recvBytes = 0;
   bool inPlace = false;
+  // Run in place on the peers' device memory (cuda_ipc, src/cuda/ipc_coll.h) rather than on host
+  // copies: see "cuda_ipc" above. A batch of one call only.
+  bool direct = false;
 };
 
 // What the host collective runs on: pinned host addresses laid out as the caller's buffers, and the
@@ -72,6 +90,10 @@ struct StagedCall {
   const void* send = nullptr;
   void* recv = nullptr;
   OpGate* gate = nullptr;
+  // A direct call: send and recv are device addresses (the caller's own buffers, or the slot's
+  // device copy of them), and ipc their two handles (send, recv; bytes 0 for a buffer of no bytes),
+  // valid while the gate is in use.
+  const IpcHandle* ipc = nullptr;
 };
 
 // One operation of a batch: the calls it runs, staged into one slot behind one gate (a group's

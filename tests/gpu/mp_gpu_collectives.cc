@@ -1,8 +1,8 @@
-// Collectives on device buffers through host staging (src/cuda/staging.h), on real processes that
-// share one GPU: every collective in place and out of place, every dtype and op of AllReduce, 1, 2
-// and 4 ranks, checked on the host; the stream order (a kernel before the call writes its input, a
-// kernel after it reads its output); a nonblocking request; send/recv; groups of device calls; and
-// the refusals. Built only with CUDA; skipped, saying why, where no GPU is present (asked in a child
+// Collectives on device buffers, in place on the peers' device memory (cuda_ipc, src/cuda/ipc_coll.h)
+// and through host staging (src/cuda/staging.h), on real processes that share one GPU: every collective in place and
+// out of place, every dtype and op of AllReduce, 1, 2 and 4 ranks, checked on the host; the stream order (a kernel
+// before the call writes its input, a kernel after it reads its output); a nonblocking request; send/recv; groups of
+// device calls; and the refusals. Built only with CUDA; skipped, saying why, where no GPU is present (asked in a child
 // process: CUDA set up in this process would be unusable in the ranks forked from it).
 #include <cuda_runtime_api.h>
 #include <sched.h>
@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "src/comm.h"
 #include "src/cuda/kernels.h"
 #include "src/cuda/runtime.h"
+#include "src/executor.h"
 #include "tests/gpu/mp_gpu.h"
 #include "tests/mp/collective_case.h"
 #include "tests/mp/harness.h"
@@ -79,34 +81,48 @@ void holdUntilOpen(void* open) {
 
 }  // namespace
 
-TEST_CASE("device buffers: every collective in place and out of place, 1, 2 and 4 ranks", "[gpu][mp]") {
+TEST_CASE("device buffers: every collective in place and out of place, 1, 2 and 4 ranks, cuda_ipc and host staging",
+          "[gpu][mp]") {
   if (noGpu()) return;
   const int n = GENERATE(1, 2, 4);
   const bool legacyStream = GENERATE(false, true);
-  INFO("nranks " << n << (legacyStream ? ", the legacy default stream" : ", a stream of its own"));
-  auto res = runComm(n, {}, [legacyStream](braidComm_t comm, int rank, int size) {
-    cudaStream_t stream = nullptr;
-    if (!legacyStream) CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    OnDevice dev(stream);
-    Buffers b;
-    int rootPick = 0;
-    for (C c : {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll})
-      for (braidDataType_t dt : {braidFloat32, braidInt8, braidBfloat16})
-        for (size_t count : {size_t{0}, size_t{1}, size_t{1031}, (size_t{1} << 20) + 3})
-          for (bool inPlace : {false, true})
-            if (runCase(comm, rank, size, c, dt, braidSum, count, inPlace, (rootPick++) % size, b, &dev) != 0) return 1;
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    return 0;
-  });
+  const bool ipc = GENERATE(true, false);
+  INFO("nranks " << n << (legacyStream ? ", the legacy default stream" : ", a stream of its own")
+                 << (ipc ? ", cuda_ipc" : ", host staging (BRAID_CUDA_IPC=0)"));
+  auto res =
+      runComm(n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}}, [legacyStream, ipc](braidComm_t comm, int rank, int size) {
+        cudaStream_t stream = nullptr;
+        if (!legacyStream) CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        OnDevice dev(stream);
+        Buffers b;
+        int rootPick = 0;
+        for (C c : {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll})
+          for (braidDataType_t dt : {braidFloat32, braidInt8, braidBfloat16})
+            for (size_t count : {size_t{0}, size_t{1}, size_t{1031}, (size_t{1} << 20) + 3})
+              for (bool inPlace : {false, true})
+                if (runCase(comm, rank, size, c, dt, braidSum, count, inPlace, (rootPick++) % size, b, &dev) != 0)
+                  return 1;
+        if (stream != nullptr) cudaStreamDestroy(stream);
+        // Which path ran: every call with bytes ran in place on the peers' device memory, but AllToAll in
+        // place (6 collectives x 3 dtypes x 3 counts x 2 layouts, less 3 x 3), where cuda_ipc is on and
+        // there are peers; none where it is off.
+        const uint64_t expected = ipc && size > 1 ? 6 * 3 * 3 * 2 - 3 * 3 : 0;
+        const uint64_t ran = internalsOf(comm)->engine->directCalls();
+        if (ran != expected)
+          return fail(rank, "%llu device calls ran on cuda_ipc, expected %llu", static_cast<unsigned long long>(ran),
+                      static_cast<unsigned long long>(expected));
+        return 0;
+      });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
 
-TEST_CASE("device AllReduce: every dtype and op, 1, 2 and 4 ranks", "[gpu][mp]") {
+TEST_CASE("device AllReduce: every dtype and op, 1, 2 and 4 ranks, cuda_ipc and host staging", "[gpu][mp]") {
   if (noGpu()) return;
   const int n = GENERATE(1, 2, 4);
-  INFO("nranks " << n);
-  auto res = runComm(n, {}, [](braidComm_t comm, int rank, int size) {
+  const bool ipc = GENERATE(true, false);
+  INFO("nranks " << n << (ipc ? ", cuda_ipc" : ", host staging (BRAID_CUDA_IPC=0)"));
+  auto res = runComm(n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}}, [](braidComm_t comm, int rank, int size) {
     cudaStream_t stream = nullptr;
     CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     OnDevice dev(stream);
