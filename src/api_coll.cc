@@ -316,6 +316,10 @@ Status issueStaged(const CallArgs& a, PostArgs p, const CallBuffers& bufs, braid
   CallBuffers b = bufs;
   // On one host where every rank reaches every peer's GPU: in place on the peers' device memory.
   b.direct = a.coll != Coll::kSendRecv && a.comm->engine->takesDeviceCall(p.shape);
+  if (b.direct && a.coll == Coll::kAllToAll && p.shape.inPlace) {
+    b.copyApart = true;  // its peers would read blocks it overwrites
+    b.inPlace = false;   // staged as two ranges
+  }
   BRAID_TRY(stageDeviceCall(a.comm, b, stream, &staged));
   Op* op = nullptr;
   Status posted;

@@ -100,10 +100,9 @@ void SmallColls::enableDevice(int device) {
   outs_.resize(nranks_);
 }
 
-bool SmallColls::takesDevice(Coll coll, size_t bytes, bool inPlace) const {
+bool SmallColls::takesDevice(Coll coll, size_t bytes) const {
   if (device_ < 0 || capacity_ < sizeof(DeviceMail) || bytes == 0) return false;
-  if (coll == Coll::kBarrier || coll == Coll::kSendRecv) return false;
-  return !(coll == Coll::kAllToAll && inPlace);  // rank p would write what rank q reads
+  return coll != Coll::kBarrier && coll != Coll::kSendRecv;
 }
 
 void SmallColls::postDevice(const SmallCall& c) {

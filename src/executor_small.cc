@@ -19,7 +19,7 @@ constexpr int kInlineYields = 64;
 
 bool Engine::takesDeviceCall(const CollArgs& sh) const {
   if (small_ == nullptr || sh.algo == Algo::kGossip) return false;
-  return small_->takesDevice(sh.coll, sh.count * sh.elemSize, sh.inPlace);
+  return small_->takesDevice(sh.coll, sh.count * sh.elemSize);
 }
 
 bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {

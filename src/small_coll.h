@@ -98,8 +98,9 @@ class SmallColls {
   // Direct calls on device memory (src/direct_coll.cc): every rank agreed at init that it
   // reaches every peer's GPU (comm->cudaIpc); `device` is this rank's.
   void enableDevice(int device);
-  // Whether a call on device buffers runs here, on every rank alike (AllToAll in place does not).
-  bool takesDevice(Coll coll, size_t bytes, bool inPlace) const;
+  // Whether a call on device buffers runs here, on every rank alike (which is why its layout is not
+  // asked: a rank's in-place AllToAll is staged apart by that rank, CallBuffers::copyApart).
+  bool takesDevice(Coll coll, size_t bytes) const;
   // Numbers `c` as the next call (in issue order).
   void number(SmallCall* c);
   // Moves `c` as far as it goes without waiting: 1 when done, 0 when it waits (c->waitingOn says

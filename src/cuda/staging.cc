@@ -364,10 +364,10 @@ class Pool final : public DeviceStaging {
     StagedCall& c = op.out[0];
     IpcHandle h[2] = {};
     Status exported;
-    if (r.sendBytes > 0) exported = ipcExport(r.send, r.sendBytes, &h[0]);
-    if (exported.ok() && r.recvBytes > 0) exported = ipcExport(r.recv, r.recvBytes, &h[1]);
-    const bool copies = !exported.ok();
-    if (copies && !toldCopies_) {
+    if (!r.copyApart && r.sendBytes > 0) exported = ipcExport(r.send, r.sendBytes, &h[0]);
+    if (!r.copyApart && exported.ok() && r.recvBytes > 0) exported = ipcExport(r.recv, r.recvBytes, &h[1]);
+    const bool copies = r.copyApart || !exported.ok();
+    if (!r.copyApart && copies && !toldCopies_) {
       BRAID_INFO(kLogColl,
                  "a device call's buffers cannot be exported (%s): cuda_ipc copies them through a device "
                  "buffer of its own (said once)",

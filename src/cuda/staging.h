@@ -82,6 +82,9 @@ struct CallBuffers {
   // Run in place on the peers' device memory (cuda_ipc, src/cuda/ipc_coll.h) rather than on host
   // copies: see "cuda_ipc" above. A batch of one call only.
   bool direct = false;
+  // A direct call whose layout its peers must not see (AllToAll in place: rank p would write what
+  // rank q still reads): its input and output are copied apart through the slot's device buffer.
+  bool copyApart = false;
 };
 
 // What the host collective runs on: pinned host addresses laid out as the caller's buffers, and the

@@ -103,10 +103,10 @@ TEST_CASE("device buffers: every collective in place and out of place, 1, 2 and 
                 if (runCase(comm, rank, size, c, dt, braidSum, count, inPlace, (rootPick++) % size, b, &dev) != 0)
                   return 1;
         if (stream != nullptr) cudaStreamDestroy(stream);
-        // Which path ran: every call with bytes ran in place on the peers' device memory, but AllToAll in
-        // place (6 collectives x 3 dtypes x 3 counts x 2 layouts, less 3 x 3), where cuda_ipc is on and
-        // there are peers; none where it is off.
-        const uint64_t expected = ipc && size > 1 ? 6 * 3 * 3 * 2 - 3 * 3 : 0;
+        // Which path ran: every call with bytes (6 collectives x 3 dtypes x 3 counts x 2 layouts) ran
+        // on the peers' device memory where cuda_ipc is on and there are peers (AllToAll in place
+        // through the slot's device buffer); none where it is off.
+        const uint64_t expected = ipc && size > 1 ? 6 * 3 * 3 * 2 : 0;
         const uint64_t ran = internalsOf(comm)->engine->directCalls();
         if (ran != expected)
           return fail(rank, "%llu device calls ran on cuda_ipc, expected %llu", static_cast<unsigned long long>(ran),

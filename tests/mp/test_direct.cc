@@ -349,7 +349,11 @@ TEST_CASE("a rank killed between direct AllReduces: every other rank fails namin
         const std::string msg = braidGetLastError(), who = "rank " + std::to_string(victim) + " (host ";
         if (msg.find(who) == std::string::npos)
           return fail(rank, "message does not name rank %d: %s", victim, msg.c_str());
-        return directCalls(comm) >= 50 ? 0 : fail(rank, "the calls did not run in place");
+        // The victim finished 50 calls. A survivor may see its death before it saw the last one or
+        // two of them end (it still waited for the other survivor's done): the failure then fails
+        // those calls, so not all 50 need have completed here, but all that did ran in place.
+        const uint64_t ran = directCalls(comm);
+        return ran >= 48 ? 0 : fail(rank, "%llu of the 50 calls before the kill ran in place", (unsigned long long)ran);
       },
       120);
   INFO(describe(res));
