@@ -377,6 +377,14 @@ bool makeProbe(int* fd, uint64_t* ino) {
 Status agreeOnCudaIpc(braidComm* comm, const std::vector<MailAgreement>& all, Deadline deadline) {
   for (const MailAgreement& a : all)
     if (a.cudaIpc == 0) return okStatus();
+  // Ranks in one process (ncclCommInitAll, threads): CUDA opens no handle in the process that
+  // exported it, and such ranks are staged through host memory.
+  for (size_t p = 0; p < all.size(); ++p)
+    for (size_t q = p + 1; q < all.size(); ++q)
+      if (all[p].pid == all[q].pid) {
+        BRAID_INFO(kLogInit, "cuda_ipc off: ranks %zu and %zu are one process", p, q);
+        return okStatus();
+      }
   std::vector<std::string> busIds;
   for (const MailAgreement& a : all) busIds.emplace_back(a.busId, strnlen(a.busId, sizeof(a.busId)));
   bool reach = false;
@@ -471,7 +479,7 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
   auto comm = std::make_unique<braidComm>();
   BRAID_TRY(readCommSettings(over, &comm->settings));
   // Asking for the device count and the current device creates no CUDA context.
-  if (gpuDeviceCount() > 0) BRAID_TRY(gpuCommDevice(&comm->cudaDevice));
+  if (gpuDeviceCount() > 0) BRAID_TRY(gpuCommDevice(&comm->cudaDevice, over.cudaDevice));
   // Before the id is used: a list naming a transport this build lacks fails here, and the id is
   // still good for another try. A config's list was checked against the table's spellings only.
   Status made = makeTransports(comm->settings.transports, &comm->transports);

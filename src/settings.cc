@@ -55,6 +55,11 @@ Status parseConfig(const braidConfig_t* c, ConfigOverrides* out) {
       return errorf(braidInvalidArgument, "config->p2pTags %d is neither 0 nor 1", c->p2pTags);
     o.p2pTags = c->p2pTags;
   }
+  const bool hasDevice = c->size >= offsetof(braidConfig_t, cudaDevice) + sizeof(int);
+  if (hasDevice && c->cudaDevice != BRAID_CONFIG_UNDEF_INT) {
+    BRAID_TRY(checkParamText("BRAID_CUDA_DEVICE", std::to_string(c->cudaDevice)).withContext("config->cudaDevice"));
+    o.cudaDevice = c->cudaDevice;
+  }
   if (c->transports != nullptr) o.transports = c->transports;
   if (timeoutSet) o.timeoutSec = c->timeoutSec;
   // memType: host, the only type admitted above, is the default.

@@ -19,6 +19,7 @@ struct ConfigOverrides {
   std::string transports;  // "" = BRAID_TRANSPORTS
   int timeoutSec = 0;      // 0 = BRAID_TIMEOUT
   int p2pTags = -1;        // -1 = BRAID_P2P_TAGS; else 0 or 1
+  int cudaDevice = -1;     // -1 = BRAID_CUDA_DEVICE, else the current device
 };
 
 struct CommSettings {

@@ -159,12 +159,17 @@ typedef struct {
    * braidRecvTagged, BRAID_ANY_SOURCE); 0: leave them out, and tagged calls are braidInvalidUsage;
    * BRAID_CONFIG_UNDEF_INT = BRAID_P2P_TAGS (default 0). Every rank must agree. */
   int p2pTags;
+  /* The communicator's CUDA device (as BRAID_CUDA_DEVICE, 0..1023): its device buffers must be of
+   * this device. BRAID_CONFIG_UNDEF_INT = BRAID_CUDA_DEVICE, else the device current at init. A
+   * device this process does not see is braidInvalidArgument; where it sees none (no CUDA, no GPU)
+   * the communicator has no device, whatever is set. */
+  int cudaDevice;
 } braidConfig_t;
 
 #define BRAID_CONFIG_INITIALIZER                                                                 \
   {                                                                                              \
     sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, NULL, BRAID_CONFIG_UNDEF_INT, \
-        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT                                           \
+        BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT                   \
   }
 
 /* As braidCommInitRank, with per-communicator settings. config NULL is braidCommInitRank. A config

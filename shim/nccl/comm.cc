@@ -239,11 +239,16 @@ NCCL_SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const 
     }
     braidUniqueId id;
     BRAID_TRY(fromBraid(braidGetUniqueId(&id)));
-    // braid's init is collective and blocking: one thread per rank.
+    // braid's init is collective and blocking: one thread per rank. Rank r uses device devlist[r]
+    // (devices 0..ndev-1 without a list), as NCCL's; where there is no GPU braid ignores it.
     std::vector<braidComm_t> comms(ndev, nullptr);
     std::vector<std::function<Status()>> jobs;
     for (int r = 0; r < ndev; ++r)
-      jobs.push_back([&, r] { return fromBraid(braidCommInitRank(&comms[r], ndev, id, r)); });
+      jobs.push_back([&, r] {
+        braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+        config.cudaDevice = devlist != nullptr ? devlist[r] : r;
+        return fromBraid(braidCommInitRankConfig(&comms[r], ndev, id, r, &config));
+      });
     std::vector<Status> results = runConcurrently(jobs);
     Status first;
     for (const Status& s : results)

@@ -113,8 +113,15 @@ int gpuMultiprocessors(int) { return 0; }
 
 #endif
 
-Status gpuCommDevice(int* device) {
+Status gpuCommDevice(int* device, int configured) {
   if (gpuDeviceCount() == 0) return errorf(braidInvalidUsage, "%s", gpuAbsentReason());
+  if (configured >= 0) {
+    if (configured >= gpuDeviceCount())
+      return errorf(braidInvalidArgument, "config->cudaDevice %d: this process sees %d CUDA device(s), 0..%d",
+                    configured, gpuDeviceCount(), gpuDeviceCount() - 1);
+    *device = configured;
+    return okStatus();
+  }
   if (!paramIsSet("BRAID_CUDA_DEVICE")) return gpuCurrentDevice(device);
   int64_t wanted = 0;
   BRAID_TRY(paramInt("BRAID_CUDA_DEVICE", &wanted));

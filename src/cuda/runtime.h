@@ -23,10 +23,10 @@ const char* gpuAbsentReason();
 // The calling thread's current device (cudaGetDevice). No device: braidInvalidUsage saying why.
 Status gpuCurrentDevice(int* device);
 
-// The device a communicator created now would use: BRAID_CUDA_DEVICE when set (its range is
-// checked with every knob at init; here also against the devices present), else the calling
-// thread's current device. *device set on success only.
-Status gpuCommDevice(int* device);
+// The device a communicator created now would use: `configured` (config->cudaDevice) when >= 0,
+// else BRAID_CUDA_DEVICE when set (its range is checked with every knob at init; here also against
+// the devices present), else the calling thread's current device. *device set on success only.
+Status gpuCommDevice(int* device, int configured = -1);
 
 // Makes `device` current for the calling thread (cudaSetDevice).
 Status gpuSetDevice(int device);

@@ -14,6 +14,7 @@
 
 #include "src/api.h"
 #include "src/comm.h"
+#include "src/cuda/runtime.h"
 #include "tests/mp/harness.h"
 
 using namespace braidtest;
@@ -136,6 +137,8 @@ TEST_CASE("a bad config is braidInvalidArgument naming the field, and changes no
     with("negative timeout", "config->timeoutSec", [](braidConfig_t& c) { c.timeoutSec = -1; });
     with("huge timeout", "config->timeoutSec", [](braidConfig_t& c) { c.timeoutSec = 2000000000; });
     with("p2pTags 2", "config->p2pTags", [](braidConfig_t& c) { c.p2pTags = 2; });
+    with("negative device", "config->cudaDevice", [](braidConfig_t& c) { c.cudaDevice = -1; });
+    with("huge device", "config->cudaDevice", [](braidConfig_t& c) { c.cudaDevice = 1024; });
     for (Case& c : cases) {
       braidComm_t comm = reinterpret_cast<braidComm_t>(uintptr_t{0x1234});
       braidResult_t r = braidCommInitRankConfig(&comm, 1, id, 0, &c.config);
@@ -397,4 +400,47 @@ TEST_CASE("config->p2pTags turns the tag links on or off over BRAID_P2P_TAGS", "
   });
   INFO("first-layout config: " << describe(res));
   REQUIRE(allOk(res));
+}
+
+// config->cudaDevice picks the communicator's device over BRAID_CUDA_DEVICE and the current one; a
+// device the process does not see is refused naming the field; without a GPU the communicator has
+// none, whatever is set; a caller whose struct ends before the field is not read past its end.
+TEST_CASE("config->cudaDevice is the communicator's CUDA device where there is one", "[mp][config]") {
+  auto res = forkRanks(1, {{"BRAID_CUDA_DEVICE", "0"}}, [](int rank, int) {
+    const int devices = braid::gpuDeviceCount();
+    auto init = [&](braidConfig_t config, braidComm_t* comm) {
+      braidUniqueId id;
+      const braidResult_t r = braidGetUniqueId(&id);
+      return r != braidSuccess ? r : braidCommInitRankConfig(comm, 1, id, 0, &config);
+    };
+    braidConfig_t c = BRAID_CONFIG_INITIALIZER;
+    c.cudaDevice = devices > 0 ? devices - 1 : 3;
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, init(c, &comm));
+    int device = -7;
+    const braidResult_t asked = braidCommCuDevice(comm, &device);
+    if (devices == 0 && asked == braidSuccess)
+      return fail(rank, "no CUDA device here, yet the communicator has device %d", device);
+    if (devices > 0 && (asked != braidSuccess || device != devices - 1))
+      return fail(rank, "config->cudaDevice %d: the communicator has device %d (%s)", devices - 1, device,
+                  braidGetErrorString(asked));
+    CHECK_BRAID(rank, braidCommDestroy(comm));
+    if (devices > 0) {
+      c.cudaDevice = devices;  // one past the last
+      comm = nullptr;
+      const braidResult_t r = init(c, &comm);
+      if (r != braidInvalidArgument || strstr(braidGetLastError(), "config->cudaDevice") == nullptr)
+        return fail(rank, "config->cudaDevice %d of %d devices: %s: %s", devices, devices, braidGetErrorString(r),
+                    braidGetLastError());
+    }
+    braidConfig_t old = BRAID_CONFIG_INITIALIZER;  // a struct that ends at p2pTags
+    old.size = offsetof(braidConfig_t, cudaDevice);
+    old.cudaDevice = -5;
+    comm = nullptr;
+    CHECK_BRAID(rank, init(old, &comm));
+    CHECK_BRAID(rank, braidCommDestroy(comm));
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
 }
