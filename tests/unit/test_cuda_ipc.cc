@@ -8,10 +8,13 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "braid/braid.h"
 #include "src/cuda/ipc.h"
+#include "src/cuda/ipc_coll.h"
 #include "src/cuda/runtime.h"
 
 namespace braid {
@@ -51,6 +54,25 @@ TEST_CASE("CUDA IPC: bad arguments and a missing device are refused, writing not
   CHECK(p == &h);
   CHECK(imports.openCount() == 0);
   CHECK(imports.closeAll().ok());
+}
+
+TEST_CASE("cuda_ipc without a device: no collective side is made, no bus id, no peer reached", "[unit][memtype]") {
+  if (gpuDeviceCount() > 0) return;  // with a device: the [gpu][mp] tests
+  INFO(gpuAbsentReason());
+  std::unique_ptr<IpcColl> coll;
+  Status s = makeIpcColl(0, &coll);
+  CHECK(s.code() == braidInvalidUsage);
+  CHECK(s.message() == gpuAbsentReason());
+  CHECK(coll == nullptr);
+  char bus[32];
+  memset(bus, 'x', sizeof(bus));
+  ipcBusId(0, bus);
+  CHECK(bus[0] == '\0');
+  bool ok = true;
+  std::string why;
+  CHECK(ipcReachesAll(0, {"0000:01:00.0", "0000:02:00.0"}, 0, &ok, &why).ok());
+  CHECK_FALSE(ok);
+  CHECK_FALSE(why.empty());
 }
 
 TEST_CASE("CUDA IPC: a range of braidMemAllocDevice memory exports with its offset; wrong ranges are refused",
