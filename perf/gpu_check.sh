@@ -91,7 +91,8 @@ done
 
 # 4. all_reduce_perf on device buffers, 2 ranks on the one GPU, 1 KiB .. 1 GiB: through cuda_ipc (in
 #    place on the peer's device memory, the default on one host) and through host staging
-#    (BRAID_CUDA_IPC=0). The row: the largest size's busbw, and for cuda_ipc its share of what the
+#    (BRAID_CUDA_IPC=0), every size on both (BRAID_CUDA_IPC_MIN=0: the two logs show where cuda_ipc's
+#    per-call mapping starts to pay, for BRAID_CUDA_IPC_MIN's default). The row: the largest size's busbw, and for cuda_ipc its share of what the
 #    copy bandwidth of step 3 allows: on one GPU a 2-rank AllReduce of S bytes must read both inputs
 #    and write both outputs, 4 S through the GPU's memory, where the copy column counts 2 S per S
 #    copied; so at most copy/4 (the target: 70% of that).
@@ -102,7 +103,7 @@ device_allreduce() {  # label log BRAID_CUDA_IPC
     row "$label" "not built (the *_perf tools take host buffers only)"
     return
   fi
-  timeout 150 env BRAID_CUDA_IPC="$ipc" "$build/tools/braidrun" -n 2 "$build/perf/all_reduce_perf" -m device -g 0 \
+  timeout 150 env BRAID_CUDA_IPC="$ipc" BRAID_CUDA_IPC_MIN=0 "$build/tools/braidrun" -n 2 "$build/perf/all_reduce_perf" -m device -g 0 \
     -b 1K -e 1G -f 4 -n 5 -w 2 > "$out" 2>&1
   local rc=$? big busbw share
   if [ $rc -eq 0 ]; then

@@ -94,14 +94,15 @@ struct DeviceMail {
 
 }  // namespace
 
-void SmallColls::enableDevice(int device) {
+void SmallColls::enableDevice(int device, uint64_t minBytes) {
   device_ = device;
+  deviceMin_ = minBytes;
   ins_.resize(nranks_);
   outs_.resize(nranks_);
 }
 
 bool SmallColls::takesDevice(Coll coll, size_t bytes) const {
-  if (device_ < 0 || capacity_ < sizeof(DeviceMail) || bytes == 0) return false;
+  if (device_ < 0 || capacity_ < sizeof(DeviceMail) || bytes == 0 || bytes < deviceMin_) return false;
   return coll != Coll::kBarrier && coll != Coll::kSendRecv;
 }
 

@@ -79,6 +79,9 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   BRAID_TRY(paramBool("BRAID_FORCE_LOWERING", &s.forceLowering));
   BRAID_TRY(paramBool("BRAID_SHM_DIRECT", &s.shmDirect));
   BRAID_TRY(paramBool("BRAID_CUDA_IPC", &s.cudaIpc));
+  int64_t ipcMin = 0;
+  BRAID_TRY(paramInt("BRAID_CUDA_IPC_MIN", &ipcMin));
+  s.cudaIpcMin = static_cast<uint64_t>(ipcMin);
   int64_t nt = 0;
   BRAID_TRY(paramInt("BRAID_NT_STORES_MIN", &nt));
   s.ntStoresMin = nt > 0 ? static_cast<uint64_t>(nt) : defaultStreamBytes();

@@ -31,6 +31,7 @@ struct CommSettings {
   bool forceLowering = false;  // BRAID_FORCE_LOWERING (a test knob: src/lower.h)
   uint64_t ntStoresMin = 0;    // BRAID_NT_STORES_MIN, resolved (src/base/nt_store.h)
   bool shmDirect = false;      // BRAID_SHM_DIRECT: collectives on braidMemAlloc memory in place (src/direct_coll.cc)
+  uint64_t cudaIpcMin = 0;     // BRAID_CUDA_IPC_MIN: the smallest device collective on cuda_ipc
   bool cudaIpc = true;         // BRAID_CUDA_IPC: device collectives in place on the peers' memory (src/cuda/ipc_coll.h)
   int64_t linkCheckMs = 0;     // BRAID_LINK_CHECK_MS: the link self-test's deadline, 0 = off (src/link_check.h)
   std::string linkFaults;      // BRAID_TEST_LINK_FAULT (a test knob: src/link_check.h), checked

@@ -59,7 +59,8 @@ Status ipcLocalDevice(const IpcHandle& h, int* device);
 Status ipcReachable(int device, int peerDevice, bool* reachable);
 
 // The peers' allocations this process opened, each once however many of its ranges are asked for,
-// closed when the IpcImports ends (or by closeAll). The transport keeps one per communicator.
+// closed when the IpcImports ends (or by closeAll). The transport keeps one per communicator and
+// closes everything at the end of each call (src/cuda/ipc_coll.h says why).
 class IpcImports {
  public:
   IpcImports() = default;
@@ -82,9 +83,8 @@ class IpcImports {
     void* base = nullptr;
     int device = -1;  // the importer's device it was opened on
   };
-  // By the handle's bytes, which name one allocation. Whether an allocation freed and made again at
-  // the same address gets other bytes is not checked yet (no GPU has run this): until it is, the
-  // transport closes a peer's allocations when that peer deregisters or frees them.
+  // By the handle's bytes, which name one allocation while it is open here (the exporter cannot
+  // free it meanwhile without undefined behaviour, so its address cannot be reused meanwhile).
   std::unordered_map<std::string, Opened> open_;
 };
 

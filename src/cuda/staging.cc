@@ -117,8 +117,8 @@ class Slot final : public OpGate {
   }
 
   // A device buffer of `bytes` for the copies of a direct call, exported (devHandle) for the peers;
-  // like reserve(), only an idle slot grows. The peers may still have the old buffer open: they
-  // close it with the communicator (src/cuda/ipc.h: IpcImports).
+  // like reserve(), only an idle slot grows: its last call is over, so no peer has the old buffer
+  // open any more (the peers close what they opened before a call ends, src/cuda/ipc_coll.h).
   Status reserveDevice(size_t bytes) {
     if (bytes == 0 || (dev_ != nullptr && devCap_ >= bytes)) return okStatus();
     const size_t cap = alignUp(std::max({bytes, kMinStagingBytes, devCap_ * 2}), kMinStagingBytes);

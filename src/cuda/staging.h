@@ -45,7 +45,8 @@
 // before the call wrote. Each rank's kernels on its peers' buffers run on a stream of the executor's;
 // once every rank's are done, the flag lets the caller's stream go on. The buffers are exported per
 // call (cudaIpcGetMemHandle on the allocation: a driver call, no allocation); the peers open each
-// allocation once.
+// allocation for the call and close it before they say they are done with it, so the caller may
+// free its buffers once the call is over.
 //
 // Not supported (refused before anything is enqueued): graph capture of the stream (the executor
 // needs a fresh flag value and event per launch, which a replayed graph cannot give it); a stream of

@@ -89,8 +89,9 @@ TEST_CASE("device buffers: every collective in place and out of place, 1, 2 and 
   const bool ipc = GENERATE(true, false);
   INFO("nranks " << n << (legacyStream ? ", the legacy default stream" : ", a stream of its own")
                  << (ipc ? ", cuda_ipc" : ", host staging (BRAID_CUDA_IPC=0)"));
-  auto res =
-      runComm(n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}}, [legacyStream, ipc](braidComm_t comm, int rank, int size) {
+  auto res = runComm(
+      n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}, {"BRAID_CUDA_IPC_MIN", "0"}},
+      [legacyStream, ipc](braidComm_t comm, int rank, int size) {
         cudaStream_t stream = nullptr;
         if (!legacyStream) CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         OnDevice dev(stream);
@@ -122,19 +123,21 @@ TEST_CASE("device AllReduce: every dtype and op, 1, 2 and 4 ranks, cuda_ipc and 
   const int n = GENERATE(1, 2, 4);
   const bool ipc = GENERATE(true, false);
   INFO("nranks " << n << (ipc ? ", cuda_ipc" : ", host staging (BRAID_CUDA_IPC=0)"));
-  auto res = runComm(n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}}, [](braidComm_t comm, int rank, int size) {
-    cudaStream_t stream = nullptr;
-    CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    OnDevice dev(stream);
-    Buffers b;
-    for (braidDataType_t dt : kTypes)
-      for (braidRedOp_t op : kOps)
-        for (size_t count : {size_t{7}, size_t{65537}})
-          for (bool inPlace : {false, true})
-            if (runCase(comm, rank, size, C::kAllReduce, dt, op, count, inPlace, 0, b, &dev) != 0) return 1;
-    cudaStreamDestroy(stream);
-    return 0;
-  });
+  auto res = runComm(n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}, {"BRAID_CUDA_IPC_MIN", "0"}},
+                     [](braidComm_t comm, int rank, int size) {
+                       cudaStream_t stream = nullptr;
+                       CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+                       OnDevice dev(stream);
+                       Buffers b;
+                       for (braidDataType_t dt : kTypes)
+                         for (braidRedOp_t op : kOps)
+                           for (size_t count : {size_t{7}, size_t{65537}})
+                             for (bool inPlace : {false, true})
+                               if (runCase(comm, rank, size, C::kAllReduce, dt, op, count, inPlace, 0, b, &dev) != 0)
+                                 return 1;
+                       cudaStreamDestroy(stream);
+                       return 0;
+                     });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }

@@ -59,7 +59,7 @@ TEST_CASE("cuda_ipc: buffers CUDA IPC cannot export go through a device buffer o
   if (noGpu()) return;
   const int n = GENERATE(2, 3);
   INFO("nranks " << n);
-  auto res = runComm(n, {}, [](braidComm_t comm, int rank, int size) {
+  auto res = runComm(n, {{"BRAID_CUDA_IPC_MIN", "0"}}, [](braidComm_t comm, int rank, int size) {
     const size_t count = 65537, bytes = count * sizeof(float);
     cudaStream_t s = nullptr;
     CUDA_OK(rank, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -154,4 +154,34 @@ TEST_CASE("a rank killed while its peers are in a device collective is an error 
   munmap(page, 4096);
   INFO(describe(res));
   for (size_t r = 0; r < res.size(); ++r) CHECK(res[r].status == (static_cast<int>(r) == victim ? 128 + SIGKILL : 0));
+}
+
+TEST_CASE("cuda_ipc takes device collectives from BRAID_CUDA_IPC_MIN bytes on; smaller ones are staged", "[gpu][mp]") {
+  if (noGpu()) return;
+  auto res = runComm(2, {{"BRAID_CUDA_IPC_MIN", "1M"}}, [](braidComm_t comm, int rank, int size) {
+    const size_t big = (1 << 20) / sizeof(float), small = big - 1;  // 1 MiB, and one element less
+    float* d = nullptr;
+    CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(&d), big * sizeof(float)));
+    std::vector<float> h(big);
+    for (size_t count : {small, big}) {
+      for (size_t i = 0; i < count; ++i) h[i] = valueOf(rank, i);
+      CUDA_OK(rank, cudaMemcpy(d, h.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      const uint64_t before = internalsOf(comm)->engine->directCalls();
+      CHECK_BRAID(rank, braidAllReduce(d, d, count, braidFloat32, braidSum, comm, nullptr));
+      CUDA_OK(rank, cudaStreamSynchronize(nullptr));
+      const uint64_t ran = internalsOf(comm)->engine->directCalls() - before;
+      if (ran != (count == big ? 1u : 0u))
+        return fail(rank, "%zu floats: %llu calls on cuda_ipc", count, static_cast<unsigned long long>(ran));
+      CUDA_OK(rank, cudaMemcpy(h.data(), d, count * sizeof(float), cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int r = 0; r < size; ++r) want += valueOf(r, i);
+        if (h[i] != want) return fail(rank, "%zu floats: [%zu] is %g, expected %g", count, i, h[i], want);
+      }
+    }
+    cudaFree(d);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }
