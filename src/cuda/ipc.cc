@@ -9,7 +9,10 @@
 #include "src/cuda/runtime.h"
 
 #if BRAID_HAVE_CUDA
+#include <cuda.h>  // driver types only: cuPointerGetAttributes is reached through the runtime's entry points
 #include <cuda_runtime_api.h>
+
+#include <mutex>
 
 #include "src/cuda/check.h"
 #endif
@@ -27,13 +30,67 @@ void keepFirst(Status* first, Status s) {
 
 static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(IpcHandle::handle), "cudaIpcMemHandle_t is 64 bytes");
 
-// cuMemGetAddressRange (CUresult (CUdeviceptr* base, size_t* size, CUdeviceptr ptr); CUdeviceptr is
-// an unsigned long long on every 64-bit platform), through the runtime (src/cuda/check.h).
-using GetAddressRange = int (*)(unsigned long long*, size_t*, unsigned long long);
+// cuPointerGetAttributes (CUresult (unsigned n, CUpointer_attribute* attrs, void** data, CUdeviceptr
+// ptr)), through the runtime (src/cuda/check.h): every fact an export needs in one driver call, and
+// for a pointer CUDA does not know, zeros rather than an error.
+using GetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
 
-GetAddressRange addressRangeFn() {
-  static const GetAddressRange fn = reinterpret_cast<GetAddressRange>(driverEntryPoint("cuMemGetAddressRange"));
+GetAttributes attributesFn() {
+  static const GetAttributes fn = reinterpret_cast<GetAttributes>(driverEntryPoint("cuPointerGetAttributes"));
   return fn;
+}
+
+// What an export learns of a pointer. Each field is written by the driver in its own width (one to
+// eight bytes) into zeroed 8-byte storage: read as a whole, a flag is non-zero and a number is its
+// value on this (little-endian) machine.
+struct PointerFacts {
+  uint64_t memoryType = 0, managed = 0, device = 0, bufferId = 0, ipcCapable = 0, base = 0, size = 0;
+};
+
+Status pointerFacts(const void* ptr, PointerFacts* f) {
+  const GetAttributes get = attributesFn();
+  if (get == nullptr) return errorf(braidSystemError, "the CUDA driver has no cuPointerGetAttributes");
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                 CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* data[] = {&f->memoryType, &f->managed, &f->device, &f->bufferId, &f->ipcCapable, &f->base, &f->size};
+  const CUresult r = get(sizeof(attrs) / sizeof(attrs[0]), attrs, data, reinterpret_cast<CUdeviceptr>(ptr));
+  if (r != CUDA_SUCCESS)
+    return errorf(braidInvalidArgument, "cuPointerGetAttributes failed for %p (CUresult %d)", ptr, static_cast<int>(r));
+  return okStatus();
+}
+
+// The handles made so far, by the allocation's buffer id (unique among the process's allocations
+// for its whole life, so a freed allocation's handle is never handed out for a new one at the same
+// address), and the devices' bus ids: an export of a known allocation makes one driver call.
+struct Exported {
+  cudaIpcMemHandle_t handle;
+  uint64_t base = 0, size = 0;
+};
+std::mutex gExportMu;
+std::unordered_map<uint64_t, Exported> gExports;
+std::unordered_map<int, std::string> gBusIds;
+// A program that makes and frees allocations without end would grow the table without end: past
+// this many it starts again (the handles are made anew at the next export).
+constexpr size_t kMaxExports = 4096;
+
+Status busIdOf(int device, char out[32]) {
+  {
+    std::lock_guard<std::mutex> hold(gExportMu);
+    auto it = gBusIds.find(device);
+    if (it != gBusIds.end()) {
+      snprintf(out, 32, "%s", it->second.c_str());
+      return okStatus();
+    }
+  }
+  BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(out, 32, device));
+  std::lock_guard<std::mutex> hold(gExportMu);
+  gBusIds[device] = out;
+  return okStatus();
 }
 
 }  // namespace
@@ -41,45 +98,49 @@ GetAddressRange addressRangeFn() {
 namespace {
 
 Status exportRange(const void* ptr, size_t bytes, IpcHandle* out) {
-  cudaPointerAttributes attr{};
-  BRAID_CUDA_TRY(cudaPointerGetAttributes(&attr, ptr));
-  if (attr.type != cudaMemoryTypeDevice)
+  PointerFacts f;
+  BRAID_TRY(pointerFacts(ptr, &f));
+  if (f.managed != 0 || f.memoryType != CU_MEMORYTYPE_DEVICE)
     return errorf(braidInvalidArgument, "CUDA IPC exports device memory only; %p is %s memory", ptr,
-                  attr.type == cudaMemoryTypeManaged ? "managed" : "host");
-  const GetAddressRange range = addressRangeFn();
-  if (range == nullptr)
-    return errorf(braidSystemError, "the CUDA driver has no cuMemGetAddressRange: cannot find %p's allocation", ptr);
-  unsigned long long base = 0;
-  size_t allocBytes = 0;
-  const unsigned long long at = reinterpret_cast<uintptr_t>(ptr);
-  if (range(&base, &allocBytes, at) != 0)
-    return errorf(braidInvalidArgument, "cuMemGetAddressRange failed for %p: not memory of this process's CUDA context",
-                  ptr);
-  const uint64_t offset = at - base;
-  if (bytes > allocBytes - offset)
+                  f.managed != 0 ? "managed" : "host");
+  if (f.ipcCapable == 0)
     return errorf(braidInvalidArgument,
-                  "%zu bytes at %p run past the end of its allocation (%zu bytes at offset %llu): a range exported "
+                  "%p cannot be exported with CUDA IPC (memory of cudaMallocAsync pools and of cuMemCreate cannot)",
+                  ptr);
+  const uint64_t at = reinterpret_cast<uintptr_t>(ptr), offset = at - f.base;
+  if (at < f.base || bytes > f.size - offset)
+    return errorf(braidInvalidArgument,
+                  "%zu bytes at %p run past the end of its allocation (%llu bytes at offset %llu): a range exported "
                   "with CUDA IPC lies inside one cudaMalloc allocation",
-                  bytes, ptr, allocBytes, static_cast<unsigned long long>(offset));
-  DeviceScope scope(attr.device);
-  BRAID_TRY(scope.status());
-  cudaIpcMemHandle_t h;
-  const cudaError_t e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base));
-  if (e != cudaSuccess) {
-    char where[256];
-    snprintf(where, sizeof(where),
-             "exporting the allocation at %p (memory of cudaMallocAsync pools and of cuMemCreate cannot be exported "
-             "this way)",
-             reinterpret_cast<void*>(base));
-    return cudaStatus(e, "cudaIpcGetMemHandle").withContext(where);
-  }
+                  bytes, ptr, static_cast<unsigned long long>(f.size), static_cast<unsigned long long>(offset));
+  const int device = static_cast<int>(f.device);
   IpcHandle w{};
-  BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(w.busId, sizeof(w.busId), attr.device));
-  memcpy(w.handle, &h, sizeof(h));
+  BRAID_TRY(busIdOf(device, w.busId));
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> hold(gExportMu);
+    auto it = gExports.find(f.bufferId);
+    if (it != gExports.end() && it->second.base == f.base && it->second.size == f.size) {
+      memcpy(w.handle, &it->second.handle, sizeof(w.handle));
+      known = true;
+    }
+  }
+  if (!known) {
+    DeviceScope scope(device);
+    BRAID_TRY(scope.status());
+    Exported e;
+    e.base = f.base;
+    e.size = f.size;
+    BRAID_CUDA_TRY(cudaIpcGetMemHandle(&e.handle, reinterpret_cast<void*>(f.base)));
+    memcpy(w.handle, &e.handle, sizeof(w.handle));
+    std::lock_guard<std::mutex> hold(gExportMu);
+    if (gExports.size() >= kMaxExports) gExports.clear();
+    gExports[f.bufferId] = e;
+  }
   w.offset = offset;
   w.bytes = bytes;
-  w.allocBytes = allocBytes;
-  w.device = attr.device;
+  w.allocBytes = f.size;
+  w.device = device;
   w.pid = static_cast<int32_t>(getpid());
   *out = w;
   return okStatus();

@@ -131,6 +131,16 @@ TEST_CASE("CUDA IPC: a range of braidMemAllocDevice memory exports with its offs
   CHECK(p == nullptr);
   CHECK(imports.openCount() == 0);
   CHECK(braidMemFree(d) == braidSuccess);
+
+  // An allocation made where a freed one was is exported as itself (the handles are kept by
+  // allocation, not by address): its handle's size is its own.
+  void* again = nullptr;
+  REQUIRE(braidMemAllocDevice(&again, bytes / 2) == braidSuccess);
+  IpcHandle later{};
+  REQUIRE(ipcExport(again, bytes / 2, &later).ok());
+  CHECK(later.allocBytes >= bytes / 2);
+  CHECK(later.allocBytes < whole.allocBytes);
+  CHECK(braidMemFree(again) == braidSuccess);
 }
 
 }  // namespace
