@@ -199,3 +199,9 @@ row "DDP 20 steps, braid_torch" "not built yet (braid_torch takes CPU tensors on
 echo
 echo "== gpu_check: $(( $(date +%s) - start )) s =="
 for r in "${rows[@]}"; do echo "$r"; done
+# On the lent GPU machine only what lands under $OUT comes back: the logs go there too.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  mkdir -p "$OUT/gpu-check-logs" && cp "$logs"/*.log "$OUT/gpu-check-logs/" 2>/dev/null
+  for r in "${rows[@]}"; do echo "$r"; done > "$OUT/gpu-check-logs/table.txt"
+  echo "logs copied to \$OUT/gpu-check-logs"
+fi
