@@ -7,6 +7,9 @@ it prints the median out-of-place time of each side over the rounds, Open MPI's 
 is faster; the ratio of the medians), the median busbw of each, and for the 2-rank AllReduce braid's
 busbw over the limit's (the better of its plain and non-temporal stores, median over the rounds).
 Sizes that only one side measured are left out. Closes with the sizes where braid is behind.
+Broadcast also gets braid's in-place time: MPI_Bcast has one buffer, so it is the in-place call that
+does the same work (out of place, braid's root also copies its input into its output); its
+"behind" entries compare that one, and say so.
 With OUTDIR/base_*.run<R>.txt (compare_colls.sh's BASELINE) it adds the baseline build's median time
 and this build's speedup over it (> 1: this build is faster).
 """
@@ -18,16 +21,17 @@ import sys
 
 
 def rows(path):
-    """size -> (out-of-place time us, busbw GB/s) from either side's output."""
+    """size -> (out-of-place time us, busbw GB/s, in-place time us) from either side's output (Open
+    MPI's programs: the in-place time is the out-of-place one)."""
     out = {}
     for line in open(path):
         f = line.split()
         if line.startswith("#") or not f or not f[0].isdigit():
             continue
         if len(f) == 13:  # nccl-tests' columns: braid's *_perf and allreduce_ompi
-            out[int(f[0])] = (float(f[5]), float(f[7]))
+            out[int(f[0])] = (float(f[5]), float(f[7]), float(f[9]))
         elif len(f) == 4:  # coll_ompi: size time algbw busbw
-            out[int(f[0])] = (float(f[1]), float(f[3]))
+            out[int(f[0])] = (float(f[1]), float(f[3]), float(f[1]))
     return out
 
 
@@ -82,6 +86,10 @@ def main():
                 base = medians(runs_of(d, "base_" + name), rows)
                 head = "| size | braid us | Open MPI us | OMPI/braid | braid busbw | OMPI busbw |"
                 rule = "|---:|---:|---:|---:|---:|---:|"
+                inplace = c == "bcast"
+                if inplace:
+                    head += " braid in place us | OMPI/braid in place |"
+                    rule += "---:|---:|"
                 if base:
                     head += " baseline us | baseline/braid |"
                     rule += "---:|---:|"
@@ -91,16 +99,19 @@ def main():
                 print(head)
                 print(rule)
                 for s in sorted(set(b) & set(o)):
-                    (bt, bb), (ot, ob) = b[s], o[s]
+                    (bt, bb, bi), (ot, ob, _) = b[s], o[s]
                     ratio = ot / bt if bt > 0 else float("nan")
                     line = f"| {human(s)} | {bt:.2f} | {ot:.2f} | {ratio:.2f} | {bb:.3f} | {ob:.3f} |"
+                    if inplace:
+                        ratio = ot / bi if bi > 0 else float("nan")  # the call that does MPI_Bcast's work
+                        line += f" {bi:.2f} | {ratio:.2f} |"
                     if base:
                         line += f" {base[s][0]:.2f} | {base[s][0] / bt:.2f} |" if s in base and bt > 0 else " | |"
                     if share:
                         line += f" {bb / limit[s]:.2f} |" if limit.get(s) else " |"
                     print(line)
                     if ratio < 1:
-                        behind.append(f"{c} {np} ranks {t} {human(s)}: {ratio:.2f}")
+                        behind.append(f"{c} {np} ranks {t} {human(s)}: {ratio:.2f}" + (" (in place)" if inplace else ""))
                 print()
     print(f"braid behind Open MPI at {len(behind)} points" + (":" if behind else ""))
     for b in behind:
