@@ -434,9 +434,9 @@ class Pool final : public DeviceStaging {
     return cudaStatus(cudaLaunchHostFunc(stream, &Slot::waitOnHost, slot), "cudaLaunchHostFunc");
   }
 
-  // An idle slot with room for `bytes` (pinned host memory; device memory for a direct call), round robin from
-  // the last one taken; a new one while fewer
-  // than kMaxSlots exist, else waits for one to become idle. Pool lock held.
+  // An idle slot with room for `bytes` (pinned host memory; device memory for a direct call), round
+  // robin from the last one taken; a new one while fewer than kMaxSlots exist, else waits for one to
+  // become idle. Pool lock held.
   Status take(size_t bytes, bool device, Slot** out) {
     auto room = [&](Slot* s) { return device ? s->reserveDevice(bytes) : s->reserve(bytes); };
     const Deadline until = Deadline::afterSeconds(timeoutSec_);
