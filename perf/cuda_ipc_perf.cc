@@ -6,11 +6,17 @@
 // On one GPU shared by both ranks every copy stays in that GPU's memory; on two GPUs pull and push
 // cross NVLink or PCIe. GB/s = size / time (each byte read once and written once).
 //
+// Then what the cuda_ipc transport pays per call outside the copies (src/cuda/ipc_coll.h: every call
+// exports its buffers and its peers open and close them): rank 0's ipcExport of an allocation it
+// exported before (the handle kept by buffer id) and of its first export, and rank 1's
+// cudaIpcOpenMemHandle + cudaIpcCloseMemHandle of rank 0's whole allocation, host wall time, means.
+//
 // Run with two ranks: braidrun -n 2 cuda_ipc_perf [-b 1M -e 1G -f 2 -n 20 -w 5] [-g DEV] (each rank's
 // device: -g, else BRAID_CUDA_DEVICE, else its current device). Without a CUDA device it says so and
 // exits 0. Links braid's internals (ipc.h), like cuda_reduce_perf.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +38,10 @@ void must(braidResult_t r, const char* what) {
   if (r == braidSuccess) return;
   std::fprintf(stderr, "cuda_ipc_perf: %s: %s: %s\n", what, braidGetErrorString(r), braidGetLastError());
   std::exit(1);
+}
+
+double nowUs() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -65,12 +75,21 @@ int main(int argc, char** argv) {
   must(cudaMemset(mine, rank + 1, maxBytes), "cudaMemset");
   must(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   IpcHandle h{};
+  constexpr int kExports = 100, kOpens = 20;
+  double exportUs[2] = {0, 0};  // the first export, and the mean of later ones
   if (rank == 0) {
+    double t = nowUs();
     must(ipcExport(mine, maxBytes, &h), "ipcExport");
+    exportUs[0] = nowUs() - t;
+    t = nowUs();
+    for (int i = 0; i < kExports; ++i) must(ipcExport(mine, maxBytes, &h), "ipcExport");
+    exportUs[1] = (nowUs() - t) / kExports;
     must(braidSend(&h, sizeof(h), braidUint8, 1, comm, nullptr), "braidSend");
+    must(braidSend(exportUs, 2, braidFloat64, 1, comm, nullptr), "braidSend");
     must(braidBarrier(comm, nullptr), "braidBarrier");  // rank 1 measured and closed the handle
   } else {
     must(braidRecv(&h, sizeof(h), braidUint8, 0, comm, nullptr), "braidRecv");
+    must(braidRecv(exportUs, 2, braidFloat64, 0, comm, nullptr), "braidRecv");
     int peerDevice = -1;
     must(ipcLocalDevice(h, &peerDevice), "ipcLocalDevice");
     bool reachable = false;
@@ -110,6 +129,13 @@ int main(int argc, char** argv) {
       cudaFree(local);
       cudaStreamDestroy(stream);
       must(imports.closeAll(), "close rank 0's memory");
+      const double t = nowUs();
+      for (int i = 0; i < kOpens; ++i) {
+        must(imports.open(h, device, &peer), "open rank 0's memory");
+        must(imports.closeAll(), "close rank 0's memory");
+      }
+      std::printf("# per call: ipcExport %.1f us (first %.1f us); open+close of rank 0's %zu-byte allocation %.1f us\n",
+                  exportUs[1], exportUs[0], maxBytes, (nowUs() - t) / kOpens);
     }
     must(braidBarrier(comm, nullptr), "braidBarrier");
   }
