@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "braid/braid.h"
@@ -346,6 +347,62 @@ Status issueStaged(const CallArgs& a, PostArgs p, const CallBuffers& bufs, braid
   return okStatus();
 }
 
+// How many pieces a device call on host staging is cut into (1: none). An AllReduce, Broadcast or
+// Reduce is element by element, so its pieces are calls of their own on consecutive ranges; staged
+// together (DeviceStaging::stageBatch: every piece's copy to the host first, then piece by piece
+// its wait and its copy back), piece i + 1's copy in overlaps piece i's transfer, and piece i's
+// copy back piece i + 1's. Decided from the call and settings every rank shares, so every rank
+// cuts alike.
+size_t stagingPieces(const CallArgs& a, const PostArgs& p) {
+  if (a.coll != Coll::kAllReduce && a.coll != Coll::kBroadcast && a.coll != Coll::kReduce) return 1;
+  const uint64_t piece = a.comm->settings.stagingPiece, bytes = a.count * dtypeSize(a.dtype);
+  if (piece == 0 || bytes <= piece || a.comm->engine->takesDeviceCall(p.shape)) return 1;
+  return static_cast<size_t>(std::min<uint64_t>(kMaxStagedOps, (bytes + piece - 1) / piece));
+}
+
+// A device call cut into `n` pieces (stagingPieces), staged together and posted in order, all
+// detached but the last in the nonblocking form: ops complete in issue order and a failure fails
+// every later op, so the last piece's request answers for the call.
+Status issueStagedPieces(const CallArgs& a, size_t n, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
+  const size_t es = dtypeSize(a.dtype);
+  const size_t line = 64 / es;  // pieces start on cache lines
+  const size_t per = ((a.count + n - 1) / n + line - 1) / line * line;
+  std::vector<CallArgs> pieces;
+  for (size_t at = 0; at < a.count; at += per) {
+    CallArgs c = a;
+    c.count = std::min(per, a.count - at);
+    if (c.send != nullptr) c.send = static_cast<const char*>(a.send) + at * es;
+    if (c.recv != nullptr) c.recv = static_cast<char*>(a.recv) + at * es;
+    pieces.push_back(c);
+  }
+  std::vector<PostArgs> posts(pieces.size());
+  std::vector<CallBuffers> bufs(pieces.size());
+  std::vector<StagedCall> staged(pieces.size());
+  std::vector<StageOp> ops(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    BRAID_TRY(shapeOf(pieces[i], &posts[i], &bufs[i]));
+    ops[i] = StageOp{&bufs[i], 1, &staged[i]};
+  }
+  BRAID_TRY(stageDeviceOps(a.comm, ops.data(), ops.size(), stream));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    PostArgs& p = posts[i];
+    p.send = staged[i].send;
+    p.recv = staged[i].recv;
+    p.gate = staged[i].gate;
+    const bool last = i + 1 == pieces.size();
+    p.detached = !(nonblocking && last);
+    Op* op = nullptr;
+    const Status posted = a.comm->engine->post(p, true, &op);
+    if (!posted.ok()) {
+      for (size_t j = i; j < pieces.size(); ++j) abandonDeviceGate(a.comm, staged[j].gate);
+      return posted.withContext("piece " + std::to_string(i + 1) + " of " + std::to_string(pieces.size()) +
+                                " of a staged device call");
+    }
+    if (nonblocking && last) *request = requestHandle(op);
+  }
+  return okStatus();
+}
+
 Status waitAll(const std::vector<Op*>& ops) {
   Status first;
   for (Op* op : ops) {
@@ -382,6 +439,8 @@ Status routeOnDevice(const CallArgs& a, braidStream_t stream, braidRequest_t* re
   }
   if (a.coll == Coll::kSendRecv && a.root == a.comm->rank)
     return errorf(braidInvalidUsage, "a send to or receive from self needs its partner in the same group");
+  const size_t pieces = a.coll == Coll::kSendRecv ? 1 : stagingPieces(a, *p);
+  if (pieces > 1) return issueStagedPieces(a, pieces, stream, request, nonblocking);
   return issueStaged(a, *p, bufs, stream, request, nonblocking);
 }
 

@@ -82,6 +82,9 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   int64_t ipcMin = 0;
   BRAID_TRY(paramInt("BRAID_CUDA_IPC_MIN", &ipcMin));
   s.cudaIpcMin = static_cast<uint64_t>(ipcMin);
+  int64_t piece = 0;
+  BRAID_TRY(paramInt("BRAID_CUDA_STAGING_PIECE", &piece));
+  s.stagingPiece = static_cast<uint64_t>(piece);
   int64_t nt = 0;
   BRAID_TRY(paramInt("BRAID_NT_STORES_MIN", &nt));
   s.ntStoresMin = nt > 0 ? static_cast<uint64_t>(nt) : defaultStreamBytes();

@@ -32,6 +32,7 @@ struct CommSettings {
   uint64_t ntStoresMin = 0;    // BRAID_NT_STORES_MIN, resolved (src/base/nt_store.h)
   bool shmDirect = false;      // BRAID_SHM_DIRECT: collectives on braidMemAlloc memory in place (src/direct_coll.cc)
   uint64_t cudaIpcMin = 0;     // BRAID_CUDA_IPC_MIN: the smallest device collective on cuda_ipc
+  uint64_t stagingPiece = 0;   // BRAID_CUDA_STAGING_PIECE: the pieces of a staged device collective
   bool cudaIpc = true;         // BRAID_CUDA_IPC: device collectives in place on the peers' memory (src/cuda/ipc_coll.h)
   int64_t linkCheckMs = 0;     // BRAID_LINK_CHECK_MS: the link self-test's deadline, 0 = off (src/link_check.h)
   std::string linkFaults;      // BRAID_TEST_LINK_FAULT (a test knob: src/link_check.h), checked

@@ -200,6 +200,10 @@ const std::vector<ParamInfo> kParams = {
             "on one host, collectives on device buffers read and write the peers' device memory in place (CUDA "
             "IPC) where every rank reaches every peer's GPU, else they are staged through host memory (off on any "
             "rank turns it off for all)"),
+    bytes("BRAID_CUDA_STAGING_PIECE", "8M", 0, kTi,
+          "an AllReduce, Broadcast or Reduce on device buffers staged through host memory is cut into pieces of about "
+          "this many bytes (at most 32), staged together so that copies to and from the host overlap the pieces' "
+          "transfers (0: one piece; the same on every rank)"),
     bytes("BRAID_CUDA_IPC_MIN", "1M", 0, kTi,
           "smallest device collective (bytes per rank's buffer) that takes cuda_ipc; smaller ones are staged through "
           "host memory, which costs no mapping of the peers' memory per call (0: every call with bytes)"),

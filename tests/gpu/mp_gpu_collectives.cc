@@ -89,8 +89,10 @@ TEST_CASE("device buffers: every collective in place and out of place, 1, 2 and 
   const bool ipc = GENERATE(true, false);
   INFO("nranks " << n << (legacyStream ? ", the legacy default stream" : ", a stream of its own")
                  << (ipc ? ", cuda_ipc" : ", host staging (BRAID_CUDA_IPC=0)"));
+  // Host staging cuts the largest calls (4 MiB of floats) of AllReduce, Reduce and Broadcast into
+  // pieces of 1 MiB.
   auto res = runComm(
-      n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}, {"BRAID_CUDA_IPC_MIN", "0"}},
+      n, {{"BRAID_CUDA_IPC", ipc ? "1" : "0"}, {"BRAID_CUDA_IPC_MIN", "0"}, {"BRAID_CUDA_STAGING_PIECE", "1M"}},
       [legacyStream, ipc](braidComm_t comm, int rank, int size) {
         cudaStream_t stream = nullptr;
         if (!legacyStream) CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -190,7 +192,13 @@ TEST_CASE("device calls are ordered on their stream: a kernel before writes the 
 
 TEST_CASE("a nonblocking device AllReduce completes once its result is in the device buffer", "[gpu][mp]") {
   if (noGpu()) return;
-  auto res = runComm(2, {}, [](braidComm_t comm, int rank, int size) {
+  // cuda_ipc; host staging of the whole call; host staging in 19 pieces of 64 KiB (the request is
+  // the last piece's).
+  const int mode = GENERATE(0, 1, 2);
+  INFO((mode == 0 ? "cuda_ipc" : mode == 1 ? "host staging, one piece" : "host staging, 64 KiB pieces"));
+  const Env env = mode == 0 ? Env{{"BRAID_CUDA_IPC_MIN", "0"}}
+                            : Env{{"BRAID_CUDA_IPC", "0"}, {"BRAID_CUDA_STAGING_PIECE", mode == 1 ? "0" : "64K"}};
+  auto res = runComm(2, env, [](braidComm_t comm, int rank, int size) {
     const size_t count = 300007, bytes = count * sizeof(float);
     std::vector<float> in(count), out(count);
     for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(inputValue(braidSum, rank, i, size));
