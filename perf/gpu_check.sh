@@ -1,15 +1,17 @@
 #!/bin/bash
 # The GPU machine's check (issue "GPUs"): builds braid with CUDA, runs the [gpu] tests (unit and
 # multi-process: device buffers through cuda_ipc and host staging), the kernel benchmark and
-# all_reduce_perf on device buffers, and prints a short table last. Meant for one run on a lent GPU machine (one
-# H200; nvcc, meson, ninja, python with torch 2.x, no Debian packages, no network), within 8 minutes.
+# all_reduce_perf on device buffers, and prints a short table last. Meant for one run on a lent GPU
+# machine (one H200; nvcc, meson, ninja, python with torch 2.x, no Debian packages, no network),
+# within 8 minutes. braid_torch against that machine's torch 2.x: perf/torch2_check.sh, a second
+# command (a CPU build, about 4 minutes).
 #
 #   perf/gpu_check.sh [BUILD_DIR]        (default build-gpu)
 #
 # What that machine lacks and the build needs comes in an ignored folder carried along: Catch2 v2's
 # header as .gpu-deps/catch2/catch.hpp (here: mkdir -p .gpu-deps/catch2 && cp /usr/include/catch2/catch.hpp
 # .gpu-deps/catch2/). hwloc, UCX and verbs are switched off (no -dev packages there); so is the torch
-# backend until its 2.x code has been compiled (a later step of the issue).
+# backend here (perf/torch2_check.sh builds it).
 #
 # Parts that later steps of the issue add print "not built yet" in the table, so the script runs as
 # it is at every step. Nothing of it has run on a GPU yet. The DDP step needs python3 with torch
