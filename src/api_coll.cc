@@ -211,6 +211,11 @@ Status checkDeviceGroup(const CommCalls& cc, braidStream_t* stream, bool* p2pOnD
   return okStatus();
 }
 
+Status issueStaged(const CallArgs& a, PostArgs p, const CallBuffers& bufs, braidStream_t stream,
+                   braidRequest_t* request, bool nonblocking);
+size_t stagingPieces(const CallArgs& a, const PostArgs& p);
+Status issueStagedPieces(const CallArgs& a, size_t n, braidStream_t stream, braidRequest_t* request, bool nonblocking);
+
 // Posts one communicator's share of a group. Host operations go to *ops (the caller waits for
 // them); device operations are staged together first (one batch on their stream) and posted
 // detached, as a blocking device call is: the group returns once they are enqueued.
@@ -219,6 +224,16 @@ Status postCommCalls(const CommCalls& cc, bool userOwned, std::vector<Op*>* ops)
   braidStream_t stream = nullptr;
   bool p2pOnDevice = false;
   BRAID_TRY(checkDeviceGroup(cc, &stream, &p2pOnDevice));
+  if (cc.p2p.empty() && cc.colls.size() == 1 && cc.colls[0]->onDevice) {
+    // A group of one device collective (a framework's coalescing of a single call): as the call
+    // alone runs, on cuda_ipc or staged in pieces where it would.
+    const CallArgs& c = *cc.colls[0];
+    PostArgs p;
+    BRAID_TRY(shapeOf(c, &p));
+    const size_t pieces = stagingPieces(c, p);
+    if (pieces > 1) return issueStagedPieces(c, pieces, c.stream, nullptr, false);
+    return issueStaged(c, p, c.bufs, c.stream, nullptr, false);
+  }
   // The staged operations, in posting order: device collectives, then the point-to-point op.
   std::vector<CallBuffers> bufs;
   std::vector<size_t> first;  // per staged op, its first entry in bufs

@@ -185,3 +185,31 @@ TEST_CASE("cuda_ipc takes device collectives from BRAID_CUDA_IPC_MIN bytes on; s
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+TEST_CASE("a group of one device collective runs as the call alone would: on cuda_ipc", "[gpu][mp]") {
+  if (noGpu()) return;
+  auto res = runComm(2, {{"BRAID_CUDA_IPC_MIN", "0"}}, [](braidComm_t comm, int rank, int size) {
+    const size_t count = 4099;
+    float* d = nullptr;
+    CUDA_OK(rank, cudaMalloc(reinterpret_cast<void**>(&d), count * sizeof(float)));
+    std::vector<float> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = valueOf(rank, i);
+    CUDA_OK(rank, cudaMemcpy(d, h.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK_BRAID(rank, braidGroupStart());
+    CHECK_BRAID(rank, braidAllReduce(d, d, count, braidFloat32, braidSum, comm, nullptr));
+    CHECK_BRAID(rank, braidGroupEnd());
+    CUDA_OK(rank, cudaStreamSynchronize(nullptr));
+    const uint64_t ran = internalsOf(comm)->engine->directCalls();
+    if (ran != 1) return fail(rank, "%llu calls on cuda_ipc, expected 1", static_cast<unsigned long long>(ran));
+    CUDA_OK(rank, cudaMemcpy(h.data(), d, count * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < size; ++r) want += valueOf(r, i);
+      if (h[i] != want) return fail(rank, "[%zu] is %g, expected %g", i, h[i], want);
+    }
+    cudaFree(d);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
