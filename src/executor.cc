@@ -42,9 +42,11 @@ constexpr uint64_t kWakeMinBytes = 1 << 20;
 // nobody waits for.
 constexpr int64_t kIdleSleepUs = 10000;
 
-// How often the background thread looks at the gate of a device call (src/op_gate.h) whose stream
-// has not reached it yet, once it has been idle for a millisecond: the start of the collective may
-// lag the stream by this much; a shorter sleep burns a core while the GPU computes.
+// How often the background thread looks at a device call (src/op_gate.h) that waits for the GPU
+// (its stream to reach it, cuda_ipc's kernels, the copy back), once it has been idle for a
+// millisecond: each of those steps may lag the GPU by this much; a shorter sleep burns a core while
+// the GPU computes. (It polled only calls whose stream had not reached them before: a call waiting
+// for its kernels or its copy back slept up to a millisecond between looks.)
 constexpr int64_t kGatePollUs = 50;
 
 // How long a failed link's error waits for a control-plane notice that names the root cause (a
@@ -203,7 +205,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->userOwned = userOwned;
   op->started = op->gate == nullptr;
   op->gateReleased = false;
-  if (op->gate != nullptr) gatesClosed_.fetch_add(1, std::memory_order_relaxed);
+  if (op->gate != nullptr) gatedActive_.fetch_add(1, std::memory_order_relaxed);
   op->seq = ++seq_;
   control_.notePosted(op->seq);  // heartbeats report it
   // The one compare the leave notices cost a post (src/executor_leave.cc).
@@ -536,7 +538,10 @@ bool Engine::runLocal(Op* op, const Step& s) {
 }
 
 void Engine::markDone(Op* op) {
-  if (op->gate != nullptr) op->gate->retire();
+  if (op->gate != nullptr) {
+    op->gate->retire();
+    gatedActive_.fetch_sub(1, std::memory_order_relaxed);
+  }
   activeCount_.fetch_sub(1, std::memory_order_acq_rel);
   op->state.store(Op::kDone, std::memory_order_release);
   // Nobody will wait for a detached op (the blocking form of a device call returned at once): its
@@ -550,7 +555,6 @@ void Engine::failAll() {
     Op* op = active_[i];
     // A device call's stream must not wait forever for a result that will not come.
     if (op->gate != nullptr && !op->gateReleased) {
-      if (!op->started) gatesClosed_.fetch_sub(1, std::memory_order_relaxed);
       op->gate->release(false);
       op->gateReleased = true;
     }
@@ -857,9 +861,10 @@ void Engine::bgLoop() {
       if (progressed) continue;
       if (now - idleSince < 1000000) {
         backoff(idleSince);
-      } else if (gatesClosed_.load(std::memory_order_relaxed) > 0) {
-        // A device call waits for its stream: nothing will wake us when the copy lands, so look
-        // again soon (kGatePollUs) rather than sleep the full millisecond.
+      } else if (gatedActive_.load(std::memory_order_relaxed) > 0) {
+        // A device call waits for the GPU (its stream's copy in, cuda_ipc's kernels, the copy
+        // back): nothing will wake us when that lands, so look again soon (kGatePollUs) rather
+        // than sleep the full millisecond.
         control_.serve(kGatePollUs, true);
         lastControl = nowNs();
       } else {

@@ -324,7 +324,9 @@ class Engine {
   std::vector<uint8_t> tagLeaveSeen_;  // per rank: its leave was told to the tag matcher
 
   std::atomic<int> activeCount_{0};
-  std::atomic<int> gatesClosed_{0};  // gated ops not started yet: the background thread polls them
+  // Gated ops posted and not done: their progress waits on the GPU (the copy in, cuda_ipc's kernels,
+  // the copy back), which wakes nobody, so the background thread polls while there are any.
+  std::atomic<int> gatedActive_{0};
   std::atomic<int> waiters_{0};
   std::atomic<int> leaving_{0};  // wait() calls past their waiters_ decrement (see wait())
   std::atomic<int> testers_{0};  // test() calls in progress (see test())

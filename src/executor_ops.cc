@@ -47,7 +47,6 @@ bool Engine::checkHeaders(const CallHeader& mine, const CallHeader& theirs) {
 bool Engine::startGated(Op* op) {
   Status failure;
   if (!op->gate->ready(&failure)) return false;
-  gatesClosed_.fetch_sub(1, std::memory_order_relaxed);
   op->started = true;
   if (!failure.ok()) {
     control_.fail(failure.withContext(std::string(collName(op->coll)) + " #" + std::to_string(op->seq) + " on " +
