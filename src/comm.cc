@@ -394,11 +394,21 @@ Status agreeOnCudaIpc(braidComm* comm, const std::vector<MailAgreement>& all, De
     reach = false;
     why = asked.message();
   }
+  // Its stream, event and fold buffer are made now, while no call can be waiting on the device
+  // (src/cuda/ipc_coll.cc says why that matters); a rank that cannot make them votes no.
+  if (reach) {
+    const Status made = makeIpcColl(comm->cudaDevice, &comm->ipcColl);
+    if (!made.ok()) {
+      reach = false;
+      why = made.message();
+    }
+  }
   if (!reach) BRAID_INFO(kLogInit, "cuda_ipc off: %s", why.c_str());
   const uint64_t ok = reach ? 1 : 0;
   std::vector<uint64_t> oks(comm->nranks);
   BRAID_TRY(comm->boot->allGather(&ok, sizeof(ok), oks.data(), deadline));
   comm->cudaIpc = std::find(oks.begin(), oks.end(), uint64_t{0}) == oks.end();
+  if (!comm->cudaIpc) comm->ipcColl.reset();
   BRAID_INFO(kLogInit, "collectives on device buffers: %s", comm->cudaIpc ? "cuda_ipc (in place)" : "host staging");
   return okStatus();
 }

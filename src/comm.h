@@ -58,6 +58,7 @@ struct braidComm {
   // every rank is on this host with mailboxes, has a device and reaches every peer's, and
   // BRAID_CUDA_IPC is on everywhere. Agreed at init.
   bool cudaIpc = false;
+  std::unique_ptr<braid::IpcColl> ipcColl;  // with cudaIpc, made at init; the engine takes it
   std::mutex stagingMu;
   std::unique_ptr<braid::DeviceStaging> staging;
   // Derived communicators (shrink, split): the id's secret, every rank's long-lived listener (the

@@ -94,9 +94,10 @@ struct DeviceMail {
 
 }  // namespace
 
-void SmallColls::enableDevice(int device, uint64_t minBytes) {
-  device_ = device;
+void SmallColls::enableDevice(int device, uint64_t minBytes, std::unique_ptr<IpcColl> coll) {
+  device_ = coll != nullptr ? device : -1;
   deviceMin_ = minBytes;
+  ipc_ = std::move(coll);
   ins_.resize(nranks_);
   outs_.resize(nranks_);
 }
@@ -115,13 +116,6 @@ void SmallColls::postDevice(const SmallCall& c) {
 }
 
 int SmallColls::readDevice(SmallCall* c, Status* err) {
-  if (ipc_ == nullptr) {
-    const Status made = makeIpcColl(device_, &ipc_);
-    if (!made.ok()) {
-      *err = made;
-      return -1;
-    }
-  }
   for (; c->next < nranks_; ++c->next) {
     const unsigned char* mail = nullptr;
     const int got = c->next == rank_ ? 1 : mailOf(c, c->next, &mail, err);

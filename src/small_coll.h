@@ -97,8 +97,8 @@ class SmallColls {
   bool takesDirect(Coll coll, size_t bytes) const;
   // Direct calls on device memory (src/direct_coll.cc): every rank agreed at init that it
   // reaches every peer's GPU (comm->cudaIpc); `device` is this rank's.
-  // minBytes: BRAID_CUDA_IPC_MIN, the same on every rank.
-  void enableDevice(int device, uint64_t minBytes);
+  // minBytes: BRAID_CUDA_IPC_MIN, the same on every rank; `coll` does the device work (made at init).
+  void enableDevice(int device, uint64_t minBytes, std::unique_ptr<IpcColl> coll);
   // Whether a call on device buffers runs here, on every rank alike (which is why its layout is not
   // asked: a rank's in-place AllToAll is staged apart by that rank, CallBuffers::copyApart).
   bool takesDevice(Coll coll, size_t bytes) const;
@@ -168,7 +168,7 @@ class SmallColls {
   std::vector<char> fold_;        // a block of this rank's share, where its output cannot hold the fold
   int device_ = -1;               // direct calls on device memory: this rank's device, -1 for none
   uint64_t deviceMin_ = 0;        // and the smallest call that takes them
-  std::unique_ptr<IpcColl> ipc_;  // made at the first such call
+  std::unique_ptr<IpcColl> ipc_;  // the device work of such calls
 };
 
 }  // namespace braid

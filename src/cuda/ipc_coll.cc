@@ -28,8 +28,11 @@ namespace braid {
 
 namespace {
 
-// The fold buffer's first size and its rounding: small calls never reallocate.
-constexpr size_t kMinFoldBytes = 1 << 20;
+// The fold buffer, made once with the IpcColl: a fold of more goes through it piece by piece (on one
+// stream, so a piece's copies out end before the next piece is folded into it). Made once because
+// cudaFree, and maybe cudaMalloc, waits for the device's other streams, and the caller's stream
+// waits for this very call: a buffer grown during a call could never be freed.
+constexpr size_t kFoldBytes = 8 << 20;
 
 class CudaIpcColl final : public IpcColl {
  public:
@@ -49,6 +52,9 @@ class CudaIpcColl final : public IpcColl {
     BRAID_TRY(on.status());
     BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     BRAID_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    void* p = nullptr;
+    BRAID_CUDA_TRY(cudaMalloc(&p, kFoldBytes));
+    fold_ = static_cast<char*>(p);
     return okStatus();
   }
 
@@ -83,21 +89,6 @@ class CudaIpcColl final : public IpcColl {
  private:
   GpuLaunch on() const { return GpuLaunch{stream_, device_, 0}; }
 
-  Status reserveFold(size_t bytes) {
-    if (fold_ != nullptr && foldCap_ >= bytes) return okStatus();
-    // The stream may still fold into the old buffer: it ends first (rare: the buffer only grows).
-    BRAID_CUDA_TRY(cudaStreamSynchronize(stream_));
-    if (fold_ != nullptr) BRAID_CUDA_TRY(cudaFree(fold_));
-    fold_ = nullptr;
-    foldCap_ = 0;
-    const size_t cap = (std::max(bytes, kMinFoldBytes) + kMinFoldBytes - 1) / kMinFoldBytes * kMinFoldBytes;
-    void* p = nullptr;
-    BRAID_CUDA_TRY(cudaMalloc(&p, cap));
-    fold_ = static_cast<char*>(p);
-    foldCap_ = cap;
-    return okStatus();
-  }
-
   // Folds [off, off + len) of the n inputs (each from ins[p] + base) in rank order, and writes the
   // result to the ndst destinations.
   Status fold(const DeviceShare& s, size_t base, size_t off, size_t len, char* const* dsts, int ndst) {
@@ -107,15 +98,19 @@ class CudaIpcColl final : public IpcColl {
     auto in = [&](int p) { return s.ins[p] + base + off; };
     if (s.nranks == 2 && s.op != braidAvg && ndst <= 2)  // one pass: both inputs in, every output out
       return gpuReduce(s.dtype, op, dsts[0], ndst == 2 ? dsts[1] : nullptr, in(0), in(1), count, on());
-    BRAID_TRY(reserveFold(len));
-    if (s.nranks == 1) {
-      BRAID_TRY(gpuCopy(fold_, in(0), len, on()));
-    } else {
-      BRAID_TRY(gpuReduce(s.dtype, op, fold_, nullptr, in(0), in(1), count, on()));
-      for (int p = 2; p < s.nranks; ++p) BRAID_TRY(gpuReduce(s.dtype, op, fold_, nullptr, fold_, in(p), count, on()));
+    const size_t es = dtypeSize(s.dtype);
+    for (size_t at = 0; at < len; at += kFoldBytes) {
+      const size_t piece = std::min(kFoldBytes, len - at), n = piece / es;
+      auto src = [&](int p) { return in(p) + at; };
+      if (s.nranks == 1) {
+        BRAID_TRY(gpuCopy(fold_, src(0), piece, on()));
+      } else {
+        BRAID_TRY(gpuReduce(s.dtype, op, fold_, nullptr, src(0), src(1), n, on()));
+        for (int p = 2; p < s.nranks; ++p) BRAID_TRY(gpuReduce(s.dtype, op, fold_, nullptr, fold_, src(p), n, on()));
+      }
+      if (s.op == braidAvg) BRAID_TRY(gpuScaleDivide(s.dtype, fold_, n, s.nranks, on()));
+      for (int d = 0; d < ndst; ++d) BRAID_TRY(gpuCopy(dsts[d] + at, fold_, piece, on()));
     }
-    if (s.op == braidAvg) BRAID_TRY(gpuScaleDivide(s.dtype, fold_, count, s.nranks, on()));
-    for (int d = 0; d < ndst; ++d) BRAID_TRY(gpuCopy(dsts[d], fold_, len, on()));
     return okStatus();
   }
 
@@ -162,8 +157,7 @@ class CudaIpcColl final : public IpcColl {
   const int device_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
-  char* fold_ = nullptr;
-  size_t foldCap_ = 0;
+  char* fold_ = nullptr;  // kFoldBytes
   IpcImports imports_;
 };
 

@@ -77,9 +77,10 @@ class IpcColl {
   virtual size_t openCount() const = 0;
 };
 
-// An IpcColl on `device` (its stream, event and fold buffer are made here; the first call creates
-// the device's CUDA context if nothing did). Without CUDA or a device: braidInvalidUsage saying so.
-// *out set on success only.
+// An IpcColl on `device`: its stream, event and fold buffer are made here, once (comm init makes
+// it, while no call can be waiting on the device: cudaFree and cudaMalloc may wait for the device's
+// streams, and the caller's stream waits for the call). Creates the device's CUDA context if nothing
+// did. Without CUDA or a device: braidInvalidUsage saying so. *out set on success only.
 Status makeIpcColl(int device, std::unique_ptr<IpcColl>* out);
 
 // Whether a direct call on device memory can reach every peer's device, from this process:

@@ -83,6 +83,7 @@ class Slot final : public OpGate {
     if (out_ != nullptr) (void)cudaEventDestroy(out_);
     if (buf_ != nullptr && !lost_) (void)cudaFreeHost(buf_);
     if (dev_ != nullptr && !lost_) (void)cudaFree(dev_);
+    for (char* old : devRetired_) (void)cudaFree(old);
     (void)cudaGetLastError();
   }
 
@@ -118,11 +119,13 @@ class Slot final : public OpGate {
 
   // A device buffer of `bytes` for the copies of a direct call, exported (devHandle) for the peers;
   // like reserve(), only an idle slot grows: its last call is over, so no peer has the old buffer
-  // open any more (the peers close what they opened before a call ends, src/cuda/ipc_coll.h).
+  // open any more (the peers close what they opened before a call ends, src/cuda/ipc_coll.h). The
+  // old buffer is freed with the slot, not now: cudaFree waits for the device's other streams,
+  // which may be waiting for this communicator's calls in flight.
   Status reserveDevice(size_t bytes) {
     if (bytes == 0 || (dev_ != nullptr && devCap_ >= bytes)) return okStatus();
     const size_t cap = alignUp(std::max({bytes, kMinStagingBytes, devCap_ * 2}), kMinStagingBytes);
-    if (dev_ != nullptr) BRAID_CUDA_TRY(cudaFree(dev_));
+    if (dev_ != nullptr) devRetired_.push_back(dev_);
     dev_ = nullptr;
     devCap_ = 0;
     void* p = nullptr;
@@ -222,7 +225,8 @@ class Slot final : public OpGate {
   bool lost_ = false;
   char* buf_ = nullptr;
   size_t cap_ = 0;
-  char* dev_ = nullptr;  // direct calls' copies (reserveDevice)
+  char* dev_ = nullptr;            // direct calls' copies (reserveDevice)
+  std::vector<char*> devRetired_;  // outgrown ones, freed with the slot
   size_t devCap_ = 0;
   IpcHandle devHandle_{};
   IpcHandle ipc_[2] = {};  // the current direct call's send and recv handles
