@@ -6,10 +6,10 @@
 // On one GPU shared by both ranks every copy stays in that GPU's memory; on two GPUs pull and push
 // cross NVLink or PCIe. GB/s = size / time (each byte read once and written once).
 //
-// Then what the cuda_ipc transport pays per call outside the copies (src/cuda/ipc_coll.h: every call
-// exports its buffers and its peers open and close them): rank 0's ipcExport of an allocation it
-// exported before (the handle kept by buffer id) and of its first export, and rank 1's
-// cudaIpcOpenMemHandle + cudaIpcCloseMemHandle of rank 0's whole allocation, host wall time, means.
+// Then what the cuda_ipc transport pays outside the copies (src/cuda/ipc_coll.h): rank 0's ipcExport
+// of an allocation it exported before (every call makes one; the handle kept by buffer id) and of
+// its first export, and rank 1's cudaIpcOpenMemHandle + cudaIpcCloseMemHandle of rank 0's whole
+// allocation (paid once per peer allocation), host wall time, means.
 //
 // Run with two ranks: braidrun -n 2 cuda_ipc_perf [-b 1M -e 1G -f 2 -n 20 -w 5] [-g DEV] (each rank's
 // device: -g, else BRAID_CUDA_DEVICE, else its current device). Without a CUDA device it says so and
@@ -134,8 +134,10 @@ int main(int argc, char** argv) {
         must(imports.open(h, device, &peer), "open rank 0's memory");
         must(imports.closeAll(), "close rank 0's memory");
       }
-      std::printf("# per call: ipcExport %.1f us (first %.1f us); open+close of rank 0's %zu-byte allocation %.1f us\n",
-                  exportUs[1], exportUs[0], maxBytes, (nowUs() - t) / kOpens);
+      std::printf(
+          "# per call: ipcExport %.1f us (first %.1f us); once per peer allocation: open+close of rank 0's %zu-byte "
+          "allocation %.1f us\n",
+          exportUs[1], exportUs[0], maxBytes, (nowUs() - t) / kOpens);
     }
     must(braidBarrier(comm, nullptr), "braidBarrier");
   }

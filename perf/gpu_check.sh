@@ -156,7 +156,7 @@ else
     cat "$out"
     big=$(awk '!/^#/ && NF == 8 { last = $0 } END { split(last, f); print f[1] " B: pull " f[3] " GB/s, push " f[5] " GB/s, local " f[7] " GB/s" }' "$out")
     row "CUDA IPC copies, 2 ranks" "$big; $(grep -o "first byte.*" "$out")"
-    row "cuda_ipc per-call costs" "$(grep -o "ipcExport.*" "$out")"
+    row "cuda_ipc costs outside the copies" "$(grep -o "ipcExport.*" "$out")"
   fi
 fi
 

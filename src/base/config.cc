@@ -206,7 +206,7 @@ const std::vector<ParamInfo> kParams = {
           "transfers (0: one piece; the same on every rank)"),
     bytes("BRAID_CUDA_IPC_MIN", "1M", 0, kTi,
           "smallest device collective (bytes per rank's buffer) that takes cuda_ipc; smaller ones are staged through "
-          "host memory, which costs no mapping of the peers' memory per call (0: every call with bytes)"),
+          "host memory (0: every call with bytes; the same on every rank)"),
 };
 
 const ParamInfo* findParam(const char* name) {

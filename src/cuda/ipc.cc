@@ -78,16 +78,16 @@ std::unordered_map<int, std::string> gBusIds;
 // this many it starts again (the handles are made anew at the next export).
 constexpr size_t kMaxExports = 4096;
 
-Status busIdOf(int device, char out[32]) {
+Status busIdOf(int device, char* out, int len) {
   {
     std::lock_guard<std::mutex> hold(gExportMu);
     auto it = gBusIds.find(device);
     if (it != gBusIds.end()) {
-      snprintf(out, 32, "%s", it->second.c_str());
+      snprintf(out, static_cast<size_t>(len), "%s", it->second.c_str());
       return okStatus();
     }
   }
-  BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(out, 32, device));
+  BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(out, len, device));
   std::lock_guard<std::mutex> hold(gExportMu);
   gBusIds[device] = out;
   return okStatus();
@@ -115,7 +115,7 @@ Status exportRange(const void* ptr, size_t bytes, IpcHandle* out) {
                   bytes, ptr, static_cast<unsigned long long>(f.size), static_cast<unsigned long long>(offset));
   const int device = static_cast<int>(f.device);
   IpcHandle w{};
-  BRAID_TRY(busIdOf(device, w.busId));
+  BRAID_TRY(busIdOf(device, w.busId, static_cast<int>(sizeof(w.busId))));
   bool known = false;
   {
     std::lock_guard<std::mutex> hold(gExportMu);
@@ -142,6 +142,7 @@ Status exportRange(const void* ptr, size_t bytes, IpcHandle* out) {
   w.allocBytes = f.size;
   w.device = device;
   w.pid = static_cast<int32_t>(getpid());
+  w.bufferId = f.bufferId;
   *out = w;
   return okStatus();
 }
@@ -170,7 +171,10 @@ Status canAccessPeer(int device, int peerDevice, bool* reachable) {
 }  // namespace
 
 Status IpcImports::openChecked(const IpcHandle& h, int device, void** ptr) {
-  const std::string key(reinterpret_cast<const char*>(h.handle), sizeof(h.handle));
+  // The allocation: its handle, and its process and buffer id, which no later allocation shares.
+  std::string key(reinterpret_cast<const char*>(h.handle), sizeof(h.handle));
+  key.append(reinterpret_cast<const char*>(&h.pid), sizeof(h.pid));
+  key.append(reinterpret_cast<const char*>(&h.bufferId), sizeof(h.bufferId));
   auto it = open_.find(key);
   if (it != open_.end() && it->second.device != device)
     return errorf(braidInvalidUsage, "peer memory already opened on CUDA device %d is asked for on device %d",

@@ -39,7 +39,8 @@ struct IpcHandle {
   uint64_t allocBytes;       // of the whole allocation
   int32_t device;            // the exporter's CUDA ordinal (as the exporter sees it)
   int32_t pid;               // the exporter's process: CUDA refuses to open a handle in its own process
-  char busId[32];            // the device's PCI bus id ("0000:65:00.0"), NUL-terminated
+  char busId[24];            // the device's PCI bus id ("0000:65:00.0"), NUL-terminated
+  uint64_t bufferId;         // the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID: unique in its process's life
 };
 static_assert(std::is_trivially_copyable_v<IpcHandle>, "IPC handles travel as bytes");
 static_assert(sizeof(IpcHandle) == 128, "the wire form of an IPC handle is fixed");
@@ -59,8 +60,8 @@ Status ipcLocalDevice(const IpcHandle& h, int* device);
 Status ipcReachable(int device, int peerDevice, bool* reachable);
 
 // The peers' allocations this process opened, each once however many of its ranges are asked for,
-// closed when the IpcImports ends (or by closeAll). The transport keeps one per communicator and
-// closes everything at the end of each call (src/cuda/ipc_coll.h says why).
+// closed when the IpcImports ends (or by closeAll). The transport keeps one per communicator
+// (src/cuda/ipc_coll.h says why it closes nothing before the communicator ends).
 class IpcImports {
  public:
   IpcImports() = default;
@@ -83,8 +84,8 @@ class IpcImports {
     void* base = nullptr;
     int device = -1;  // the importer's device it was opened on
   };
-  // By the handle's bytes, which name one allocation while it is open here (the exporter cannot
-  // free it meanwhile without undefined behaviour, so its address cannot be reused meanwhile).
+  // By the handle's bytes, the exporter's pid and the allocation's buffer id: an allocation made
+  // where a freed one was is another entry, whatever CUDA's handle bytes for it are.
   std::unordered_map<std::string, Opened> open_;
 };
 

@@ -74,13 +74,6 @@ class CudaIpcColl final : public IpcColl {
       *err = cudaStatus(e, "a direct call's kernels on device memory (cudaEventQuery)");
       return -1;
     }
-    // Done with the peers' memory: closed before this rank says so, since a peer may free its
-    // buffers once the call is over, and freeing memory another process has open is undefined.
-    const Status closed = imports_.closeAll();
-    if (!closed.ok()) {
-      *err = closed.withContext("closing the peers' device memory after a direct call");
-      return -1;
-    }
     return 1;
   }
 

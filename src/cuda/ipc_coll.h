@@ -2,15 +2,19 @@
 // of one host, done by each rank on its peers' buffers where they lie, as the direct calls of
 // src/direct_coll.cc do on braidMemAlloc host memory. The mailboxes carry each rank's IPC handles
 // (src/cuda/ipc.h); IpcColl opens them, enqueues this rank's share of the work on a stream of its
-// own, says when it is done, and then closes them again.
+// own, and says when it is done.
 //
-// Why every call opens and closes its peers' allocations: CUDA leaves undefined what happens when
-// an allocation is freed while another process has it open, and a rank's buffers are the user's
-// to free once the call is over (a caching allocator does, now and then). A peer's allocation is
-// therefore open only from this rank's reading of the call's mail to the end of its own kernels,
-// which is before it says it is done; the cost is a cudaIpcOpenMemHandle and a close per peer
-// allocation and call, which is why calls under BRAID_CUDA_IPC_MIN are staged through host memory
-// instead (not measured yet: gpu_check.sh prints both paths at every size).
+// A peer allocation, once opened, stays open until the communicator ends (src/cuda/ipc.h:
+// IpcImports, keyed by the allocation's handle, process and buffer id, so an allocation made where
+// a freed one was is opened as itself), as UCX's cuda_ipc cache does. Two things decided that:
+//   - closing during a call is out: unmapping may wait for the process's streams, and the caller's
+//     stream waits for this very call (it would never end);
+//   - opening and closing per call would cost a cudaIpcOpenMemHandle per peer allocation and call.
+// The price: CUDA leaves undefined what freeing an allocation another process has open does, and a
+// caller may free its buffers once a call is over (a caching allocator does, now and then), so a
+// freed allocation can stay mapped here until the communicator ends. Nothing of it is read again.
+// Not measured yet: gpu_check.sh prints both paths at every size, and cuda_ipc_perf what an open
+// and a close cost.
 //
 // COMPILE-ONLY: built and linked with nvcc 13, never run on a GPU.
 //
@@ -69,11 +73,10 @@ class IpcColl {
   virtual Status open(const IpcHandle& h, void** ptr) = 0;
   // Enqueues the share's kernels and copies and an event after them; returns at once.
   virtual Status launch(const DeviceShare& s) = 0;
-  // Whether the last launch's work finished: 1 done (the peers' allocations closed again), 0 still
-  // running, -1 failed (*err says how: a fault of a kernel or copy, which also ends the CUDA
-  // context's use here).
+  // Whether the last launch's work finished: 1 done, 0 still running, -1 failed (*err says how: a
+  // fault of a kernel or copy, which also ends the CUDA context's use here).
   virtual int poll(Status* err) = 0;
-  // How many peer allocations are open (0 between calls).
+  // How many peer allocations are open.
   virtual size_t openCount() const = 0;
 };
 

@@ -118,9 +118,8 @@ class Slot final : public OpGate {
   }
 
   // A device buffer of `bytes` for the copies of a direct call, exported (devHandle) for the peers;
-  // like reserve(), only an idle slot grows: its last call is over, so no peer has the old buffer
-  // open any more (the peers close what they opened before a call ends, src/cuda/ipc_coll.h). The
-  // old buffer is freed with the slot, not now: cudaFree waits for the device's other streams,
+  // like reserve(), only an idle slot grows. The old buffer is freed with the slot, not now: the
+  // peers keep it open (src/cuda/ipc_coll.h), and cudaFree waits for the device's other streams,
   // which may be waiting for this communicator's calls in flight.
   Status reserveDevice(size_t bytes) {
     if (bytes == 0 || (dev_ != nullptr && devCap_ >= bytes)) return okStatus();

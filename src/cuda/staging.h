@@ -44,9 +44,8 @@
 // The executor starts the call once `in` completed: every rank's buffers then hold what the work
 // before the call wrote. Each rank's kernels on its peers' buffers run on a stream of the executor's;
 // once every rank's are done, the flag lets the caller's stream go on. The buffers are exported per
-// call (cudaIpcGetMemHandle on the allocation: a driver call, no allocation); the peers open each
-// allocation for the call and close it before they say they are done with it, so the caller may
-// free its buffers once the call is over.
+// call (one cuPointerGetAttributes; cudaIpcGetMemHandle once per allocation); the peers open each
+// allocation once and keep it open (src/cuda/ipc_coll.h says why and what it costs).
 //
 // Not supported (refused before anything is enqueued): graph capture of the stream (the executor
 // needs a fresh flag value and event per launch, which a replayed graph cannot give it); a stream of
