@@ -56,7 +56,7 @@ float valueOf(int rank, size_t i) { return static_cast<float>(rank + 1) + static
 
 TEST_CASE("cuda_ipc: buffers CUDA IPC cannot export go through a device buffer of its own, mixed across the ranks",
           "[gpu][mp]") {
-  if (noGpu()) return;
+  if (noGpu() || noCudaIpc()) return;
   const int n = GENERATE(2, 3);
   INFO("nranks " << n);
   auto res = runComm(n, {{"BRAID_CUDA_IPC_MIN", "0"}}, [](braidComm_t comm, int rank, int size) {
@@ -112,7 +112,7 @@ TEST_CASE("cuda_ipc: buffers CUDA IPC cannot export go through a device buffer o
 TEST_CASE("a rank killed while its peers are in a device collective is an error naming it, and their streams go on",
           "[gpu][mp]") {
   if (noGpu()) return;
-  const bool ipc = GENERATE(true, false);
+  const bool ipc = GENERATE(from_range(ipcVariants())) != 0;
   INFO((ipc ? "cuda_ipc" : "host staging (BRAID_CUDA_IPC=0)"));
   void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(page != MAP_FAILED);
@@ -157,7 +157,7 @@ TEST_CASE("a rank killed while its peers are in a device collective is an error 
 }
 
 TEST_CASE("cuda_ipc takes device collectives from BRAID_CUDA_IPC_MIN bytes on; smaller ones are staged", "[gpu][mp]") {
-  if (noGpu()) return;
+  if (noGpu() || noCudaIpc()) return;
   auto res = runComm(2, {{"BRAID_CUDA_IPC_MIN", "1M"}}, [](braidComm_t comm, int rank, int size) {
     const size_t big = (1 << 20) / sizeof(float), small = big - 1;  // 1 MiB, and one element less
     float* d = nullptr;
@@ -187,7 +187,7 @@ TEST_CASE("cuda_ipc takes device collectives from BRAID_CUDA_IPC_MIN bytes on; s
 }
 
 TEST_CASE("a group of one device collective runs as the call alone would: on cuda_ipc", "[gpu][mp]") {
-  if (noGpu()) return;
+  if (noGpu() || noCudaIpc()) return;
   auto res = runComm(2, {{"BRAID_CUDA_IPC_MIN", "0"}}, [](braidComm_t comm, int rank, int size) {
     const size_t count = 4099;
     float* d = nullptr;
