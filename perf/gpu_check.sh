@@ -111,9 +111,9 @@ done
 
 # 4. all_reduce_perf on device buffers, 2 ranks on the one GPU, 1 KiB .. 1 GiB: through cuda_ipc (in
 #    place on the peer's device memory, the default on one host) and through host staging
-#    (BRAID_CUDA_IPC=0), every size on both (BRAID_CUDA_IPC_MIN=0: the two logs show where cuda_ipc's
-#    per-call mapping starts to pay, for BRAID_CUDA_IPC_MIN's default). The row: the largest size's busbw, and for cuda_ipc its share of what the
-#    copy bandwidth of step 3 allows: on one GPU a 2-rank AllReduce of S bytes must read both inputs
+#    (BRAID_CUDA_IPC=0), every size on both (BRAID_CUDA_IPC_MIN=0: the two logs show from which size
+#    cuda_ipc wins, for BRAID_CUDA_IPC_MIN's default). The row: the largest size's busbw, and for
+#    cuda_ipc its share of what the copy bandwidth of step 3 allows: on one GPU a 2-rank AllReduce of S bytes must read both inputs
 #    and write both outputs, 4 S through the GPU's memory, where the copy column counts 2 S per S
 #    copied; so at most copy/4 (the target: 70% of that).
 copy_gbps=$(awk '!/^#/ && NF == 9 { last = $8 } END { print last }' "$logs/cuda_reduce_perf_float.log" 2>/dev/null)
