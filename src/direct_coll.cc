@@ -92,6 +92,9 @@ struct DeviceMail {
   IpcHandle h[2];  // send, recv; bytes 0 where the call has no such buffer here
 };
 
+// Every collective with data has a direct form (extentsOf says what each touches).
+bool hasDirectForm(Coll coll, size_t bytes) { return bytes > 0 && coll != Coll::kBarrier && coll != Coll::kSendRecv; }
+
 }  // namespace
 
 void SmallColls::enableDevice(int device, uint64_t minBytes, std::unique_ptr<IpcColl> coll) {
@@ -103,8 +106,7 @@ void SmallColls::enableDevice(int device, uint64_t minBytes, std::unique_ptr<Ipc
 }
 
 bool SmallColls::takesDevice(Coll coll, size_t bytes) const {
-  if (device_ < 0 || capacity_ < sizeof(DeviceMail) || bytes == 0 || bytes < deviceMin_) return false;
-  return coll != Coll::kBarrier && coll != Coll::kSendRecv;
+  return device_ >= 0 && capacity_ >= sizeof(DeviceMail) && bytes >= deviceMin_ && hasDirectForm(coll, bytes);
 }
 
 void SmallColls::postDevice(const SmallCall& c) {
@@ -128,19 +130,18 @@ int SmallColls::readDevice(SmallCall* c, Status* err) {
     const Extents e = extentsOf(*c, p, nranks_);
     DeviceMail m;
     memcpy(&m, mail_[p].inPayload(c->k), sizeof(m));
+    // A buffer of the peer's that this call uses, `need` bytes of it.
+    auto open = [&](const IpcHandle& h, size_t need, const char* what, void** ptr) {
+      if (h.bytes < need)
+        return errorf(braidInternalError, "its %s's handle covers %llu of %zu bytes", what,
+                      static_cast<unsigned long long>(h.bytes), need);
+      return ipc_->open(h, ptr);
+    };
     Status st;
     void* in = nullptr;
     void* out = nullptr;
-    if (e.peersRead) {
-      st = m.h[0].bytes >= e.send ? ipc_->open(m.h[0], &in)
-                                  : errorf(braidInternalError, "its input's handle covers %llu of %zu bytes",
-                                           static_cast<unsigned long long>(m.h[0].bytes), e.send);
-    }
-    if (st.ok() && e.peersWrite) {
-      st = m.h[1].bytes >= e.recv ? ipc_->open(m.h[1], &out)
-                                  : errorf(braidInternalError, "its output's handle covers %llu of %zu bytes",
-                                           static_cast<unsigned long long>(m.h[1].bytes), e.recv);
-    }
+    if (e.peersRead) st = open(m.h[0], e.send, "input", &in);
+    if (st.ok() && e.peersWrite) st = open(m.h[1], e.recv, "output", &out);
     if (!st.ok()) {
       // The peer is in the call until we are done, unless it failed: likely it did, and said why.
       *err = st.withContext("opening the device buffers of " + names_[p]);
@@ -170,10 +171,7 @@ Status SmallColls::launchDevice(const SmallCall& c) {
   return ipc_->launch(s);
 }
 
-bool SmallColls::takesDirect(Coll coll, size_t bytes) const {
-  // Every collective with data (extentsOf says what each touches).
-  return !pids_.empty() && bytes > 0 && coll != Coll::kBarrier && coll != Coll::kSendRecv;
-}
+bool SmallColls::takesDirect(Coll coll, size_t bytes) const { return !pids_.empty() && hasDirectForm(coll, bytes); }
 
 void SmallColls::unpin(SmallCall* c) {
   if (!c->pinned) return;

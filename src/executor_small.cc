@@ -25,26 +25,16 @@ bool Engine::takesDeviceCall(const CollArgs& sh) const {
 bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {
   if (small_ == nullptr) return false;
   const CollArgs& sh = a.shape;
-  if (a.ipc != nullptr) {  // takesDeviceCall said yes; BRAID_ALGO names host algorithms
-    c->coll = sh.coll;
-    c->send = static_cast<const char*>(a.send);
-    c->recv = static_cast<char*>(a.recv);
-    c->bytes = sh.count * sh.elemSize;
-    c->dtype = a.dtype;
-    c->op = a.op;
-    c->root = sh.root;
-    c->inPlace = sh.inPlace;
-    c->direct = true;
-    c->device = true;
-    c->ipc = a.ipc;
-    return true;
-  }
-  if (a.gate != nullptr) return false;
-  // BRAID_ALGO asked for an algorithm (tests count its messages), or the call may gossip.
-  if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
+  const bool device = a.ipc != nullptr;  // takesDeviceCall said yes; BRAID_ALGO names host algorithms
   const size_t bytes = sh.coll == Coll::kBarrier ? 0 : sh.count * sh.elemSize;
-  const bool small = small_->takes(sh.coll, bytes);
-  if (!small && !small_->takesDirect(sh.coll, bytes)) return false;
+  bool small = false;
+  if (!device) {
+    if (a.gate != nullptr) return false;
+    // BRAID_ALGO asked for an algorithm (tests count its messages), or the call may gossip.
+    if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
+    small = small_->takes(sh.coll, bytes);
+    if (!small && !small_->takesDirect(sh.coll, bytes)) return false;
+  }
   c->coll = sh.coll;
   c->send = static_cast<const char*>(a.send);
   c->recv = static_cast<char*>(a.recv);
@@ -56,6 +46,8 @@ bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {
   c->inPlace = sh.inPlace;
   c->streamOut = a.streamOut;
   c->direct = !small;
+  c->device = device;
+  c->ipc = a.ipc;
   return true;
 }
 

@@ -64,34 +64,19 @@ Status pointerFacts(const void* ptr, PointerFacts* f) {
   return okStatus();
 }
 
-// The handles made so far, by the allocation's buffer id (unique among the process's allocations
-// for its whole life, so a freed allocation's handle is never handed out for a new one at the same
-// address), and the devices' bus ids: an export of a known allocation makes one driver call.
+// The handles made so far, with their device's bus id, by the allocation's buffer id (unique among
+// the process's allocations for its whole life, so a freed allocation's handle is never handed out
+// for a new one at the same address): an export of a known allocation makes one driver call.
 struct Exported {
   cudaIpcMemHandle_t handle;
   uint64_t base = 0, size = 0;
+  char busId[sizeof(IpcHandle::busId)] = {};
 };
 std::mutex gExportMu;
 std::unordered_map<uint64_t, Exported> gExports;
-std::unordered_map<int, std::string> gBusIds;
 // A program that makes and frees allocations without end would grow the table without end: past
 // this many it starts again (the handles are made anew at the next export).
 constexpr size_t kMaxExports = 4096;
-
-Status busIdOf(int device, char* out, int len) {
-  {
-    std::lock_guard<std::mutex> hold(gExportMu);
-    auto it = gBusIds.find(device);
-    if (it != gBusIds.end()) {
-      snprintf(out, static_cast<size_t>(len), "%s", it->second.c_str());
-      return okStatus();
-    }
-  }
-  BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(out, len, device));
-  std::lock_guard<std::mutex> hold(gExportMu);
-  gBusIds[device] = out;
-  return okStatus();
-}
 
 }  // namespace
 
@@ -114,29 +99,30 @@ Status exportRange(const void* ptr, size_t bytes, IpcHandle* out) {
                   "with CUDA IPC lies inside one cudaMalloc allocation",
                   bytes, ptr, static_cast<unsigned long long>(f.size), static_cast<unsigned long long>(offset));
   const int device = static_cast<int>(f.device);
-  IpcHandle w{};
-  BRAID_TRY(busIdOf(device, w.busId, static_cast<int>(sizeof(w.busId))));
+  Exported e;
   bool known = false;
   {
     std::lock_guard<std::mutex> hold(gExportMu);
     auto it = gExports.find(f.bufferId);
     if (it != gExports.end() && it->second.base == f.base && it->second.size == f.size) {
-      memcpy(w.handle, &it->second.handle, sizeof(w.handle));
+      e = it->second;
       known = true;
     }
   }
   if (!known) {
     DeviceScope scope(device);
     BRAID_TRY(scope.status());
-    Exported e;
     e.base = f.base;
     e.size = f.size;
     BRAID_CUDA_TRY(cudaIpcGetMemHandle(&e.handle, reinterpret_cast<void*>(f.base)));
-    memcpy(w.handle, &e.handle, sizeof(w.handle));
+    BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(e.busId, static_cast<int>(sizeof(e.busId)), device));
     std::lock_guard<std::mutex> hold(gExportMu);
     if (gExports.size() >= kMaxExports) gExports.clear();
     gExports[f.bufferId] = e;
   }
+  IpcHandle w{};
+  memcpy(w.handle, &e.handle, sizeof(w.handle));
+  memcpy(w.busId, e.busId, sizeof(w.busId));
   w.offset = offset;
   w.bytes = bytes;
   w.allocBytes = f.size;
