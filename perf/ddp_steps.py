@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """DDP on CUDA tensors for a number of steps, timed, for perf/gpu_check.sh.
 
-    python3 perf/ddp_steps.py --world 2 --steps 20 [--backend nccl]
+    python3 perf/ddp_steps.py --world 2 --steps 20 [--backend nccl|braid]
 
 Spawns `world` processes on one host (all on CUDA device 0 when there is one device: braid allows
 several ranks per GPU, most NCCL versions refuse them) that train the same small MLP from the same
@@ -12,7 +12,8 @@ seed with DistributedDataParallel. Prints one line:
 median_ms is the median step time of rank 0 after 3 warm-up steps; checksum is the sum of every
 parameter after the last step (the same inputs and seeds give the same sum, whichever library does
 the all-reduce, up to float rounding); nccl names the library that torch's "nccl" backend loaded
-(LD_PRELOAD=libbraid_nccl.so puts braid's shim there). Exit status 0 on success; a failure prints
+(LD_PRELOAD=libbraid_nccl.so puts braid's shim there). --backend braid is braid_torch on CUDA
+tensors (PYTHONPATH=<build>/bindings/torch; perf/torch2_check.sh runs it). Exit status 0 on success; a failure prints
 the rank's exception and exits 1.
 """
 import argparse
@@ -40,7 +41,13 @@ def run(rank, world, args, port, queue):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-        dist.init_process_group(args.backend, rank=rank, world_size=world, device_id=device)
+        if args.backend == "braid":
+            import braid_torch  # noqa: F401  (registers "braid"; PYTHONPATH names its build folder)
+            # braid's communicator takes the device current now (set above); device_id asks a
+            # 2.x torch for the NCCL-style eager connect, which is NCCL's own.
+            dist.init_process_group(args.backend, rank=rank, world_size=world)
+        else:
+            dist.init_process_group(args.backend, rank=rank, world_size=world, device_id=device)
         torch.manual_seed(0)
         model = torch.nn.Sequential(
             torch.nn.Linear(args.width, args.width), torch.nn.ReLU(),

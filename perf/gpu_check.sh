@@ -186,7 +186,7 @@ fi
 #    backend with the shim preloaded, 2 ranks on the one GPU; most NCCL versions refuse two ranks on
 #    one GPU, so where NCCL fails with 2 both run with 1 rank too (DDP's all-reduce then still runs
 #    through the library). The same seeds give the same checksum of the parameters. braid_torch on
-#    CUDA tensors is a later step (its row says so).
+#    CUDA tensors needs a build with torch: perf/torch2_check.sh, the second call, runs its DDP.
 ddp() {  # world log [env...]: prints the script's result line, returns its status
   local world=$1 log=$2
   shift 2
@@ -219,7 +219,7 @@ else
     [ $nccl_rc -eq 0 ] && break
   done
 fi
-row "DDP 20 steps, braid_torch" "not built yet (braid_torch takes CPU tensors only)"
+row "DDP 20 steps, braid_torch" "perf/torch2_check.sh (builds braid_torch with CUDA; its DDP row)"
 
 echo
 echo "== gpu_check: $(( $(date +%s) - start )) s =="

@@ -1,8 +1,9 @@
 """Prints what meson needs to build braid_torch against the PyTorch of this interpreter.
 
 One value per line, in this order: torch version, major version, include directories (';'), library
-directory, _GLIBCXX_USE_CXX11_ABI (0/1), and pybind11's compiler type, stdlib and build ABI as torch
-was built with them (an extension must use the same, or pybind11 does not see torch's types).
+directory, _GLIBCXX_USE_CXX11_ABI (0/1), pybind11's compiler type, stdlib and build ABI as torch
+was built with them (an extension must use the same, or pybind11 does not see torch's types), and
+the CUDA version torch was built for (empty for a CPU-only torch).
 Exits 1 with the reason on stderr when torch cannot be imported.
 """
 import os
@@ -29,3 +30,4 @@ print(1 if C._GLIBCXX_USE_CXX11_ABI else 0)
 print(getattr(C, "_PYBIND11_COMPILER_TYPE", "") or "")
 print(getattr(C, "_PYBIND11_STDLIB", "") or "")
 print(getattr(C, "_PYBIND11_BUILD_ABI", "") or "")
+print(torch.version.cuda or "")

@@ -4,7 +4,10 @@
     torch.distributed.init_process_group("braid", init_method=..., rank=r, world_size=n)
 
 Any init_method works (tcp://, env://, file://): the ranks find each other through the process
-group's store. CPU tensors only for now.
+group's store. CPU tensors; and CUDA tensors where braid_torch was built against a torch with CUDA
+(`braid_torch.cuda_tensors`): a call on them is queued on the current CUDA stream, as the "nccl"
+backend's are, and the communicator's device is the one current when the group was made (call
+torch.cuda.set_device first) or BRAID_CUDA_DEVICE.
 """
 import atexit
 import sys
@@ -17,6 +20,7 @@ from . import _C
 ProcessGroupBraid = _C.ProcessGroupBraid
 create_process_group = _C.create_process_group
 braid_version = _C.braid_version
+cuda_tensors = _C.cuda_tensors
 # use_shared_memory(enabled=True, min_bytes=1 MiB): CPU tensors allocated from then on (of at least
 # min_bytes) come from braidMemAlloc, where braid's collectives run in place when every rank is on
 # one host. Call it before building the model and DDP (its buckets are allocated then). The memory
@@ -25,7 +29,10 @@ braid_version = _C.braid_version
 use_shared_memory = _C.use_shared_memory
 uses_shared_memory = _C.uses_shared_memory
 
-__all__ = ["ProcessGroupBraid", "create_process_group", "braid_version", "use_shared_memory", "uses_shared_memory"]
+__all__ = [
+    "ProcessGroupBraid", "create_process_group", "braid_version", "cuda_tensors", "use_shared_memory",
+    "uses_shared_memory"
+]
 
 
 def _register():
@@ -33,9 +40,11 @@ def _register():
         return
     if _C.torch_version_major >= 2:
         # 2.x asks which devices a plugin serves (torch then routes only those tensors to it):
-        # braid serves CPU tensors. The first 2.x releases may not have the argument.
+        # braid serves CPU tensors, and CUDA ones when built for them. The first 2.x releases may
+        # not have the argument.
+        devices = ["cpu", "cuda"] if cuda_tensors else ["cpu"]
         try:
-            dist.Backend.register_backend("braid", create_process_group, devices=["cpu"])
+            dist.Backend.register_backend("braid", create_process_group, devices=devices)
             return
         except TypeError:
             pass

@@ -8,8 +8,7 @@ void checkTensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "braid ", op, ": undefined tensor");
   TORCH_CHECK(t.layout() == c10::kStrided, "braid ", op, ": only dense tensors are supported (got layout ", t.layout(),
               ")");
-  TORCH_CHECK(t.device().is_cpu(), "braid ", op, ": the tensor is on ", t.device(),
-              "; braid takes CPU tensors only for now (device buffers come with its GPU transport)");
+  // The device is placeOf's to check (placement.h): CPU, or one CUDA device for the whole call.
 }
 
 const at::Tensor& onlyTensor(const std::vector<at::Tensor>& tensors, const char* op) {

@@ -10,7 +10,7 @@
 
 namespace braid_torch {
 
-// Throws unless t is a defined, dense CPU tensor.
+// Throws unless t is a defined, dense tensor (placeOf checks where it is).
 void checkTensor(const at::Tensor& t, const char* op);
 
 // The single tensor of a one-tensor argument list (braid has one buffer per process), checked.
@@ -25,8 +25,6 @@ braidRedOp_t toBraidOp(const c10d::ReduceOp& op, at::ScalarType type, const char
 
 // A root rank in range (and root tensor 0: one tensor per process).
 void checkRoot(int64_t rootRank, int64_t rootTensor, int size, const char* op);
-
-// Point-to-point tags: braid matches messages between two ranks in issue order, so only tag 0.
 
 // Every tensor has the dtype and number of elements of `like`.
 void checkAlike(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* op);

@@ -4,6 +4,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "allocator.h"
+#include "placement.h"
 #include "process_group.h"
 
 namespace py = pybind11;
@@ -41,4 +42,6 @@ PYBIND11_MODULE(_C, m) {
   (void)braidGetVersion(&version);
   m.attr("braid_version") = version;
   m.attr("torch_version_major") = TORCH_VERSION_MAJOR;
+  // Built against a torch with CUDA (and a braid with it): CUDA tensors are taken too.
+  m.attr("cuda_tensors") = static_cast<bool>(BRAID_TORCH_CUDA);
 }

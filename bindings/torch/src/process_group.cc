@@ -57,9 +57,9 @@ ProcessGroupBraid::~ProcessGroupBraid() {
 }
 
 c10::intrusive_ptr<BraidWork> ProcessGroupBraid::newWork(c10d::OpType type, const char* name,
-                                                         std::chrono::milliseconds opTimeout) {
+                                                         std::chrono::milliseconds opTimeout, const Placement& where) {
   auto work = c10::make_intrusive<BraidWork>(comm_, completer_, rank_, type, name,
-                                             opTimeout > std::chrono::milliseconds(0) ? opTimeout : timeout_);
+                                             opTimeout > std::chrono::milliseconds(0) ? opTimeout : timeout_, where);
   comm_->track(work);
   return work;
 }
@@ -92,13 +92,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
   const at::Tensor& t = onlyTensor(tensors, "broadcast");
   checkRoot(opts.rootRank, opts.rootTensor, size_, "broadcast");
   const braidDataType_t type = toBraidType(t, "broadcast");
-  auto work = newWork(c10d::OpType::BROADCAST, "broadcast", opts.timeout);
+  const Placement where = placeOf(tensors, "broadcast");
+  auto work = newWork(c10d::OpType::BROADCAST, "broadcast", opts.timeout, where);
   at::Tensor buf = stage(*work, t, rank_ != opts.rootRank);
   const int root = static_cast<int>(opts.rootRank);
   post(*work, "broadcast", [&](braidRequest_t* r) {
-    return braidIBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, root, comm(), nullptr, r);
+    return braidIBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, root, comm(), where.stream, r);
   });
-  work->setOutputs(tensors);
+  work->issued(tensors);
   return work;
 }
 
@@ -109,12 +110,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tens
   const at::Tensor& t = onlyTensor(tensors, "allreduce");
   const braidDataType_t type = toBraidType(t, "allreduce");
   const braidRedOp_t op = toBraidOp(opts.reduceOp, t.scalar_type(), "allreduce");
-  auto work = newWork(c10d::OpType::ALLREDUCE, "allreduce", opts.timeout);
+  const Placement where = placeOf(tensors, "allreduce");
+  auto work = newWork(c10d::OpType::ALLREDUCE, "allreduce", opts.timeout, where);
   at::Tensor buf = stage(*work, t, true);
   post(*work, "allreduce", [&](braidRequest_t* r) {
-    return braidIAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, op, comm(), nullptr, r);
+    return braidIAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, op, comm(), where.stream, r);
   });
-  work->setOutputs(tensors);
+  work->issued(tensors);
   return work;
 }
 
@@ -127,18 +129,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(std::vecto
     types.push_back(toBraidType(t, "allreduce_coalesced"));
     ops.push_back(toBraidOp(opts.reduceOp, t.scalar_type(), "allreduce_coalesced"));
   }
-  auto work = newWork(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", opts.timeout);
+  const Placement where = placeOf(tensors, "allreduce_coalesced");
+  auto work = newWork(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", opts.timeout, where);
   std::vector<at::Tensor> bufs;
   for (const at::Tensor& t : tensors) bufs.push_back(stage(*work, t, true));
   grouped(*work, "allreduce_coalesced", [&] {
     for (size_t i = 0; i < bufs.size(); ++i) {
       void* p = bufs[i].data_ptr();
-      const braidResult_t r = braidAllReduce(p, p, bufs[i].numel(), types[i], ops[i], comm(), nullptr);
+      const braidResult_t r = braidAllReduce(p, p, bufs[i].numel(), types[i], ops[i], comm(), where.stream);
       if (r != braidSuccess) return r;
     }
     return braidSuccess;
   });
-  work->setOutputs(tensors);
+  work->issued(tensors);
   return work;
 }
 
@@ -148,13 +151,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>
   checkRoot(opts.rootRank, opts.rootTensor, size_, "reduce");
   const braidDataType_t type = toBraidType(t, "reduce");
   const braidRedOp_t op = toBraidOp(opts.reduceOp, t.scalar_type(), "reduce");
-  auto work = newWork(c10d::OpType::REDUCE, "reduce", opts.timeout);
+  const Placement where = placeOf(tensors, "reduce");
+  auto work = newWork(c10d::OpType::REDUCE, "reduce", opts.timeout, where);
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor buf = stage(*work, t, rank_ == root);  // the result exists on the root only
   post(*work, "reduce", [&](braidRequest_t* r) {
-    return braidIReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, op, root, comm(), nullptr, r);
+    return braidIReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), type, op, root, comm(), where.stream, r);
   });
-  work->setOutputs(tensors);
+  work->issued(tensors);
   return work;
 }
 
@@ -167,16 +171,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(std::vector<std::vec
               " tensors for a group of ", size_);
   checkAlike(outputs[0], in, "allgather");
   const braidDataType_t type = toBraidType(in, "allgather");
-  auto work = newWork(c10d::OpType::ALLGATHER, "allgather", opts.timeout);
+  const Placement where = placeOf(both(inputs, outputs[0]), "allgather");
+  auto work = newWork(c10d::OpType::ALLGATHER, "allgather", opts.timeout, where);
   const int64_t n = in.numel();
   at::Tensor src = stage(*work, in, false);
   at::Tensor flat = at::empty({size_ * n}, in.options());
   work->keep(flat);
   for (int i = 0; i < size_; ++i) work->copyBack(outputs[0][i], flat.narrow(0, i * n, n).view(outputs[0][i].sizes()));
   post(*work, "allgather", [&](braidRequest_t* r) {
-    return braidIAllGather(src.data_ptr(), flat.data_ptr(), n, type, comm(), nullptr, r);
+    return braidIAllGather(src.data_ptr(), flat.data_ptr(), n, type, comm(), where.stream, r);
   });
-  work->setOutputs(outputs[0]);
+  work->issued(outputs[0]);
   return work;
 }
 
@@ -189,13 +194,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& ou
   TORCH_CHECK(output.numel() == size_ * input.numel(), "braid _allgather_base: output has ", output.numel(),
               " elements, expected ", size_, " x ", input.numel());
   const braidDataType_t type = toBraidType(input, "_allgather_base");
-  auto work = newWork(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", opts.timeout);
+  const Placement where = placeOf({input, output}, "_allgather_base");
+  auto work = newWork(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", opts.timeout, where);
   at::Tensor in = stage(*work, input, false);
   at::Tensor out = stage(*work, output, true);
   post(*work, "_allgather_base", [&](braidRequest_t* r) {
-    return braidIAllGather(in.data_ptr(), out.data_ptr(), in.numel(), type, comm(), nullptr, r);
+    return braidIAllGather(in.data_ptr(), out.data_ptr(), in.numel(), type, comm(), where.stream, r);
   });
-  work->setOutputs({output});
+  work->issued({output});
   return work;
 }
 
@@ -209,16 +215,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(std::vector<at:
   checkAlike(inputs[0], out, "reduce_scatter");
   const braidDataType_t type = toBraidType(out, "reduce_scatter");
   const braidRedOp_t op = toBraidOp(opts.reduceOp, out.scalar_type(), "reduce_scatter");
-  auto work = newWork(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", opts.timeout);
+  const Placement where = placeOf(both(outputs, inputs[0]), "reduce_scatter");
+  auto work = newWork(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", opts.timeout, where);
   const int64_t n = out.numel();
   at::Tensor flat = at::empty({size_ * n}, out.options());
   for (int i = 0; i < size_; ++i) flat.narrow(0, i * n, n).view(inputs[0][i].sizes()).copy_(inputs[0][i]);
   work->keep(flat);
   at::Tensor dst = stage(*work, out, true);
   post(*work, "reduce_scatter", [&](braidRequest_t* r) {
-    return braidIReduceScatter(flat.data_ptr(), dst.data_ptr(), n, type, op, comm(), nullptr, r);
+    return braidIReduceScatter(flat.data_ptr(), dst.data_ptr(), n, type, op, comm(), where.stream, r);
   });
-  work->setOutputs(outputs);
+  work->issued(outputs);
   return work;
 }
 
@@ -232,13 +239,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(at::Tenso
               " elements, expected ", size_, " x ", output.numel());
   const braidDataType_t type = toBraidType(output, "_reduce_scatter_base");
   const braidRedOp_t op = toBraidOp(opts.reduceOp, output.scalar_type(), "_reduce_scatter_base");
-  auto work = newWork(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", opts.timeout);
+  const Placement where = placeOf({input, output}, "_reduce_scatter_base");
+  auto work = newWork(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", opts.timeout, where);
   at::Tensor in = stage(*work, input, false);
   at::Tensor out = stage(*work, output, true);
   post(*work, "_reduce_scatter_base", [&](braidRequest_t* r) {
-    return braidIReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), type, op, comm(), nullptr, r);
+    return braidIReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), type, op, comm(), where.stream, r);
   });
-  work->setOutputs({output});
+  work->issued({output});
   return work;
 }
 
@@ -264,8 +272,9 @@ std::vector<int64_t> rowSplits(const std::vector<int64_t>& splits, const at::Ten
 
 }  // namespace
 
-void ProcessGroupBraid::exchange(BraidWork& work, const at::Tensor& output, const at::Tensor& input,
-                                 const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits) {
+void ProcessGroupBraid::exchange(BraidWork& work, const Placement& where, const at::Tensor& output,
+                                 const at::Tensor& input, const std::vector<int64_t>& outputSplits,
+                                 const std::vector<int64_t>& inputSplits) {
   const std::vector<int64_t> outRows = rowSplits(outputSplits, output, size_, "output");
   const std::vector<int64_t> inRows = rowSplits(inputSplits, input, size_, "input");
   const braidDataType_t type = toBraidType(input, "alltoall_base");
@@ -281,11 +290,11 @@ void ProcessGroupBraid::exchange(BraidWork& work, const at::Tensor& output, cons
     for (int peer = 0; peer < size_; ++peer) {
       const int64_t sendCount = inRows[peer] * inRow, recvCount = outRows[peer] * outRow;
       if (sendCount > 0) {
-        const braidResult_t r = braidSend(src + inOff * elt, sendCount, type, peer, comm(), nullptr);
+        const braidResult_t r = braidSend(src + inOff * elt, sendCount, type, peer, comm(), where.stream);
         if (r != braidSuccess) return r;
       }
       if (recvCount > 0) {
-        const braidResult_t r = braidRecv(dst + outOff * elt, recvCount, type, peer, comm(), nullptr);
+        const braidResult_t r = braidRecv(dst + outOff * elt, recvCount, type, peer, comm(), where.stream);
         if (r != braidSuccess) return r;
       }
       inOff += sendCount;
@@ -303,9 +312,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(at::Tensor& outp
   checkTensor(output, "alltoall_base");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "braid alltoall_base: output dtype ", output.scalar_type(),
               " differs from input dtype ", input.scalar_type());
-  auto work = newWork(c10d::OpType::ALLTOALL_BASE, "alltoall_base", opts.timeout);
+  const Placement where = placeOf({input, output}, "alltoall_base");
+  auto work = newWork(c10d::OpType::ALLTOALL_BASE, "alltoall_base", opts.timeout, where);
   if (!outputSplits.empty() || !inputSplits.empty()) {
-    exchange(*work, output, input, outputSplits, inputSplits);  // uneven: grouped sends and receives
+    exchange(*work, where, output, input, outputSplits, inputSplits);  // uneven: grouped sends and receives
   } else {
     TORCH_CHECK(input.numel() % size_ == 0 && output.numel() == input.numel(), "braid alltoall_base: input of ",
                 input.numel(), " and output of ", output.numel(), " elements do not split equally over ", size_,
@@ -314,10 +324,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(at::Tensor& outp
     at::Tensor in = stage(*work, input, false);
     at::Tensor out = stage(*work, output, true);
     post(*work, "alltoall_base", [&](braidRequest_t* r) {
-      return braidIAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size_, type, comm(), nullptr, r);
+      return braidIAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / size_, type, comm(), where.stream, r);
     });
   }
-  work->setOutputs({output});
+  work->issued({output});
   return work;
 }
 
@@ -326,7 +336,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
                                                            const c10d::AllToAllOptions& opts) {
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "braid alltoall: ", inputs.size(), " inputs and ", outputs.size(), " outputs for a group of ", size_);
-  auto work = newWork(c10d::OpType::ALLTOALL, "alltoall", opts.timeout);
+  const Placement where = placeOf(both(inputs, outputs), "alltoall");
+  auto work = newWork(c10d::OpType::ALLTOALL, "alltoall", opts.timeout, where);
   std::vector<at::Tensor> ins, outs;
   std::vector<braidDataType_t> types;
   for (int i = 0; i < size_; ++i) {
@@ -340,31 +351,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
   }
   grouped(*work, "alltoall", [&] {
     for (int peer = 0; peer < size_; ++peer) {
-      braidResult_t r = braidSend(ins[peer].data_ptr(), ins[peer].numel(), types[peer], peer, comm(), nullptr);
+      braidResult_t r = braidSend(ins[peer].data_ptr(), ins[peer].numel(), types[peer], peer, comm(), where.stream);
       if (r == braidSuccess)
-        r = braidRecv(outs[peer].data_ptr(), outs[peer].numel(), types[peer], peer, comm(), nullptr);
+        r = braidRecv(outs[peer].data_ptr(), outs[peer].numel(), types[peer], peer, comm(), where.stream);
       if (r != braidSuccess) return r;
     }
     return braidSuccess;
   });
-  work->setOutputs(outputs);
+  work->issued(outputs);
   return work;
 }
 
 // Point to point goes through braid's tagged calls, which match as gloo does: by (peer, tag), in
 // order per pair, tags in any order, and a receive from any rank (recvAnysource) among them. The
 // untagged braidSend/braidRecv would not meet a receive from any rank, so every tag, 0 included,
-// takes the tagged path.
+// takes the tagged path. Except on CUDA tensors: braid's tagged calls take host buffers only, so
+// those go untagged, ordered on the current stream (in issue order per pair, as NCCL's): tag 0 and
+// a named peer only, and both sides must pass CUDA tensors.
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   const at::Tensor& t = onlyTensor(tensors, "send");
   checkPeerAndTag(dstRank, tag, "send");
   const braidDataType_t type = toBraidType(t, "send");
-  auto work = newWork(c10d::OpType::SEND, "send", std::chrono::milliseconds(0));
+  const Placement where = placeOf(tensors, "send");
+  checkDeviceP2p(where, dstRank, tag, "send");
+  auto work = newWork(c10d::OpType::SEND, "send", std::chrono::milliseconds(0), where);
   at::Tensor buf = stage(*work, t, false);
   post(*work, "send", [&](braidRequest_t* r) {
+    if (where.onCuda()) return braidISend(buf.data_ptr(), buf.numel(), type, dstRank, comm(), where.stream, r);
     return braidISendTagged(buf.data_ptr(), buf.numel(), type, dstRank, tag, comm(), nullptr, r);
   });
-  work->setOutputs(tensors);
+  work->issued(tensors);
   return work;
 }
 
@@ -382,14 +398,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::postRecv(std::vector<at::Tenso
                                                            const char* name) {
   const at::Tensor& t = onlyTensor(tensors, name);
   const braidDataType_t type = toBraidType(t, name);
+  const Placement where = placeOf(tensors, name);
+  checkDeviceP2p(where, srcRank, tag, name);
   auto work = newWork(srcRank == BRAID_ANY_SOURCE ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, name,
-                      std::chrono::milliseconds(0));
+                      std::chrono::milliseconds(0), where);
   at::Tensor buf = stage(*work, t, true);
   int* source = work->sourceSlot(srcRank);
   post(*work, name, [&](braidRequest_t* r) {
+    if (where.onCuda()) return braidIRecv(buf.data_ptr(), buf.numel(), type, srcRank, comm(), where.stream, r);
     return braidIRecvTagged(buf.data_ptr(), buf.numel(), type, srcRank, tag, comm(), nullptr, source, r);
   });
-  work->setOutputs(tensors);
+  work->issued(tensors);
   return work;
 }
 
@@ -403,8 +422,17 @@ void ProcessGroupBraid::checkPeerAndTag(int peer, int tag, const char* name) con
   TORCH_CHECK(peer != rank_, "braid ", name, ": rank ", peer, " is this rank; braid does not send to itself");
 }
 
+void ProcessGroupBraid::checkDeviceP2p(const Placement& where, int peer, int tag, const char* name) const {
+  if (!where.onCuda()) return;
+  TORCH_CHECK(peer != BRAID_ANY_SOURCE, "braid ", name,
+              ": a receive from any rank takes CPU tensors only (braid's device point-to-point names its peer)");
+  TORCH_CHECK(tag == 0, "braid ", name, ": tag ", tag,
+              " on a CUDA tensor; braid's device point-to-point has no tags (messages between two ranks match in "
+              "issue order): use tag 0, or CPU tensors");
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions& opts) {
-  auto work = newWork(c10d::OpType::BARRIER, "barrier", opts.timeout);
+  auto work = newWork(c10d::OpType::BARRIER, "barrier", opts.timeout, Placement{});  // braid's barrier is on the host
   post(*work, "barrier", [&](braidRequest_t* r) { return braidIBarrier(comm(), nullptr, r); });
   return work;
 }

@@ -5,6 +5,9 @@
 // signatures are the same in both. Only 1.13 was compiled and tested here; the 2.x branch follows
 // the 2.x headers and is compile-unverified.
 //
+// Tensors: CPU, or CUDA when built against a torch with CUDA (placement.h says how those are ordered
+// on the current stream and work.h what their Works mean).
+//
 // Threading: every collective posts nonblocking braid operations (braidI*) and returns a BraidWork
 // that polls them; the group's Completer thread marks the futures of unfinished Works. Operations that braid only
 // offers in groups (allreduce_coalesced, alltoall with uneven splits or tensor lists) run between braidGroupStart and
@@ -101,7 +104,8 @@ class ProcessGroupBraid : public GroupBase {
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
 
  private:
-  c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* name, std::chrono::milliseconds opTimeout);
+  c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* name, std::chrono::milliseconds opTimeout,
+                                        const Placement& where);
   // A contiguous buffer with t's data: t itself, or a copy; for an output, the copy goes back into
   // t when the Work succeeds. The Work keeps the buffer alive.
   at::Tensor stage(BraidWork& work, const at::Tensor& t, bool output);
@@ -113,7 +117,7 @@ class ProcessGroupBraid : public GroupBase {
   void grouped(BraidWork& work, const char* name, Fn&& fn);
   // Sends block i of `input` to rank i and receives block i of `output` from rank i, in one group;
   // blocks are dim-0 rows counted by the splits (each split list has one entry per rank).
-  void exchange(BraidWork& work, const at::Tensor& output, const at::Tensor& input,
+  void exchange(BraidWork& work, const Placement& where, const at::Tensor& output, const at::Tensor& input,
                 const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
   // allreduce of a sparse COO tensor (sparse.cc): gathered and summed, SUM only, as gloo does.
   c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
@@ -122,6 +126,8 @@ class ProcessGroupBraid : public GroupBase {
   // Refuses what braid's tagged calls would refuse, in torch's words: a negative tag, a peer out of
   // range or this rank.
   void checkPeerAndTag(int peer, int tag, const char* name) const;
+  // What a send or receive on CUDA tensors refuses: any source and tags other than 0.
+  void checkDeviceP2p(const Placement& where, int peer, int tag, const char* name) const;
   braidComm_t comm() const { return comm_->get(); }
   // The root's checks of gather's outputs / scatter's inputs: one list of size_ tensors shaped as `like`.
   void checkRootList(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, const char* op,

@@ -34,7 +34,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(std::vector<std::vector
                 outputs.size(), " lists");
   }
   const braidDataType_t type = toBraidType(in, "gather");
-  auto work = newWork(c10d::OpType::GATHER, "gather", opts.timeout);
+  const Placement where = placeOf(isRoot ? both(inputs, outputs[0]) : inputs, "gather");
+  auto work = newWork(c10d::OpType::GATHER, "gather", opts.timeout, where);
   const int64_t n = in.numel();
   at::Tensor src = stage(*work, in, false);
   // The root gathers into one flat buffer of size_ blocks, then copies each block to its output.
@@ -45,9 +46,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(std::vector<std::vector
     for (int i = 0; i < size_; ++i) work->copyBack(outputs[0][i], flat.narrow(0, i * n, n).view(outputs[0][i].sizes()));
   }
   post(*work, "gather", [&](braidRequest_t* r) {
-    return braidIGather(src.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, type, root, comm(), nullptr, r);
+    return braidIGather(src.data_ptr(), isRoot ? flat.data_ptr() : nullptr, n, type, root, comm(), where.stream, r);
   });
-  work->setOutputs(isRoot ? outputs[0] : std::vector<at::Tensor>{});
+  work->issued(isRoot ? outputs[0] : std::vector<at::Tensor>{});
   return work;
 }
 
@@ -65,7 +66,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(std::vector<at::Tensor
                 inputs.size(), " lists");
   }
   const braidDataType_t type = toBraidType(out, "scatter");
-  auto work = newWork(c10d::OpType::SCATTER, "scatter", opts.timeout);
+  const Placement where = placeOf(isRoot ? both(outputs, inputs[0]) : outputs, "scatter");
+  auto work = newWork(c10d::OpType::SCATTER, "scatter", opts.timeout, where);
   const int64_t n = out.numel();
   // The root's inputs, block i for rank i, in one flat buffer (copied now: the caller may reuse them).
   at::Tensor flat;
@@ -76,9 +78,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(std::vector<at::Tensor
   }
   at::Tensor dst = stage(*work, out, true);
   post(*work, "scatter", [&](braidRequest_t* r) {
-    return braidIScatter(isRoot ? flat.data_ptr() : nullptr, dst.data_ptr(), n, type, root, comm(), nullptr, r);
+    return braidIScatter(isRoot ? flat.data_ptr() : nullptr, dst.data_ptr(), n, type, root, comm(), where.stream, r);
   });
-  work->setOutputs(outputs);
+  work->issued(outputs);
   return work;
 }
 
@@ -109,7 +111,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(std::vecto
                   ", input ", inputs[i].scalar_type(), ")");
     }
   }
-  auto work = newWork(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", opts.timeout);
+  std::vector<at::Tensor> all;
+  for (const std::vector<at::Tensor>& list : outputLists) all.insert(all.end(), list.begin(), list.end());
+  const Placement where = placeOf(both(inputs, all), "allgather_coalesced");
+  auto work = newWork(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", opts.timeout, where);
   std::vector<at::Tensor> flats, srcs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int64_t n = inputs[i].numel();
@@ -121,12 +126,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(std::vecto
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     post(*work, "allgather_coalesced", [&](braidRequest_t* r) {
-      return braidIAllGather(srcs[i].data_ptr(), flats[i].data_ptr(), srcs[i].numel(), types[i], comm(), nullptr, r);
+      return braidIAllGather(srcs[i].data_ptr(), flats[i].data_ptr(), srcs[i].numel(), types[i], comm(), where.stream,
+                             r);
     });
   }
-  std::vector<at::Tensor> all;
-  for (const std::vector<at::Tensor>& list : outputLists) all.insert(all.end(), list.begin(), list.end());
-  work->setOutputs(all);
+  work->issued(all);
   return work;
 }
 

@@ -39,12 +39,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduceSparse(std::vector<at
   TORCH_CHECK(tensors.size() == 1, "braid allreduce: expects exactly one tensor per process, got ", tensors.size());
   at::Tensor& t = tensors[0];
   TORCH_CHECK(t.device().is_cpu(), "braid allreduce: the sparse tensor is on ", t.device(),
-              "; braid takes CPU tensors only for now");
+              "; braid sums sparse CPU tensors only");
   TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
               "braid allreduce: sparse tensors are only summed (ReduceOp.SUM, as gloo does); got another op");
   TORCH_CHECK(t.dim() <= kMaxDims, "braid allreduce: sparse tensors of up to ", kMaxDims, " dimensions, got ", t.dim());
   const braidDataType_t type = toBraidType(t, "allreduce");
-  auto work = newWork(c10d::OpType::ALLREDUCE, "allreduce", opts.timeout);
+  auto work = newWork(c10d::OpType::ALLREDUCE, "allreduce", opts.timeout, Placement{});
 
   const at::Tensor in = t.coalesce();
   const at::Tensor indices = in._indices().contiguous();  // [sparse dims, nnz], int64
@@ -93,7 +93,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduceSparse(std::vector<at
     result = at::_sparse_coo_tensor_unsafe(at::cat(idxParts, 1), at::cat(valParts, 0), in.sizes()).coalesce();
   }
   t.copy_(result);  // a sparse copy takes the result's indices and values, whatever their nnz
-  work->setOutputs(tensors);
+  work->issued(tensors);
   work->completeNow();
   return work;
 }

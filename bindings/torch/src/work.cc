@@ -1,6 +1,7 @@
 #include "work.h"
 
 #include <Python.h>
+#include <c10/core/StreamGuard.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -146,12 +147,31 @@ void Comm::endAll(bool abort) {
 }
 
 BraidWork::BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> completer, int rank, c10d::OpType type,
-                     const char* name, std::chrono::milliseconds timeout)
+                     const char* name, std::chrono::milliseconds timeout, const Placement& where)
     : c10d::Work(rank, type),
       comm_(std::move(comm)),
       completer_(std::move(completer)),
       name_(name),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      device_(where.device),
+      queue_(where.queue) {}
+
+void BraidWork::issued(std::vector<at::Tensor> outputs) {
+  outputs_ = std::move(outputs);
+  if (!queue_) return;
+  // The caller's current stream is the call's (placeOf read it a moment ago, on this thread).
+  {
+    std::lock_guard<std::mutex> g(pollMu_);
+    for (auto& c : copies_) c.first.copy_(c.second);  // queued after braid's call
+    copies_.clear();
+  }
+  end_.emplace(c10::DeviceType::CUDA);
+  end_->record(*queue_);
+}
+
+void BraidWork::blockCurrentStream() const {
+  if (end_) end_->block(currentStream(device_));
+}
 
 BraidWork::~BraidWork() { abandon(); }
 
@@ -268,7 +288,10 @@ void BraidWork::failNow(const std::string& braidError) {
   if (!concluded_) conclude(error(braidError));
 }
 
-bool BraidWork::isCompleted() { return poll(); }
+// CUDA: braid's requests finish with the call on the device; the copies back come after it.
+bool BraidWork::isCompleted() { return poll() && (!end_ || end_->query()); }
+
+void BraidWork::synchronize() { blockCurrentStream(); }
 
 int BraidWork::sourceRank() const {
   // Read after the receive completed: braid wrote it before braidTest reported done (pollMu_, taken
@@ -284,6 +307,13 @@ bool BraidWork::isSuccess() const {
 }
 
 bool BraidWork::wait(std::chrono::milliseconds timeout) {
+  if (end_) {
+    blockCurrentStream();
+    (void)poll();  // never blocks: picks up a failure braid reported already
+    std::lock_guard<std::mutex> g(mutex_);
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
   const std::chrono::milliseconds limit = timeout > kNoTimeout ? timeout : timeout_;
   const auto start = std::chrono::steady_clock::now();
   for (int idle = 0; !poll(); ++idle) {
@@ -306,8 +336,31 @@ c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
   {
     std::lock_guard<std::mutex> g(futureMu_);
     if (future_) return future_;
-    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-    future = future_;
+    if (end_) {
+      // Marked now, on the call's stream: the future records its own events there and makes
+      // whoever waits on it (or runs a callback) wait for them on the device.
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<c10::Device>{device_});
+      futureMarked_ = true;
+      future = future_;
+    } else {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+      future = future_;
+    }
+  }
+  if (end_) {
+    std::exception_ptr failure;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      failure = exception_;
+    }
+    c10::StreamGuard onCall(*queue_);
+    if (failure) {
+      future->setError(failure);
+    } else {
+      future->markCompleted(c10::IValue(outputs_));
+    }
+    return future;
   }
   // Finished already (poll marks the future then), or watched until it is.
   if (!poll()) {

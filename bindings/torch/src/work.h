@@ -5,17 +5,21 @@
 
 #include <ATen/ATen.h>
 #include <braid/braid.h>
+#include <c10/core/Event.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
+
+#include "placement.h"
 
 namespace braid_torch {
 
@@ -80,12 +84,19 @@ class Comm {
   std::vector<Orphan> orphans_;                            // under mu_
 };
 
+// A Work on CPU tensors finishes when its braid requests do; wait() blocks for them. A Work on CUDA
+// tensors (Placement::onCuda) is ordered on the stream its call was queued on, as
+// ProcessGroupNCCL's: wait() and synchronize() make the caller's current stream wait for the
+// call's end on the device and return at once, raising only a failure braid already reported;
+// isCompleted() says whether the device got there; the future is marked when the call is queued,
+// so what is chained on it runs after the call on the device. A failure that comes later (a peer
+// dies) fails the requests, reaches the next wait(), and is braid's error on the next call.
 class BraidWork : public c10d::Work {
  public:
-  // `timeout` bounds wait() when it is called without one (0 = none: braid's BRAID_TIMEOUT still
-  // bounds every operation).
+  // `timeout` bounds wait() on CPU tensors when it is called without one (0 = none: braid's
+  // BRAID_TIMEOUT still bounds every operation).
   BraidWork(std::shared_ptr<Comm> comm, std::weak_ptr<Completer> completer, int rank, c10d::OpType type,
-            const char* name, std::chrono::milliseconds timeout);
+            const char* name, std::chrono::milliseconds timeout, const Placement& where);
   ~BraidWork() override;
   void release_resources() override;
 
@@ -94,8 +105,11 @@ class BraidWork : public c10d::Work {
   // Memory braid reads or writes stays alive until the requests finished.
   void keep(at::Tensor buffer) { keep_.push_back(std::move(buffer)); }
   // On success, dst.copy_(src) in order: staging buffers back into the caller's tensors.
+  // (On CUDA tensors they are queued on the call's stream when it is issued instead.)
   void copyBack(at::Tensor dst, at::Tensor src) { copies_.emplace_back(std::move(dst), std::move(src)); }
-  void setOutputs(std::vector<at::Tensor> outputs) { outputs_ = std::move(outputs); }
+  // The call was posted, with these outputs: the last step before the Work is handed out. On CUDA
+  // tensors it queues the copies back and records the Work's end on the call's stream.
+  void issued(std::vector<at::Tensor> outputs);
   // A receive's source: known now (a named peer), or written by braid when the receive from any
   // rank completes (the returned slot, which lives as long as the Work).
   int* sourceSlot(int peer) {
@@ -113,7 +127,7 @@ class BraidWork : public c10d::Work {
   bool isSuccess() const override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override;
-  void synchronize() override {}
+  void synchronize() override;
   // A future that completes (with the output tensors) or fails when the operation does, marked by
   // the process group's Completer thread: callbacks chained with then() (DDP's gradient averaging)
   // run there while the caller goes on. Without a Completer (the group is gone) it waits first.
@@ -132,6 +146,8 @@ class BraidWork : public c10d::Work {
   // Called with pollMu_ held, once: releases the remaining requests and finishes the Work.
   void conclude(std::exception_ptr error);
   std::exception_ptr error(const std::string& what) const;
+  // CUDA: makes the current stream of the Work's device wait for end_.
+  void blockCurrentStream() const;
 
   friend class Comm;  // sets tracked_
 
@@ -150,6 +166,10 @@ class BraidWork : public c10d::Work {
   std::vector<std::pair<at::Tensor, at::Tensor>> copies_;
   std::vector<at::Tensor> outputs_;
   int source_ = -1;  // a receive's source (see sourceSlot); -1 for other operations
+
+  c10::Device device_;                // where the tensors are (Placement::device)
+  std::optional<c10::Stream> queue_;  // CUDA: the stream the call is ordered on
+  std::optional<c10::Event> end_;     // CUDA: recorded on queue_ after the call and its copies
 
   std::mutex futureMu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
