@@ -81,10 +81,15 @@ bool SmallColls::takes(Coll coll, size_t bytes) const {
       // or a tree moves about two: past twice the capacity in all they go to the plans (4 ranks:
       // a 64 KiB AllReduce measured even with the ring's 22-30 us, so 42 KiB is the last taken).
       return bytes <= capacity_ && bytes * static_cast<size_t>(nranks_ - 1) <= 2 * capacity_;
+    case Coll::kAllGather:
+      // Past half the capacity a block goes faster through the plans, where a block of
+      // BRAID_SHM_CMA_MIN and up is read once from the sender's buffer (2 ranks, 64 KiB blocks:
+      // 8-10 us against 12-16 on the mailboxes, out of place and in place; 32 KiB even; 4 ranks
+      // even). AllToAll stays: in place it cannot read by single copy, and measured 2-3x slower.
+      return bytes <= capacity_ / 2;
     case Coll::kReduce:
     case Coll::kGather:
     case Coll::kScatter:
-    case Coll::kAllGather:
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
       return bytes <= capacity_;

@@ -111,7 +111,9 @@ TEST_CASE("shm FIFOs forward received chunks into the slots that send them on, w
   auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
     const uint64_t before = braid::shm::forwardedPieces();
     if (runChecked(comm, rank, size) != 0) return 1;
-    if (braid::shm::forwardedPieces() == before) return fail(rank, "no piece was forwarded");
+    // With two slots a forward often finds the outgoing ring full, and under load a rank may find
+    // it full every time (1 run in 8 while another build ran): there only the results count.
+    if (form != 2 && braid::shm::forwardedPieces() == before) return fail(rank, "no piece was forwarded");
     // Streamed outputs also take the roots' copies into their own outputs (LocalWork::stream).
     if (form == 1 && oneToManyChecked(comm, rank, size, kCount / 4) != 0) return 1;
     return 0;
@@ -222,6 +224,40 @@ TEST_CASE("an operation that reuses a pooled request does not inherit the single
       if (v != 1 - rank) return fail(rank, "received %d, want %d", v, 1 - rank);
     if (braid::shm::singleCopyReceives() != before)
       return fail(rank, "the send/receive after the AllGather went by single copy");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("AllGather blocks past half the mailbox leave the mailboxes and are read by a single copy",
+          "[mp][shm][forward][small]") {
+  // 64 KiB mailboxes (the default): a 32 KiB block stays on them (no single copy), a 64 KiB block
+  // (BRAID_SHM_CMA_MIN) goes to the plans, whose receivers read it from the sender's buffer.
+  const int n = GENERATE(2, 3);
+  INFO("nranks " << n);
+  auto res = runComm(n, shmEnv({{"BRAID_SHM_CMA", "auto"}}), [&](braidComm_t comm, int rank, int size) {
+    const bool cma = cmaEverywhere(comm, rank, size);
+    for (size_t blockBytes : {size_t{32} << 10, size_t{64} << 10}) {
+      const size_t count = blockBytes / sizeof(int32_t), all = count * static_cast<size_t>(size);
+      std::vector<int32_t> send(count), recv(all);
+      const uint64_t before = braid::shm::singleCopyReceives();
+      for (bool inPlace : {false, true}) {
+        std::fill(recv.begin(), recv.end(), -1);
+        int32_t* in = inPlace ? recv.data() + rank * count : send.data();
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(rank * 1000003 + i);
+        CHECK_BRAID(rank, braidAllGather(in, recv.data(), count, braidInt32, comm, nullptr));
+        for (size_t j = 0; j < all; ++j)
+          if (recv[j] != static_cast<int32_t>((j / count) * 1000003 + j % count))
+            return fail(rank, "AllGather of %zu-byte blocks %s: [%zu] = %d", blockBytes,
+                        inPlace ? "in place" : "out of place", j, recv[j]);
+      }
+      const bool took = braid::shm::singleCopyReceives() != before;
+      if (!cma) continue;
+      if (blockBytes == (size_t{32} << 10) && took) return fail(rank, "a 32 KiB block left the mailboxes");
+      if (blockBytes == (size_t{64} << 10) && !took) return fail(rank, "no 64 KiB block was read by single copy");
+    }
+    if (!cma) fprintf(stderr, "rank %d: process_vm_readv does not work here: single copy not checked\n", rank);
     return 0;
   });
   INFO(describe(res));
