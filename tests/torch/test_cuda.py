@@ -1,8 +1,8 @@
 """braid_torch on CUDA tensors ([gpu]): every collective on 2 ranks sharing the first GPU, checked
 against a float64 reference computed on the host; stream ordering (kernels queued before and after a
 collective on a side stream, no host synchronization between); async work, wait() and futures;
-point-to-point; the refusals (any source, tags, CPU and CUDA tensors in one call); DDP on CUDA
-against the same model trained on the CPU over gloo.
+point-to-point; the refusals (any source, tags, CPU and CUDA tensors in one call); destroy with a
+call still queued on its stream; DDP on CUDA against the same model trained on the CPU over gloo.
 
 Skips (exit 77) with the reason where braid_torch was built without CUDA (a torch without it, or a
 braid without nvcc) or where no GPU is visible. The parent never touches CUDA: the ranks are forked
@@ -144,6 +144,18 @@ def refusals(rank, world, dev):
     assert torch.all(x == world).item(), "an all_reduce after the refusals went wrong"
 
 
+def end_in_flight(rank, world, dev):
+    """destroy_process_group while an all_reduce is still queued behind a busy stream: the group ends
+    as an ordinary destroy (the call finishes first), not as an abort that would fail it."""
+    x = torch.full((1 << 20,), float(rank + 1), device=dev)
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU time ahead of the collective
+    dist.all_reduce(x)
+    dist.destroy_process_group()
+    torch.cuda.synchronize()
+    want = sum(r + 1 for r in range(world))
+    assert torch.all(x == want).item(), f"the all_reduce in flight at destroy gave {x[:4].tolist()}, not {want}"
+
+
 def ddp(rank, world, dev):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -175,7 +187,8 @@ def rank_main(rank, world, steps):
     dist.init_process_group("braid", init_method="env://", rank=rank, world_size=world)
     for step in steps:
         globals()[step](rank, world, dev)
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
@@ -189,7 +202,7 @@ if __name__ == "__main__":
         print(f"SKIP: no CUDA device visible to torch ({value})")
         sys.exit(harness.SKIP)
     failed = 0
-    for steps in (["collectives"], ["stream_order", "async_work", "point_to_point", "refusals"], ["ddp"]):
+    for steps in (["collectives"], ["stream_order", "async_work", "point_to_point", "refusals", "end_in_flight"], ["ddp"]):
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(harness.free_port())}
         res = harness.run_ranks(rank_main, WORLD, args=(steps,), env=env, deadline_s=180)
         failed += harness.check_all(res, f"CUDA tensors, {WORLD} ranks on one GPU: {', '.join(steps)}")

@@ -80,10 +80,25 @@ void Comm::track(const c10::intrusive_ptr<BraidWork>& work) {
   works_.emplace_back(work);
 }
 
-bool Comm::adoptOrphan(std::vector<braidRequest_t> requests, std::vector<at::Tensor> buffers) {
+void Comm::settleDeviceWork(const std::vector<c10::intrusive_ptr<BraidWork>>& live) {
+  const auto until = std::chrono::steady_clock::now() + kDeviceGrace;
+  for (int idle = 0;; ++idle) {
+    bool busy = false;
+    for (const auto& w : live) busy = (w->onDevice() && !w->poll()) || busy;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      (void)reapOrphans();
+      for (const Orphan& o : orphans_) busy = busy || o.device;
+    }
+    if (!busy || std::chrono::steady_clock::now() > until) return;
+    pause(idle);
+  }
+}
+
+bool Comm::adoptOrphan(std::vector<braidRequest_t> requests, std::vector<at::Tensor> buffers, bool device) {
   std::lock_guard<std::mutex> g(mu_);
   if (ended_) return false;
-  orphans_.push_back(Orphan{std::move(requests), std::move(buffers)});
+  orphans_.push_back(Orphan{std::move(requests), std::move(buffers), device});
   (void)reapOrphans();  // also releases earlier orphans that finished meanwhile
   return true;
 }
@@ -117,6 +132,13 @@ void Comm::end(bool abort) {
     for (auto& w : works_)
       if (auto strong = w.lock()) live.push_back(std::move(strong));
     works_.clear();
+  }
+  // Device calls queued just before the end finish by themselves once their stream reaches them:
+  // they get a moment before they count as pending, which would abort them (and fail the peers'
+  // calls) at an ordinary destroy_process_group after training.
+  if (!abort) withoutGil([&] { settleDeviceWork(live); });
+  {
+    std::lock_guard<std::mutex> g(mu_);
     orphansDone = reapOrphans();
   }
   // A Work nobody polled since its operation finished is finished too: poll concludes it. What is
@@ -198,7 +220,7 @@ void BraidWork::abandon() {
     copies_.clear();
     if (!concluded_ && next_ < requests_.size()) {
       std::vector<braidRequest_t> rest(requests_.begin() + static_cast<long>(next_), requests_.end());
-      if (comm_->adoptOrphan(std::move(rest), std::move(keep_))) {
+      if (comm_->adoptOrphan(std::move(rest), std::move(keep_), onDevice())) {
         next_ = requests_.size();
         keep_.clear();
         conclude(std::make_exception_ptr(std::runtime_error("dropped")));  // nobody can see it now

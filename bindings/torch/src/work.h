@@ -61,7 +61,8 @@ class Comm {
   // A Work dropped before its requests finished leaves them here with the buffers braid still
   // uses, instead of blocking its destructor (and with it the Python thread that dropped it) until
   // they end. False when the communicator has ended already: the caller finishes them itself.
-  bool adoptOrphan(std::vector<braidRequest_t> requests, std::vector<at::Tensor> buffers);
+  // `device`: a call on CUDA tensors (it ends by itself once its stream reaches it).
+  bool adoptOrphan(std::vector<braidRequest_t> requests, std::vector<at::Tensor> buffers, bool device);
   // A tracked Work finished (BraidWork::conclude, once per Work).
   void workFinished() { unfinished_.fetch_sub(1, std::memory_order_acq_rel); }
 
@@ -69,11 +70,17 @@ class Comm {
   struct Orphan {
     std::vector<braidRequest_t> requests;  // unfinished ones, in issue order
     std::vector<at::Tensor> buffers;
+    bool device = false;  // a call on CUDA tensors
   };
+
+  // How long end() lets calls on CUDA tensors still queued on their streams finish.
+  static constexpr std::chrono::seconds kDeviceGrace{10};
 
   explicit Comm(braidComm_t handle) : handle_(handle) {}
   // Tests the orphans' requests, releasing those that finished; true when none is left. Under mu_.
   bool reapOrphans();
+  // Polls the Works and orphans on CUDA tensors until they finished or kDeviceGrace passed.
+  void settleDeviceWork(const std::vector<c10::intrusive_ptr<BraidWork>>& live);
 
   const braidComm_t handle_;
   std::atomic<int> unfinished_{0};  // tracked Works not yet concluded, dying ones included
@@ -123,6 +130,8 @@ class BraidWork : public c10d::Work {
 
   // torch's Work::sourceRank: the rank a receive got its message from (recv with src=None).
   int sourceRank() const override;
+  // On CUDA tensors (its call is ordered on a stream).
+  bool onDevice() const { return queue_.has_value(); }
   bool isCompleted() override;
   bool isSuccess() const override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
