@@ -84,8 +84,9 @@ bool SmallColls::takes(Coll coll, size_t bytes) const {
     case Coll::kAllGather:
       // Past half the capacity a block goes faster through the plans, where a block of
       // BRAID_SHM_CMA_MIN and up is read once from the sender's buffer (2 ranks, 64 KiB blocks:
-      // 8-10 us against 12-16 on the mailboxes, out of place and in place; 32 KiB even; 4 ranks
-      // even). AllToAll stays: in place it cannot read by single copy, and measured 2-3x slower.
+      // 7.9-10.5 us against 12.4-16.1 on the mailboxes out of place, 6.4-7.9 against 10.5-14.2 in
+      // place; 32 KiB even; 4 ranks even). AllToAll stays: in place it cannot read by single copy,
+      // and measured 2-3x slower.
       return bytes <= capacity_ / 2;
     case Coll::kReduce:
     case Coll::kGather:

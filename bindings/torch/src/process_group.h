@@ -107,7 +107,8 @@ class ProcessGroupBraid : public GroupBase {
   c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* name, std::chrono::milliseconds opTimeout,
                                         const Placement& where);
   // A contiguous buffer with t's data: t itself, or a copy; for an output, the copy goes back into
-  // t when the Work succeeds. The Work keeps the buffer alive.
+  // t when the Work succeeds (CUDA: queued on the call's stream right after it, BraidWork::issued).
+  // The Work keeps the buffer alive.
   at::Tensor stage(BraidWork& work, const at::Tensor& t, bool output);
   // Posts one nonblocking braid call (fn(&request) returns its result); throws braid's message.
   template <class Fn>
