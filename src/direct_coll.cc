@@ -438,10 +438,9 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
         ++finished_;
         return 2;
       }
-      if (r < 0) {  // failed: it never completes here (the engine fails it and the communicator)
+      if (r < 0) {  // another call: it never completes here (the engine fails it and the communicator)
         unpin(c);
-        c->phase = 5;
-        return r;
+        return holdMismatch(c, err);
       }
       c->phase = 3;
       c->at = 0;

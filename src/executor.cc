@@ -654,8 +654,8 @@ bool Engine::progressOnce() {
     if (op->isDirect) {
       any |= stepDirect(op);
       // Until every rank's mail said whether it runs in place, nobody knows whether its plan's
-      // steps come before the later ops' on the links.
-      if (op->isDirect && op->small.phase < 3 && !op->finished) break;
+      // steps come before the later ops' on the links (nor while a mismatch is held: it fails).
+      if (op->isDirect && (op->small.phase < 3 || op->small.phase == 7) && !op->finished) break;
       if (op->isDirect || op->finished) continue;
     }
     any |= op->isSmall ? stepSmall(op) : postSteps(op);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "src/base/clock.h"
 #include "src/plan.h"
 
 namespace braid {
@@ -116,16 +117,36 @@ bool SmallColls::reads(const SmallCall& c, int peer) const {
   return true;
 }
 
-bool SmallColls::roomAt(int peer, uint64_t k) {
-  if (k < kMailDepth) return true;  // slot k is fresh
-  const uint64_t need = k + 1 - kMailDepth;
-  if (started_[peer] >= need) return true;
-  // The peer's slot for call `need`: once it shows `need` (or the later call that took the slot
-  // after it), the peer started that call, so it finished reading ours for call k - kMailDepth.
-  // Pairs with the release store of that number, which followed those reads.
-  const uint64_t v = mail_[peer].in[need % kMailDepth].seq.load(std::memory_order_acquire);
+bool SmallColls::startedCall(int peer, uint64_t j) {
+  if (started_[peer] >= j) return true;
+  // The peer's slot for call j: once it shows j (or the later call that took the slot after it),
+  // the peer started j, so it finished reading ours for call j - 1 and for j - kMailDepth. Pairs
+  // with the release store of that number, which followed those reads.
+  const uint64_t v = mail_[peer].in[j % kMailDepth].seq.load(std::memory_order_acquire);
   started_[peer] = std::max(started_[peer], v);
-  return started_[peer] >= need;
+  return started_[peer] >= j;
+}
+
+int SmallColls::holdMismatch(SmallCall* c, Status* err) {
+  // Calls that differ fail the communicator, and with it every call still running on any rank:
+  // first every peer starts this call, so that it finished the one before (a slow rank would
+  // otherwise see its matched call fail), for up to kMismatchHoldNs: a peer may never start it
+  // (it called something that is not a small call), and the failure then names it all the same.
+  constexpr int64_t kMismatchHoldNs = 2000 * 1000000LL;
+  if (c->phase != 7) {
+    held_ = *err;
+    heldSinceNs_ = nowNs();
+    c->phase = 7;
+  }
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_ || startedCall(p, c->k)) continue;
+    if (nowNs() - heldSinceNs_ >= kMismatchHoldNs) break;
+    c->waitingOn = p;
+    return 0;
+  }
+  *err = held_;
+  c->phase = 5;
+  return -1;
 }
 
 void SmallColls::post(const SmallCall& c) {
@@ -255,6 +276,7 @@ bool SmallColls::mayStart(SmallCall* c) {
 }
 
 int SmallColls::step(SmallCall* c, Status* err) {
+  if (c->phase == 7) return holdMismatch(c, err);
   if (c->direct) return stepDirect(c, err);
   if (c->phase == 2) return 1;
   if (c->phase == 0) {
@@ -264,7 +286,8 @@ int SmallColls::step(SmallCall* c, Status* err) {
     c->next = 0;
   }
   const int r = gather(c, err);
-  if (r <= 0) return r;
+  if (r < 0) return holdMismatch(c, err);
+  if (r == 0) return 0;
   c->phase = 2;
   c->waitingOn = -1;
   ++finished_;

@@ -64,7 +64,8 @@ struct SmallCall {
   // Progress: 0 not started (waiting for its turn or for the peers' room), 1 its mail is out and it
   // reads the peers' from `next` on, 2 done; a direct call also 3 (its share of the work, `at`
   // bytes of it done), 4 (waiting for the peers to be done with its buffers), 5 (failed: it
-  // never completes, the engine fails it) and, on device memory, 6 (its share's kernels run).
+  // never completes, the engine fails it) and, on device memory, 6 (its share's kernels run). Any
+  // call also 7: a peer's mail was another call, and the failure is held (holdMismatch).
   // waitingOn: the rank it waits for (-1: none).
   uint8_t phase = 0;
   int next = 0;
@@ -119,9 +120,15 @@ class SmallColls {
 
  private:
   bool reads(const SmallCall& c, int peer) const;  // whether this rank reads `peer`'s mail in c
+  // Whether `peer` started call j (so it finished every call before j); refreshes what is known of
+  // it when not known yet.
+  bool startedCall(int peer, uint64_t j);
   // Whether `peer` has room for call k (it started call k - kMailDepth + 1, so it is done reading
-  // the slot k takes); refreshes what is known of it when not known yet.
-  bool roomAt(int peer, uint64_t k);
+  // the slot k takes).
+  bool roomAt(int peer, uint64_t k) { return k < kMailDepth || startedCall(peer, k + 1 - kMailDepth); }
+  // c's mail from some peer was another call (*err says how): 0 while the failure is held, -1
+  // with *err once it falls.
+  int holdMismatch(SmallCall* c, Status* err);
   // Whether c's turn came (every earlier call finished) and every peer has room for it; else
   // c->waitingOn says for whom it waits.
   bool mayStart(SmallCall* c);
@@ -169,6 +176,9 @@ class SmallColls {
   int device_ = -1;               // direct calls on device memory: this rank's device, -1 for none
   uint64_t deviceMin_ = 0;        // and the smallest call that takes them
   std::unique_ptr<IpcColl> ipc_;  // the device work of such calls
+  // The mismatch of the current call while it is held (phase 7), and since when.
+  Status held_;
+  int64_t heldSinceNs_ = 0;
 };
 
 }  // namespace braid
