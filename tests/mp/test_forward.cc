@@ -6,10 +6,14 @@
 // results and that pieces were in fact forwarded (shm::forwardedPieces): a test that ran the plain path instead would
 // pass for nothing. With two-slot FIFOs a forward finds a full ring more often, and such a piece
 // goes the plain way (how many do was not counted: only that some are still forwarded).
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/comm.h"
@@ -262,4 +266,77 @@ TEST_CASE("AllGather blocks past half the mailbox leave the mailboxes and are re
   });
   INFO(describe(res));
   REQUIRE(allOk(res));
+}
+
+TEST_CASE(
+    "a single-copy receive from a waiting root is split: the root writes some of its pieces, the results are whole",
+    "[mp][shm][forward]") {
+  const int n = GENERATE(2, 3);
+  const bool split = GENERATE(true, false);
+  INFO("nranks " << n << (split ? "" : ", BRAID_SHM_CMA_SPLIT=0"));
+  // 1 GiB of BRAID_NT_STORES_MIN keeps these under the cut, where the receivers read by single copy.
+  Env env =
+      shmEnv({{"BRAID_SHM_CMA", "auto"}, {"BRAID_NT_STORES_MIN", "1G"}, {"BRAID_SHM_CMA_SPLIT", split ? "1" : "0"}});
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
+    const bool cma = cmaEverywhere(comm, rank, size);
+    const uint64_t offered = braid::shm::splitReceives(), written = braid::shm::splitPiecesWritten();
+    // Every root, in place and not, Broadcast and Scatter, with sizes that are not whole pieces.
+    if (oneToManyChecked(comm, rank, size, (192 << 10) + 3) != 0) return 1;
+    // The root writes pieces while it waits, which a busy host may not let it do in one call: until
+    // it did (each root in turn), every result checked.
+    const size_t count = (1 << 20) + 5;  // 4 MiB: 8 pieces of 512 KiB and a short one
+    std::vector<int32_t> b(count);
+    for (int root = 0; root < size; ++root) {
+      for (int it = 0; it < 200; ++it) {
+        for (size_t i = 0; i < count; ++i) b[i] = rank == root ? static_cast<int32_t>(i * 3 + it) : -1;
+        CHECK_BRAID(rank, braidBroadcast(b.data(), b.data(), count, braidInt32, root, comm, nullptr));
+        for (size_t i = 0; i < count; ++i)
+          if (b[i] != static_cast<int32_t>(i * 3 + it))
+            return fail(rank, "Broadcast from %d, call %d: [%zu] = %d", root, it, i, b[i]);
+        int32_t wrote = braid::shm::splitPiecesWritten() != written ? 1 : 0;
+        CHECK_BRAID(rank, braidBroadcast(&wrote, &wrote, 1, braidInt32, root, comm, nullptr));
+        if (wrote != 0 || !split || !cma) break;
+      }
+    }
+    if (!cma) {
+      fprintf(stderr, "rank %d: process_vm_readv does not work here: the split not checked\n", rank);
+      return 0;
+    }
+    const bool wasOffered = braid::shm::splitReceives() != offered;
+    const bool wrote = braid::shm::splitPiecesWritten() != written;
+    if (!split) return wasOffered || wrote ? fail(rank, "split with BRAID_SHM_CMA_SPLIT=0") : 0;
+    if (!wasOffered) return fail(rank, "no receive was split");
+    if (!wrote) return fail(rank, "as a root, wrote no piece of a receiver's");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a root killed while it writes pieces of a split receive becomes an error naming it, not a hang",
+          "[mp][shm][forward]") {
+  Env env = shmEnv({{"BRAID_SHM_CMA", "auto"}, {"BRAID_NT_STORES_MIN", "1G"}, {"BRAID_TIMEOUT", "60"}});
+  auto res = runComm(2, env, [&](braidComm_t comm, int rank, int size) {
+    std::vector<int32_t> b((4 << 20) + 1, rank);  // 16 MiB: 16 pieces of 1 MiB, most of them written by the root
+    if (rank == 0) {
+      // Killed mid-call: a waiting root spends its time writing the receiver's pieces.
+      std::thread([] {
+        usleep(300 * 1000);
+        raise(SIGKILL);
+      }).detach();
+      for (;;) braidBroadcast(b.data(), b.data(), b.size(), braidInt32, 0, comm, nullptr);
+    }
+    braidResult_t r = braidSuccess;
+    for (int i = 0; i < 100000 && r == braidSuccess; ++i)
+      r = braidBroadcast(b.data(), b.data(), b.size(), braidInt32, 0, comm, nullptr);
+    const std::string msg = braidGetLastError();
+    if (r == braidSuccess) return fail(rank, "no failure after the root's death");
+    if (msg.find("rank 0 (host") == std::string::npos)
+      return fail(rank, "message does not name rank 0: %s", msg.c_str());
+    (void)size;
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(res[0].status == 128 + SIGKILL);
+  CHECK(res[1].status == 0);
 }

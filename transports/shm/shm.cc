@@ -58,6 +58,7 @@ struct Config {
   uint32_t nslots = 0;
   CmaMode cma = CmaMode::kAuto;
   size_t cmaMin = 0;
+  bool cmaSplit = true;  // BRAID_SHM_CMA_SPLIT
   size_t mailBytes = 0;  // payload bytes per mail slot: BRAID_SHM_SMALL_BYTES rounded up to a cache line
 };
 
@@ -93,6 +94,7 @@ Status loadConfig(size_t nfifos, Config* out) {
   BRAID_TRY(paramEnum("BRAID_SHM_CMA", &mode));
   // paramEnum gives one of the table's spellings: 0, 1 or auto.
   c.cma = mode == "auto" ? CmaMode::kAuto : mode == "1" ? CmaMode::kOn : CmaMode::kOff;
+  BRAID_TRY(paramBool("BRAID_SHM_CMA_SPLIT", &c.cmaSplit));
   *out = c;
   return okStatus();
 }
@@ -499,7 +501,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
   for (size_t i = 0; i < n; ++i) {
     // Pairs with the peer's release store before the barrier.
     if (cfg.cma != CmaMode::kOff && links[i]->outControl()->cmaAccept.load(std::memory_order_acquire) == 1) {
-      links[i]->enableCmaSend(cfg.cmaMin);
+      links[i]->enableCmaSend(cfg.cmaMin, cfg.cmaSplit);
       ++cmaLinks;
     }
     links_.push_back({links[i].get(), peers[i]});

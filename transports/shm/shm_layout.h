@@ -75,7 +75,20 @@ struct alignas(kCacheLine) FifoControl {
   // 1 when the receiver will accept CMA descriptors (probe passed and BRAID_SHM_CMA allows it).
   // Written at connect before the barrier allGather, read by the sender after it.
   std::atomic<uint64_t> cmaAccept;
-  unsigned char pad[2 * kCacheLine - 3 * sizeof(uint64_t)];
+  unsigned char pad[kCacheLine - 3 * sizeof(uint64_t)];
+  // A split single copy (ShmLink::cmaStep): the receiver of CMA message m offers the sender to write
+  // some of it into its buffer. coopOffer: m once coopAddr, coopClaim, coopDone and coopLost are set
+  // for it (release; the sender's acquire load pairs with it). coopClaim: m in its high 32 bits, the
+  // next unclaimed piece in the low ones; both sides claim pieces from it (the sender by CAS, so a
+  // claim for an earlier message cannot land on this one). coopDone: bytes the sender wrote (release,
+  // after its write). coopLost: 1 + a piece the sender claimed but could not write (the receiver
+  // reads it itself), 0 for none.
+  std::atomic<uint64_t> coopOffer;
+  std::atomic<uint64_t> coopAddr;  // the receiver's buffer, in its address space
+  std::atomic<uint64_t> coopClaim;
+  std::atomic<uint64_t> coopDone;
+  std::atomic<uint64_t> coopLost;
+  unsigned char pad2[kCacheLine - 5 * sizeof(uint64_t)];
 };
 static_assert(sizeof(FifoControl) == 2 * kCacheLine);
 

@@ -60,6 +60,10 @@ struct LinkSetup {
 uint64_t forwardedPieces();
 // Receives of this process that read the sender's buffer by process_vm_readv (tests).
 uint64_t singleCopyReceives();
+// Single-copy receives of this process offered to their senders as split copies, and pieces this
+// process wrote into its peers' split receives (tests).
+uint64_t splitReceives();
+uint64_t splitPiecesWritten();
 
 // Host memory only; a receive folds into its destination as the slots arrive.
 inline constexpr TransportCaps kShmCaps{memTypeBit(MemType::kHost), true, false, false, 0, true};
@@ -83,10 +87,12 @@ class ShmLink final : public Link {
   // Whether this link accepts CMA descriptors (what connect() tells the peer).
   bool cmaRecv() const { return cmaRecv_; }
   // Called by connect() before first use when the peer accepts CMA: messages of at least `minBytes`
-  // (>= 1) are then sent by single copy.
-  void enableCmaSend(size_t minBytes) {
+  // (>= 1) are then sent by single copy. The peer may then also write into our buffers (the same
+  // permission): with `split`, our single-copy receives offer it some of their pieces (cmaStep).
+  void enableCmaSend(size_t minBytes, bool split) {
     cmaSend_ = true;
     cmaMin_ = minBytes < 1 ? 1 : minBytes;
+    cmaSplit_ = split;
   }
 
  private:
@@ -101,6 +107,15 @@ class ShmLink final : public Link {
   void publish(SlotHeader* s, Xfer* x, size_t progressed);
   int recvStep();
   int cmaStep(Xfer* x);
+  // A split single-copy receive (cmaStep): offers the sender its pieces, reads one it claims, and
+  // completes once the sender's are written too.
+  void offerSplit(Xfer* x);
+  int splitStep(Xfer* x);
+  // Reads [off, off + len) of the front CMA message to dst, whole: 1, or -1 (failure_ set).
+  int readWhole(unsigned char* dst, size_t off, size_t len);
+  // The sender's side: writes one piece of the peer's split receive of x; true when it did.
+  bool helpSplit(Xfer* x);
+  void finishCma(Xfer* x);
   void releaseSlot();
   // Sets `complete` on finished sends, in posting order; true when any completed.
   bool completeSends();
@@ -138,6 +153,10 @@ class ShmLink final : public Link {
   uint64_t recvCmaAddr_ = 0;
   uint64_t cmaRecvDone_ = 0;         // CMA messages received (our value of in_.control()->cmaAcks)
   uint64_t cmaSendsDone_ = 0;        // CMA sends completed
+  bool cmaSplit_ = false;            // our CMA receives may be split (BRAID_SHM_CMA_SPLIT, peer can write)
+  bool recvSplit_ = false;           // the front CMA receive is split
+  bool helpOff_ = false;             // a write into the peer failed: we no longer take pieces
+  size_t splitOwn_ = 0;              // bytes of the split receive this side read
   unsigned char* bounce_ = nullptr;  // reduce receives by CMA read pieces here first
   size_t bounceBytes_ = 0;
   // Streamed reduce receives fold here first (deliver).
