@@ -330,6 +330,36 @@ TEST_CASE("direct calls that differ between ranks fail on every rank naming both
   REQUIRE(allOk(res));
 }
 
+TEST_CASE("a mismatch in direct call 2 leaves a slow rank's direct call 1 to complete", "[mp][shm][direct][mismatch]") {
+  auto res = runComm(3, kShm, [&](braidComm_t comm, int rank, int) {
+    const size_t count = (size_t{1} << 18) + 16;
+    BraidMem mem(count * 4 + 4096);
+    auto* v = reinterpret_cast<int32_t*>(mem.get());
+    for (size_t i = 0; i < count; ++i) v[i] = rank + 1;
+    if (rank == 0) {
+      // Call 1 waited for well after the peers moved on to call 2.
+      braidRequest_t rq = nullptr;
+      CHECK_BRAID(rank, braidIAllReduce(v, v, count, braidInt32, braidSum, comm, nullptr, &rq));
+      usleep(400 * 1000);
+      CHECK_BRAID(rank, braidWait(rq));
+    } else {
+      CHECK_BRAID(rank, braidAllReduce(v, v, count, braidInt32, braidSum, comm, nullptr));
+    }
+    for (size_t i = 0; i < count; ++i)
+      if (v[i] != 6) return fail(rank, "call 1 gave [%zu] = %d, not 6", i, v[i]);
+    const braidRedOp_t op = rank == 1 ? braidMax : braidSum;
+    const braidResult_t r = braidAllReduce(v, v, count, braidInt32, op, comm, nullptr);
+    if (r != braidInvalidUsage) return fail(rank, "call 2: expected braidInvalidUsage, got %s", braidGetErrorString(r));
+    const std::string msg = braidGetLastError();
+    if (msg.find("mismatched calls") == std::string::npos || msg.find(" #2 ") == std::string::npos)
+      return fail(rank, "message: %s", msg.c_str());
+    if (directCalls(comm) != 1) return fail(rank, "%llu calls in place", (unsigned long long)directCalls(comm));
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
 TEST_CASE("a rank killed between direct AllReduces: every other rank fails naming it, none hangs",
           "[mp][shm][direct]") {
   const int victim = GENERATE(0, 2);
