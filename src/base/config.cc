@@ -103,8 +103,9 @@ const std::vector<ParamInfo> kParams = {
           "BRAID_NT_STORES_MIN (auto: when the kernel allows)"),
     bytes("BRAID_SHM_CMA_MIN", "64K", 0, kTi, "smallest message that uses the single-copy path"),
     boolean("BRAID_SHM_CMA_SPLIT", "1",
-            "a single-copy receive of 128 KiB and up is split: the sender, waiting for it, writes some of the pieces "
-            "into the receiver's buffer while the receiver reads the others"),
+            "a single-copy receive of 128 KiB and up on a link that carries nothing the other way is split: the "
+            "sender, waiting for it, writes some of the pieces into the receiver's buffer while the receiver reads "
+            "the others"),
     bytes("BRAID_SHM_SMALL_BYTES", "64K", 0, 64 * kKi,
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),

@@ -317,9 +317,9 @@ TEST_CASE("a root killed while it writes pieces of a split receive becomes an er
           "[mp][shm][forward]") {
   Env env = shmEnv({{"BRAID_SHM_CMA", "auto"}, {"BRAID_NT_STORES_MIN", "1G"}, {"BRAID_TIMEOUT", "60"}});
   auto res = runComm(2, env, [&](braidComm_t comm, int rank, int size) {
-    std::vector<int32_t> b((4 << 20) + 1, rank);  // 16 MiB: 16 pieces of 1 MiB, most of them written by the root
+    std::vector<int32_t> b((4 << 20) + 1, rank);  // 16 MiB: 16 pieces of 1 MiB and a short one
     if (rank == 0) {
-      // Killed mid-call: a waiting root spends its time writing the receiver's pieces.
+      // Killed mid-call, likely while it writes one of the receiver's pieces (it has nothing else to do).
       std::thread([] {
         usleep(300 * 1000);
         raise(SIGKILL);

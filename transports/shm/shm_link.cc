@@ -34,7 +34,15 @@ constexpr size_t kCmaChunk = 1 << 20;
 // 64 KiB to kCmaChunk; a message of fewer than two pieces is not split.
 constexpr size_t kSplitMinPiece = 64 << 10;
 constexpr uint64_t kClaimMask = 0xffffffffu;
-size_t splitPiece(size_t bytes) { return std::clamp((bytes / 8 + 4095) & ~size_t{4095}, kSplitMinPiece, kCmaChunk); }
+// How a message of `bytes` is cut for a split: the same on both sides, from the bytes alone.
+struct SplitCut {
+  size_t piece;
+  uint64_t pieces;
+};
+SplitCut splitCut(size_t bytes) {
+  const size_t piece = std::clamp((bytes / 8 + 4095) & ~size_t{4095}, kSplitMinPiece, kCmaChunk);
+  return {piece, (bytes + piece - 1) / piece};
+}
 // Reduce receives by CMA read into a bounce buffer this size first (stays in L2), then reduce.
 constexpr size_t kCmaBounceBytes = 256 << 10;
 constexpr size_t kStreamBlock = ShmLink::kBlockBytes;
@@ -331,8 +339,7 @@ void ShmLink::offerSplit(Xfer* x) {
 
 int ShmLink::splitStep(Xfer* x) {
   FifoControl* c = in_.control();
-  const size_t piece = splitPiece(x->bytes);
-  const uint64_t pieces = (x->bytes + piece - 1) / piece;
+  const auto [piece, pieces] = splitCut(x->bytes);
   uint64_t i = c->coopClaim.load(std::memory_order_relaxed) & kClaimMask;
   if (i < pieces) i = c->coopClaim.fetch_add(1, std::memory_order_relaxed) & kClaimMask;
   if (i >= pieces) {
@@ -358,8 +365,7 @@ bool ShmLink::helpSplit(Xfer* x) {
   FifoControl* c = out_.control();
   const uint64_t m = cmaSendsDone_ + 1;  // x is our next CMA send to complete: the peer's message m
   if (c->coopOffer.load(std::memory_order_acquire) != m) return false;
-  const size_t piece = splitPiece(x->bytes);
-  const uint64_t pieces = (x->bytes + piece - 1) / piece;
+  const auto [piece, pieces] = splitCut(x->bytes);
   uint64_t w = c->coopClaim.load(std::memory_order_relaxed);
   do {
     if ((w >> 32) != (m & kClaimMask) || (w & kClaimMask) >= pieces) return false;
