@@ -19,6 +19,8 @@
 #   BRAID_ARGS / BASELINE_ARGS: more flags for this build's / the baseline's programs, e.g.
 #   BASELINE=build BRAID_ARGS="-R 1": one build, its FIFO path beside its path in place on
 #   braidMemAlloc memory
+#   BRAID_ENV / BASELINE_ENV: settings (NAME=value words) for this build's / the baseline's runs,
+#   e.g. BASELINE=build BASELINE_ENV="BRAID_SHM_CMA_SPEED=0": one build with and without a setting
 # Needs: openmpi-bin libopenmpi-dev (see ../shared/peers/README.md) and a built tree (build/).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,11 +63,11 @@ for r in $(seq 1 "$REPS"); do
       for c in $COLLS; do
         if [ -n "${BASELINE:-}" ]; then
           # shellcheck disable=SC2086  # the argument lists are words
-          measure "$OUT/base_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" \
+          measure "$OUT/base_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BASELINE_ENV:-} \
             "$BASELINE/tools/braidrun" -n "$np" "$BASELINE/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS ${BASELINE_ARGS:-} -z 1
         fi
         # shellcheck disable=SC2086  # the argument lists are words
-        measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" \
+        measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BRAID_ENV:-} \
           "$BUILD/tools/braidrun" -n "$np" "$BUILD/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS ${BRAID_ARGS:-} -z 1
         # shellcheck disable=SC2086,SC2046
         measure "$OUT/ompi_np${np}_${t}_$c.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ob1 \

@@ -100,8 +100,15 @@ const std::vector<ParamInfo> kParams = {
     integer("BRAID_SHM_SLOTS", "8", 1, 4096, "slots per shared-memory FIFO (one FIFO per direction per pair)"),
     oneOf("BRAID_SHM_CMA", "auto", "0|1|auto",
           "single-copy receives with process_vm_readv for AllGather and AllToAll whose buffers fit under "
-          "BRAID_NT_STORES_MIN (auto: when the kernel allows)"),
+          "BRAID_NT_STORES_MIN, and Broadcast and Scatter under a smaller cut (auto: when the kernel allows and "
+          "it is fast enough here, BRAID_SHM_CMA_SPEED)"),
     bytes("BRAID_SHM_CMA_MIN", "64K", 0, kTi, "smallest message that uses the single-copy path"),
+    // 2-core VMs here: an Intel one measured 535 (single copy won), an AMD EPYC one 120 (it lost by
+    // 1.6-2x to the FIFO in every collective); perf/results/2026-12-04-cma-speed.md.
+    integer("BRAID_SHM_CMA_SPEED", "300", 0, 100000,
+            "BRAID_SHM_CMA=auto uses the single copy only where, measured at init, process_vm_readv copies at "
+            "least this many thousandths of memcpy's rate (a cache-hot 256 KiB; the median of the host's ranks; "
+            "0: whatever its speed)"),
     boolean("BRAID_SHM_CMA_SPLIT", "1",
             "a single-copy receive of 128 KiB and up on a link that carries nothing the other way is split: the "
             "sender, waiting for it, writes some of the pieces into the receiver's buffer while the receiver reads "

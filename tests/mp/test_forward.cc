@@ -29,8 +29,11 @@ constexpr size_t kCount = (3 << 20) / 4 + 7;
 
 // The suite also runs with BRAID_FORCE_LOWERING=1 (mp-shm-lowered), which turns forwarding off:
 // these tests say which they test.
+// Single copy regardless of its speed on this machine (BRAID_SHM_CMA=auto still needs the kernel's
+// permission): the tests of that path check it wherever it can run.
 Env shmEnv(Env more) {
   more.emplace("BRAID_FORCE_LOWERING", "0");
+  more.emplace("BRAID_SHM_CMA_SPEED", "0");
   more["BRAID_TRANSPORTS"] = "shm";
   more["BRAID_TIMEOUT"] = "60";
   return more;
@@ -181,6 +184,54 @@ TEST_CASE("AllGather and AllToAll under the cache read each peer's buffer by a s
     if (braid::shm::singleCopyReceives() == before) return fail(rank, "no receive took the single copy");
     return 0;
   });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("single copy is used where it measured fast enough at init, decided alike on every rank of the host",
+          "[mp][shm][forward]") {
+  const int n = GENERATE(2, 3);
+  // BRAID_SHM_CMA_SPEED=100000 asks process_vm_readv for 100x memcpy's rate, which no machine has;
+  // 0 takes it whatever its rate; 300 is the default, whose outcome depends on the machine.
+  const char* speed = GENERATE("0", "100000", "300");
+  const char* mode = GENERATE("auto", "1");
+  INFO("nranks " << n << ", BRAID_SHM_CMA=" << mode << ", BRAID_SHM_CMA_SPEED=" << speed);
+  auto res = runComm(
+      n, shmEnv({{"BRAID_SHM_CMA", mode}, {"BRAID_SHM_CMA_SPEED", speed}}), [&](braidComm_t comm, int rank, int size) {
+        const bool cma = cmaEverywhere(comm, rank, size);
+        if (!cma && strcmp(mode, "auto") == 0) {
+          fprintf(stderr, "rank %d: process_vm_readv does not work here: nothing to check\n", rank);
+          return 0;
+        }
+        braidComm* c = internalsOf(comm);
+        int32_t sends = 0;  // links that send by single copy
+        for (int p = 0; p < size; ++p)
+          if (p != rank) sends += dynamic_cast<braid::shm::ShmLink*>(c->links[p].get())->cmaSend();
+        const bool forced = strcmp(mode, "1") == 0 || strcmp(speed, "0") == 0;
+        if (forced && sends != size - 1) return fail(rank, "%d of %d links send by single copy", sends, size - 1);
+        if (!forced && strcmp(speed, "100000") == 0 && sends != 0)
+          return fail(rank, "%d links send by single copy under BRAID_SHM_CMA_SPEED=100000", sends);
+        // Every rank of the host takes the same decision (the median of the ranks' figures).
+        std::vector<int32_t> all(size);
+        CHECK_BRAID(rank, braidAllGather(&sends, all.data(), 1, braidInt32, comm, nullptr));
+        for (int p = 0; p < size; ++p)
+          if (all[p] != all[0])
+            return fail(rank, "rank %d sends by single copy on %d links, rank 0 on %d", p, all[p], all[0]);
+        // The AllGather that would read by single copy: right either way, and by single
+        // copy exactly when the links send so.
+        const size_t count = (256 << 10) + 7, total = count * static_cast<size_t>(size);
+        std::vector<int32_t> send(count), recv(total, -1);
+        for (size_t i = 0; i < count; ++i) send[i] = static_cast<int32_t>(rank * 1000003 + i);
+        const uint64_t before = braid::shm::singleCopyReceives();
+        CHECK_BRAID(rank, braidAllGather(send.data(), recv.data(), count, braidInt32, comm, nullptr));
+        for (size_t j = 0; j < total; ++j)
+          if (recv[j] != static_cast<int32_t>((j / count) * 1000003 + j % count))
+            return fail(rank, "AllGather: [%zu] = %d", j, recv[j]);
+        const bool took = braid::shm::singleCopyReceives() != before;
+        if (took != (sends != 0))
+          return fail(rank, "single copy %s with %d links sending so", took ? "taken" : "not taken", sends);
+        return 0;
+      });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }

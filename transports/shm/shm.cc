@@ -19,10 +19,15 @@
 // Any failure anywhere makes every rank return an error naming the rank, instead of some ranks
 // waiting for peers that gave up.
 //
-// Why CMA is only for large messages: on the 2-core reference VM process_vm_readv copies 7-11 GB/s
-// (page pinning, kernel copy without vector registers) while the FIFO's two pipelined memcpys move
-// 12-15 GB/s, and a 2-rank AllReduce with CMA for 256 KiB chunks ran at half the FIFO's bandwidth.
-// BRAID_SHM_CMA_MIN (1M) above the executor's chunk size keeps it out of collectives by default.
+// Why CMA only where it pays: process_vm_readv pins every 4 KiB page it copies and copies in the
+// kernel, without vector registers, so its rate against a memcpy is a property of the machine. On an
+// Intel 2-core VM a cache-hot 256 KiB read ran at 0.54 of a memcpy, and reading the peer's buffer
+// once beat the FIFO's two copies; on an AMD EPYC one it ran at 0.12, and the FIFO beat it by 1.6-2x
+// in every collective that used it. So in auto mode each rank times both at setup
+// (measureCmaSpeed), the records carry the figure, and every rank of the host takes the same
+// decision from their median against BRAID_SHM_CMA_SPEED. The plans ask for single copy only for
+// exchanges and one-to-many calls that fit the cache (src/api_coll.cc), and only from
+// BRAID_SHM_CMA_MIN (64K) up; the FIFO keeps reductions, whose receives fold straight out of it.
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -34,6 +39,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -58,8 +64,9 @@ struct Config {
   uint32_t nslots = 0;
   CmaMode cma = CmaMode::kAuto;
   size_t cmaMin = 0;
-  bool cmaSplit = true;  // BRAID_SHM_CMA_SPLIT
-  size_t mailBytes = 0;  // payload bytes per mail slot: BRAID_SHM_SMALL_BYTES rounded up to a cache line
+  bool cmaSplit = true;      // BRAID_SHM_CMA_SPLIT
+  uint32_t cmaSpeedMin = 0;  // BRAID_SHM_CMA_SPEED: thousandths of memcpy's rate
+  size_t mailBytes = 0;      // payload bytes per mail slot: BRAID_SHM_SMALL_BYTES rounded up to a cache line
 };
 
 // nfifos: this rank's shm peers, one FIFO each in its segment.
@@ -95,6 +102,9 @@ Status loadConfig(size_t nfifos, Config* out) {
   // paramEnum gives one of the table's spellings: 0, 1 or auto.
   c.cma = mode == "auto" ? CmaMode::kAuto : mode == "1" ? CmaMode::kOn : CmaMode::kOff;
   BRAID_TRY(paramBool("BRAID_SHM_CMA_SPLIT", &c.cmaSplit));
+  int64_t speed = 0;
+  BRAID_TRY(paramInt("BRAID_SHM_CMA_SPEED", &speed));  // the table holds it to [0, 100000]
+  c.cmaSpeedMin = static_cast<uint32_t>(speed);
   *out = c;
   return okStatus();
 }
@@ -106,6 +116,8 @@ struct ConnectRecord {
   int32_t pid;         // for process_vm_readv and liveness checks
   uint64_t probeAddr;  // where probeToken lives in our address space
   uint64_t probeToken[2];
+  uint32_t cmaSpeed;  // measureCmaSpeed(), 0 when not measured (BRAID_SHM_CMA=0)
+  uint32_t pad;
 };
 
 // Closes a descriptor on scope exit.
@@ -350,6 +362,45 @@ bool probeCma(int peer, const ConnectRecord& r) {
   return memcmp(got, r.probeToken, sizeof(got)) == 0;
 }
 
+// process_vm_readv's rate in thousandths of memcpy's, on this process's own 256 KiB (the kernel pins
+// and copies our pages as it would a peer's), both cache-hot, the best of several tries each; 0 when
+// the call fails. Measured once per process: about 0.3 ms.
+uint32_t measureCmaSpeed() {
+  static const uint32_t speed = [] {
+    constexpr size_t kBytes = 256 << 10;
+    constexpr int kTries = 12;
+    std::vector<unsigned char> src(kBytes, 1), dst(kBytes, 0);
+    using Clock = std::chrono::steady_clock;
+    Clock::duration copy = Clock::duration::max(), cma = Clock::duration::max();
+    for (int t = 0; t < kTries; ++t) {  // interleaved, so a disturbance hits both alike
+      const auto t0 = Clock::now();
+      memcpy(dst.data(), src.data(), kBytes);
+      asm volatile("" : : "r"(dst.data()) : "memory");  // the copy happens here, not later or never
+      const auto t1 = Clock::now();
+      iovec local = {dst.data(), kBytes}, remote = {src.data(), kBytes};
+      if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(kBytes)) return 0u;
+      const auto t2 = Clock::now();
+      copy = std::min(copy, t1 - t0);
+      cma = std::min(cma, t2 - t1);
+    }
+    const double ratio = static_cast<double>(copy.count()) / static_cast<double>(std::max<Clock::rep>(cma.count(), 1));
+    return static_cast<uint32_t>(std::clamp(ratio * 1000, 1.0, 1e6));
+  }();
+  return speed;
+}
+
+// The host's figure: the median of this rank's and its shm peers' (the same set on every rank of
+// the host, so every rank finds the same value); 0 when none measured.
+uint32_t hostCmaSpeed(const std::vector<ConnectRecord>& all, int self, const std::vector<int>& peers) {
+  std::vector<uint32_t> v;
+  if (all[self].cmaSpeed != 0) v.push_back(all[self].cmaSpeed);
+  for (int p : peers)
+    if (all[p].cmaSpeed != 0) v.push_back(all[p].cmaSpeed);
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+
 class ShmTransport final : public Transport {
  public:
   const char* name() const override { return "shm"; }
@@ -422,6 +473,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
   mine.pid = static_cast<int32_t>(getpid());
   mine.probeAddr = reinterpret_cast<uintptr_t>(probeToken_);
   memcpy(mine.probeToken, probeToken_, sizeof(probeToken_));
+  mine.cmaSpeed = local.ok() && n > 0 && cfg.cma != CmaMode::kOff ? measureCmaSpeed() : 0;
   std::vector<ConnectRecord> all(ctx.nranks);
   BRAID_TRY(ctx.allGather(&mine, sizeof(mine), all.data()).withContext("shm setup: exchanging segment names"));
   theirs.gathered = true;
@@ -498,9 +550,11 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
   out->clear();
   out->resize(n);
   int cmaLinks = 0;
+  const uint32_t speed = hostCmaSpeed(all, ctx.rank, peers);
+  const bool fastEnough = cfg.cma == CmaMode::kOn || (cfg.cma == CmaMode::kAuto && speed >= cfg.cmaSpeedMin);
   for (size_t i = 0; i < n; ++i) {
     // Pairs with the peer's release store before the barrier.
-    if (cfg.cma != CmaMode::kOff && links[i]->outControl()->cmaAccept.load(std::memory_order_acquire) == 1) {
+    if (fastEnough && links[i]->outControl()->cmaAccept.load(std::memory_order_acquire) == 1) {
       links[i]->enableCmaSend(cfg.cmaMin, cfg.cmaSplit);
       ++cmaLinks;
     }
@@ -508,9 +562,9 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
     (*out)[i] = std::move(links[i]);
   }
   BRAID_INFO(kLogShm,
-             "shm: %zu peers, %u slots of %zu bytes per FIFO, single copy to %d peers from %zu bytes, mailboxes of %zu "
-             "bytes",
-             n, cfg.nslots, cfg.slotSize, cmaLinks, cfg.cmaMin, cfg.mailBytes);
+             "shm: %zu peers, %u slots of %zu bytes per FIFO, single copy to %d peers from %zu bytes "
+             "(process_vm_readv at %u/1000 of memcpy's rate here, BRAID_SHM_CMA_SPEED=%u), mailboxes of %zu bytes",
+             n, cfg.nslots, cfg.slotSize, cmaLinks, cfg.cmaMin, speed, cfg.cmaSpeedMin, cfg.mailBytes);
   return okStatus();
 }
 

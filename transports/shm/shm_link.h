@@ -86,6 +86,8 @@ class ShmLink final : public Link {
   FifoControl* outControl() const { return out_.control(); }
   // Whether this link accepts CMA descriptors (what connect() tells the peer).
   bool cmaRecv() const { return cmaRecv_; }
+  // Whether this link sends by single copy (enableCmaSend was called).
+  bool cmaSend() const { return cmaSend_; }
   // Called by connect() before first use when the peer accepts CMA: messages of at least `minBytes`
   // (>= 1) are then sent by single copy. The peer may then also write into our buffers (the same
   // permission): with `split`, our single-copy receives offer it some of their pieces (cmaStep).
