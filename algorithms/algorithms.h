@@ -38,6 +38,7 @@ void buildGossipAllReduce(const CollArgs& a, Plan* plan);
 void buildRingAllGather(const CollArgs& a, Plan* plan);
 void buildLinearAllGather(const CollArgs& a, Plan* plan);
 void buildRingReduceScatter(const CollArgs& a, Plan* plan);
+void buildHalvingReduceScatter(const CollArgs& a, Plan* plan);
 void buildChainBroadcast(const CollArgs& a, Plan* plan);
 void buildTreeBroadcast(const CollArgs& a, Plan* plan);
 void buildChainReduce(const CollArgs& a, Plan* plan);

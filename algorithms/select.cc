@@ -51,7 +51,10 @@ void buildPlan(const CollArgs& a, Plan* plan) {
         buildRingAllGather(a, plan);
       break;
     case Coll::kReduceScatter:
-      buildRingReduceScatter(a, plan);
+      if (a.algo == Algo::kRabenseifner)
+        buildHalvingReduceScatter(a, plan);
+      else
+        buildRingReduceScatter(a, plan);
       break;
     case Coll::kAllToAll:
       buildPairwiseAllToAll(a, plan);

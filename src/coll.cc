@@ -66,6 +66,7 @@ bool algoAvailable(Coll coll, Algo a) {
     case Coll::kAllGather:
       return a == Algo::kRing || a == Algo::kLinear;
     case Coll::kReduceScatter:
+      return a == Algo::kRing || a == Algo::kRabenseifner;  // rabenseifner: its recursive-halving half
     case Coll::kAllToAll:
     case Coll::kBarrier:
     case Coll::kSendRecv:

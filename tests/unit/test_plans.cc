@@ -32,21 +32,24 @@ TEST_CASE("ring allreduce plans reduce every byte exactly once and deliver it ev
   }
 }
 
-TEST_CASE("ring reduce-scatter plans give rank r the full reduction of block r", "[unit][plan]") {
-  for (int n = 1; n <= 16; ++n) {
-    for (uint64_t count : {0, 1, 5, 17}) {
-      for (bool inPlace : {false, true}) {
-        Sim sim = simulate(Coll::kReduceScatter, n, count, inPlace, true);
-        INFO("n=" << n << " count=" << count << " inPlace=" << inPlace);
-        REQUIRE(sim.run());
-        for (int r = 0; r < n; ++r) {
-          const std::vector<Cell>& out = inPlace ? sim.ranks[r].send : sim.ranks[r].recv;
-          uint64_t base = inPlace ? r * count : 0;
-          for (uint64_t i = 0; i < count; ++i) REQUIRE(out[base + i] == (fullMask(n) | (n > 1 ? kScaled : 0)));
+TEST_CASE("ring and recursive-halving reduce-scatter plans give rank r the full reduction of block r", "[unit][plan]") {
+  for (Algo algo : {Algo::kRing, Algo::kRabenseifner})
+    for (int n = 1; n <= 16; ++n) {
+      for (uint64_t count : {0, 1, 5, 17}) {
+        for (bool inPlace : {false, true}) {
+          Sim sim = simulate(Coll::kReduceScatter, n, count, inPlace, true, 0, 3, algo);
+          INFO(algoName(algo) << " n=" << n << " count=" << count << " inPlace=" << inPlace);
+          bool ok = sim.run();
+          INFO(sim.error);
+          REQUIRE(ok);
+          for (int r = 0; r < n; ++r) {
+            const std::vector<Cell>& out = inPlace ? sim.ranks[r].send : sim.ranks[r].recv;
+            uint64_t base = inPlace ? r * count : 0;
+            for (uint64_t i = 0; i < count; ++i) REQUIRE(out[base + i] == (fullMask(n) | (n > 1 ? kScaled : 0)));
+          }
         }
       }
     }
-  }
 }
 
 TEST_CASE("ring and linear allgather, chain broadcast and reduce, pairwise alltoall, barrier plans", "[unit][plan]") {
