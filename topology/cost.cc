@@ -235,7 +235,15 @@ class Model {
     if (p != pof2) t += 2 * local.alphaUs + S * (local.betaUs + local.gammaUs) + S / p * local.betaUs;
     for (int d = pof2 / 2; d >= 1; d >>= 1) {
       piece /= 2;
-      const Rates r = rates(crossesHosts(d), crossing([d](int q) { return q ^ d; }));
+      const bool cross = crossesHosts(d);
+      const int senders = crossing([d](int q) { return q ^ d; });
+      Rates r = rates(cross, senders);
+      // Its big early rounds go to the farthest partners, all of a host's ranks at once. Unless
+      // BRAID_COST_INTER_LINKS says how many links they share, price them as sharing one: on
+      // tests/netns (4 hosts x 2 ranks, 1 Gbit/s) halving lost to the ring from 64 KiB (0.4-0.85x)
+      // where a link per rank predicted it ahead at every size, and the ring, the only ReduceScatter
+      // before it, should keep the calls halving can lose.
+      if (cross && p_.interLinks == 0) r.betaUs *= std::max(1, senders);
       t += r.alphaUs + piece * (r.betaUs + r.gammaUs) + (2 * d < pof2 ? piece * r.betaUs : 0);
     }
     return t;
