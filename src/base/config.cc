@@ -189,7 +189,8 @@ const std::vector<ParamInfo> kParams = {
          "cost model: GB/s a rank moves in and out at once between hosts"),
     real("BRAID_COST_REDUCE_GBPS", "40", kMinCostGbps, kMaxCostGbps, "cost model: GB/s of one input a rank reduces"),
     integer("BRAID_COST_INTER_LINKS", "0", 0, kMaxRanks,
-            "cost model: inter-host links per host, shared by its ranks that cross at once (0 = one per rank)"),
+            "cost model: inter-host links per host, shared by its ranks that cross at once (0 = one per rank; "
+            "recursive-halving ReduceScatter then assumes one per host)"),
     real("BRAID_COST_OVERSUB_US", "12", 0, kMaxCostUs,
          "cost model: extra microseconds per step per extra rank sharing a core"),
     // Algorithms and executor.
