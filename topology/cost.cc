@@ -240,9 +240,9 @@ class Model {
       Rates r = rates(cross, senders);
       // Its big early rounds go to the farthest partners, all of a host's ranks at once. Unless
       // BRAID_COST_INTER_LINKS says how many links they share, price them as sharing one: on
-      // tests/netns (4 hosts x 2 ranks, 1 Gbit/s) halving lost to the ring from 64 KiB (0.4-0.85x)
-      // where a link per rank predicted it ahead at every size, and the ring, the only ReduceScatter
-      // before it, should keep the calls halving can lose.
+      // tests/netns (4 hosts x 2 ranks, 1 Gbit/s) halving lost to the ring from 512 KiB (0.35-0.6x;
+      // mixed at 64 KiB) where a link per rank predicted it ahead at every size, and the ring, the
+      // only ReduceScatter before it, should keep the calls halving can lose.
       if (cross && p_.interLinks == 0) r.betaUs *= std::max(1, senders);
       t += r.alphaUs + piece * (r.betaUs + r.gammaUs) + (2 * d < pof2 ? piece * r.betaUs : 0);
     }
