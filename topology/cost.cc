@@ -230,9 +230,11 @@ class Model {
   // 1.3-1.4x the ring over tcp up to 64 KiB, even at 256 KiB-1 MiB, 0.7-0.95x from 4 MiB.
   double halvingReduceScatter(double S) const {
     const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
-    const Rates local = rates(multiHost());
-    double t = S / p * local.betaUs, piece = S;
-    if (p != pof2) t += 2 * local.alphaUs + S * (local.betaUs + local.gammaUs) + S / p * local.betaUs;
+    double t = S / p * rates(false).betaUs, piece = S;  // the own block out of scratch: a local copy
+    if (p != pof2) {
+      const Rates pair = rates(multiHost());
+      t += 2 * pair.alphaUs + S * (pair.betaUs + pair.gammaUs) + S / p * pair.betaUs;
+    }
     for (int d = pof2 / 2; d >= 1; d >>= 1) {
       piece /= 2;
       const bool cross = crossesHosts(d);

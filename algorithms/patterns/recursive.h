@@ -47,11 +47,16 @@ struct PieceSpan {
 };
 
 // The pieces virtual rank v keeps after round k of recursive halving over p pieces (k = -1: all).
-inline PieceSpan halvingKept(int v, int p, int k) {
+// Round k splits on bit k of v, the partner being v ^ 2^k, and v ends with piece bitreverse(v)
+// (AllReduce "rabenseifner": the nearest partner first). fromTop: round k splits on bit L-1-k (L =
+// log2 p), the partner being v ^ 2^(L-1-k), and v ends with piece v (ReduceScatter's halving: the
+// farthest partner first, the blocks in rank order).
+inline PieceSpan halvingKept(int v, int p, int k, bool fromTop = false) {
+  const int bits = log2Floor(p);
   PieceSpan s{0, p};
   for (int i = 0; i <= k; ++i) {
     const int mid = (s.begin + s.end) / 2;
-    if ((v >> i) & 1)
+    if ((v >> (fromTop ? bits - 1 - i : i)) & 1)
       s.begin = mid;
     else
       s.end = mid;
@@ -59,9 +64,9 @@ inline PieceSpan halvingKept(int v, int p, int k) {
   return s;
 }
 
-// The pieces virtual rank v gives its partner v ^ 2^k in round k (the half of its span it drops).
-inline PieceSpan halvingGiven(int v, int p, int k) {
-  const PieceSpan before = halvingKept(v, p, k - 1), kept = halvingKept(v, p, k);
+// The pieces virtual rank v gives its partner in round k (the half of its span it drops).
+inline PieceSpan halvingGiven(int v, int p, int k, bool fromTop = false) {
+  const PieceSpan before = halvingKept(v, p, k - 1, fromTop), kept = halvingKept(v, p, k, fromTop);
   return kept.begin == before.begin ? PieceSpan{kept.end, before.end} : PieceSpan{before.begin, kept.begin};
 }
 

@@ -16,25 +16,6 @@
 
 namespace braid {
 
-namespace {
-
-// The virtual ranks (pieces) v keeps after round k of p = 2^L (k = -1: all of them); round k splits
-// its span on bit L - 1 - k of v.
-PieceSpan keptFromTop(int v, int p, int k) {
-  const int bits = log2Floor(p);
-  PieceSpan s{0, p};
-  for (int i = 0; i <= k; ++i) {
-    const int mid = (s.begin + s.end) / 2;
-    if ((v >> (bits - 1 - i)) & 1)
-      s.begin = mid;
-    else
-      s.end = mid;
-  }
-  return s;
-}
-
-}  // namespace
-
 void buildHalvingReduceScatter(const CollArgs& a, Plan* plan) {
   const int n = a.nranks, r = a.rank;
   const uint64_t block = a.count * a.elemSize, all = static_cast<uint64_t>(n) * block;
@@ -68,10 +49,7 @@ void buildHalvingReduceScatter(const CollArgs& a, Plan* plan) {
   }
   for (int k = 0; k < rounds; ++k) {
     const int peer = foldRank(v ^ (1 << (rounds - 1 - k)), n);
-    const PieceSpan before = keptFromTop(v, p, k - 1), kept = keptFromTop(v, p, k);
-    const PieceSpan given =
-        kept.begin == before.begin ? PieceSpan{kept.end, before.end} : PieceSpan{before.begin, kept.begin};
-    const Range g = bytesOf(given), keep = bytesOf(kept);
+    const Range g = bytesOf(halvingGiven(v, p, k, true)), keep = bytesOf(halvingKept(v, p, k, true));
     plan->send(peer, BufRef{cur, g.offset}, g.count, last);
     last = plan->recvReduce(peer, scratchBuf(keep.offset), BufRef{cur, keep.offset}, keep.count, last);
     cur = Buf::kScratch;

@@ -103,8 +103,9 @@ const std::vector<ParamInfo> kParams = {
           "BRAID_NT_STORES_MIN, and Broadcast and Scatter under a smaller cut (auto: when the kernel allows and "
           "it is fast enough here, BRAID_SHM_CMA_SPEED)"),
     bytes("BRAID_SHM_CMA_MIN", "64K", 0, kTi, "smallest message that uses the single-copy path"),
-    // 2-core VMs here: an Intel one measured 535 (single copy won), an AMD EPYC one 120 (it lost by
-    // 1.6-2x to the FIFO in every collective); perf/results/2026-12-04-cma-speed.md.
+    // build/perf/cma_probe's cache-hot 256 KiB on 2-core VMs here: an Intel one 0.54 of a memcpy (single
+    // copy won), an AMD EPYC one 0.12 (the FIFO beat it by 1.6-2x in AllGather, AllToAll and Broadcast;
+    // braid's own measurement there: 120); perf/results/2026-12-04-cma-speed.md.
     integer("BRAID_SHM_CMA_SPEED", "300", 0, 100000,
             "BRAID_SHM_CMA=auto uses the single copy only where, measured at init, process_vm_readv copies at "
             "least this many thousandths of memcpy's rate (a cache-hot 256 KiB; the median of the host's ranks; "

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -196,6 +197,27 @@ TEST_CASE("single copy is used where it measured fast enough at init, decided al
   const char* speed = GENERATE("0", "100000", "300");
   const char* mode = GENERATE("auto", "1");
   INFO("nranks " << n << ", BRAID_SHM_CMA=" << mode << ", BRAID_SHM_CMA_SPEED=" << speed);
+  if (strcmp(mode, "1") == 0) {
+    // BRAID_SHM_CMA=1 is an init error where the kernel forbids reading a peer: ask first.
+    static std::map<int, bool> readable;
+    if (!readable.count(n)) {
+      // Each rank exits 0 when it reads every peer, 3 when it cannot (ranks are processes).
+      auto probe = runComm(n, shmEnv({{"BRAID_SHM_CMA", "auto"}}), [&](braidComm_t comm, int rank, int size) {
+        return cmaEverywhere(comm, rank, size) ? 0 : 3;
+      });
+      bool all = true;
+      for (const RankResult& r : probe) {
+        INFO(describe(probe));
+        REQUIRE((r.status == 0 || r.status == 3));
+        all = all && r.status == 0;
+      }
+      readable[n] = all;
+    }
+    if (!readable[n]) {
+      WARN("process_vm_readv does not work here: BRAID_SHM_CMA=1 not checked");
+      return;
+    }
+  }
   auto res = runComm(
       n, shmEnv({{"BRAID_SHM_CMA", mode}, {"BRAID_SHM_CMA_SPEED", speed}}), [&](braidComm_t comm, int rank, int size) {
         const bool cma = cmaEverywhere(comm, rank, size);

@@ -208,32 +208,35 @@ TEST_CASE("folding pairs every extra rank once and numbers the rest 0..p-1", "[u
 }
 
 TEST_CASE("recursive halving gives each virtual rank one piece, swapping halves with its partner", "[unit][pattern]") {
-  for (int p = 1; p <= 64; p *= 2) {
-    const int rounds = log2Floor(p);
-    std::set<int> finals;
-    for (int v = 0; v < p; ++v) {
-      INFO("p=" << p << " v=" << v);
-      REQUIRE(halvingKept(v, p, -1).begin == 0);
-      REQUIRE(halvingKept(v, p, -1).end == p);
-      for (int k = 0; k < rounds; ++k) {
-        const PieceSpan before = halvingKept(v, p, k - 1), kept = halvingKept(v, p, k), given = halvingGiven(v, p, k);
-        REQUIRE(kept.end - kept.begin == (before.end - before.begin) / 2);
-        REQUIRE(given.end - given.begin == kept.end - kept.begin);
-        // kept and given split the span held before the round, and the partner keeps what v gives.
-        REQUIRE(std::min(kept.begin, given.begin) == before.begin);
-        REQUIRE(std::max(kept.end, given.end) == before.end);
-        REQUIRE((kept.end == given.begin || given.end == kept.begin));
-        const int partner = v ^ (1 << k);
-        REQUIRE(halvingKept(partner, p, k - 1).begin == before.begin);
-        REQUIRE(halvingKept(partner, p, k).begin == given.begin);
-        REQUIRE(halvingGiven(partner, p, k).begin == kept.begin);
+  for (bool top : {false, true})
+    for (int p = 1; p <= 64; p *= 2) {
+      const int rounds = log2Floor(p);
+      std::set<int> finals;
+      for (int v = 0; v < p; ++v) {
+        INFO("p=" << p << " v=" << v << (top ? " from the top" : ""));
+        REQUIRE(halvingKept(v, p, -1, top).begin == 0);
+        REQUIRE(halvingKept(v, p, -1, top).end == p);
+        for (int k = 0; k < rounds; ++k) {
+          const PieceSpan before = halvingKept(v, p, k - 1, top), kept = halvingKept(v, p, k, top),
+                          given = halvingGiven(v, p, k, top);
+          REQUIRE(kept.end - kept.begin == (before.end - before.begin) / 2);
+          REQUIRE(given.end - given.begin == kept.end - kept.begin);
+          // kept and given split the span held before the round, and the partner keeps what v gives.
+          REQUIRE(std::min(kept.begin, given.begin) == before.begin);
+          REQUIRE(std::max(kept.end, given.end) == before.end);
+          REQUIRE((kept.end == given.begin || given.end == kept.begin));
+          const int partner = v ^ (1 << (top ? rounds - 1 - k : k));
+          REQUIRE(halvingKept(partner, p, k - 1, top).begin == before.begin);
+          REQUIRE(halvingKept(partner, p, k, top).begin == given.begin);
+          REQUIRE(halvingGiven(partner, p, k, top).begin == kept.begin);
+        }
+        const PieceSpan last = halvingKept(v, p, rounds - 1, top);
+        REQUIRE(last.end == last.begin + 1);
+        if (top) REQUIRE(last.begin == v);  // the blocks stay in rank order
+        finals.insert(last.begin);
       }
-      const PieceSpan last = halvingKept(v, p, rounds - 1);
-      REQUIRE(last.end == last.begin + 1);
-      finals.insert(last.begin);
+      REQUIRE(static_cast<int>(finals.size()) == p);
     }
-    REQUIRE(static_cast<int>(finals.size()) == p);
-  }
 }
 
 TEST_CASE("piece spans cover the elements of their pieces contiguously", "[unit][pattern]") {
