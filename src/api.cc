@@ -18,13 +18,6 @@ thread_local std::string tLastError;
 
 void setLastError(const std::string& message) { tLastError = message; }
 
-Status commOf(braidComm_t handle, braidComm** out, uint32_t* slot) {
-  void* obj = nullptr;
-  BRAID_TRY(commHandles().find(reinterpret_cast<uintptr_t>(handle), &obj, slot));
-  *out = static_cast<braidComm*>(obj);
-  return okStatus();
-}
-
 Status requestOf(braidRequest_t handle, braidRequest** out) {
   void* obj = nullptr;
   BRAID_TRY(requestHandles().find(reinterpret_cast<uintptr_t>(handle), &obj));

@@ -18,7 +18,13 @@ void setLastError(const std::string& message);
 // The objects behind the handles of the C API (src/handles.h), or an error naming what the handle
 // is instead (NULL, stale, never handed out). *out is set on success only; the slot, when asked
 // for, is the one to remove() on destroy.
-Status commOf(braidComm_t handle, braidComm** out, uint32_t* slot = nullptr);
+inline Status commOf(braidComm_t handle, braidComm** out, uint32_t* slot = nullptr) {
+  const HandleTable& t = commHandles();
+  void* obj = t.live(reinterpret_cast<uintptr_t>(handle), slot);
+  if (obj == nullptr) return t.whyNot(reinterpret_cast<uintptr_t>(handle));
+  *out = static_cast<braidComm*>(obj);
+  return okStatus();
+}
 Status graphOf(braidGraph_t handle, braidGraph** out, uint32_t* slot = nullptr);
 Status requestOf(braidRequest_t handle, braidRequest** out);
 // The handle of a posted request (its generation changes when it is released).

@@ -1,6 +1,7 @@
 // The C API of the collectives and point-to-point calls: argument checks (nothing is touched when
 // one fails), group recording, and posting to the executor.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -40,36 +41,80 @@ struct GroupState {
   std::vector<Op*> posted;  // tagged operations posted inside the group (src/api_p2p.cc)
 };
 thread_local GroupState tGroup;
+// Threads between braidGroupStart and braidGroupEnd: while none is, a call knows it is not in a group
+// without looking at its thread's state (a thread-local of a shared library costs a call to
+// __tls_get_addr, on every collective's path). A thread's own count is always visible to it.
+std::atomic<int> gGroupsOpen{0};
+bool inGroupHere() { return gGroupsOpen.load(std::memory_order_relaxed) != 0 && tGroup.depth > 0; }
 
 Status checkCommon(CallArgs* a, braidStream_t stream) {
   return checkCommTypeStream(a->handle, a->dtype, stream, &a->comm);
 }
 
-// Checks a collective's arguments and derives its plan shape, and the bytes of its buffers this rank
-// touches (for device buffers, when asked). Nothing is written anywhere but *out and *bufs, and those only on success.
-Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
+// A collective's arguments as checkColl found them.
+struct Checked {
+  size_t es = 0;                    // bytes per element
+  size_t sendMul = 1, recvMul = 1;  // elements of the send and receive buffers, in units of count
+  uint64_t sendBytes = 0;           // of the send buffer this rank reads
+  uint64_t recvBytes = 0;           // of the receive buffer this rank writes
+  bool reducing = false, rooted = false, inPlace = false;
+};
+
+// Checks a collective's arguments (the communicator and datatype are checked already). Nothing is
+// written but *k, and that only on success.
+Status checkColl(const CallArgs& a, Checked* k) {
   const int n = a.comm->nranks, rank = a.comm->rank;
-  const bool reducing = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
+  size_t sendMul = 1, recvMul = 1;
+  bool reducing = false, rooted = false;
+  switch (a.coll) {
+    case Coll::kAllReduce:
+      reducing = true;
+      break;
+    case Coll::kReduce:
+      reducing = rooted = true;
+      break;
+    case Coll::kReduceScatter:
+      reducing = true;
+      sendMul = n;
+      break;
+    case Coll::kBroadcast:
+      rooted = true;
+      break;
+    case Coll::kAllGather:
+      recvMul = n;
+      break;
+    case Coll::kAllToAll:
+      sendMul = recvMul = n;
+      break;
+    case Coll::kGather:
+      rooted = true;
+      recvMul = n;
+      break;
+    case Coll::kScatter:
+      rooted = true;
+      sendMul = n;
+      break;
+    default:
+      break;
+  }
   if (reducing && !validRedop(a.op)) return errorf(braidInvalidArgument, "op %d is not a braidRedOp_t", a.op);
-  const bool rooted =
-      a.coll == Coll::kBroadcast || a.coll == Coll::kReduce || a.coll == Coll::kGather || a.coll == Coll::kScatter;
   if (rooted && (a.root < 0 || a.root >= n))
     return errorf(braidInvalidArgument, "root %d is out of range [0, %d)", a.root, n);
   const size_t es = dtypeSize(a.dtype);
-  // Elements of the send and receive buffers, in units of count.
-  size_t sendMul = 1, recvMul = 1;
-  if (a.coll == Coll::kAllGather) recvMul = n;
-  if (a.coll == Coll::kReduceScatter) sendMul = n;
-  if (a.coll == Coll::kAllToAll) sendMul = recvMul = n;
-  if (a.coll == Coll::kGather) recvMul = n;
-  if (a.coll == Coll::kScatter) sendMul = n;
-  const size_t limit = static_cast<size_t>(PTRDIFF_MAX) / es / static_cast<size_t>(n);
-  if (a.count > limit) return errorf(braidInvalidArgument, "count %zu overflows the buffer size", a.count);
-  size_t sendBytes = a.count * sendMul * es, recvBytes = a.count * recvMul * es;
-  if (a.coll == Coll::kBroadcast && rank != a.root) sendBytes = 0;  // only read on the root
-  if (a.coll == Coll::kReduce && rank != a.root) recvBytes = 0;     // only written on the root
-  if (a.coll == Coll::kGather && rank != a.root) recvBytes = 0;     // only written on the root
-  if (a.coll == Coll::kScatter && rank != a.root) sendBytes = 0;    // only read on the root
+  // count * es * n must fit a ptrdiff_t (a multiplication checked for overflow: no division per call).
+  uint64_t allBytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(a.count), es * static_cast<size_t>(n), &allBytes) ||
+      allBytes > static_cast<uint64_t>(PTRDIFF_MAX))
+    return errorf(braidInvalidArgument, "count %zu overflows the buffer size", a.count);
+  uint64_t sendBytes = a.count * sendMul * es, recvBytes = a.count * recvMul * es;
+  if (rooted && rank != a.root) {
+    // Broadcast and Scatter only read the root's send buffer, Reduce and Gather only write its
+    // receive buffer.
+    if (a.coll == Coll::kBroadcast || a.coll == Coll::kScatter)
+      sendBytes = 0;
+    else
+      recvBytes = 0;
+  }
   if (a.coll == Coll::kBarrier) sendBytes = recvBytes = 0;
   if (sendBytes > 0 && a.send == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
   if (recvBytes > 0 && a.recv == nullptr) return errorf(braidInvalidArgument, "recvbuff is NULL");
@@ -95,32 +140,51 @@ Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   }
   if (!inPlace && overlaps(s, sendBytes, r, recvBytes))
     return errorf(braidInvalidArgument, "sendbuff and recvbuff overlap without being the in-place layout");
-  PostArgs& p = *out;
-  p = PostArgs{};
-  p.shape.coll = a.coll;
-  p.shape.rank = rank;
-  p.shape.nranks = n;
-  p.shape.count = a.count;
-  p.shape.elemSize = es;
-  p.shape.root = rooted ? a.root : 0;
-  p.shape.inPlace = inPlace;
-  p.shape.avg = reducing && a.op == braidAvg;
-  p.shape.chunkBytes = a.comm->settings.chunkBytes;
+  *k = Checked{es, sendMul, recvMul, sendBytes, recvBytes, reducing, rooted, inPlace};
+  return okStatus();
+}
+
+// Past the cache, outputs bypass it (src/base/nt_store.h): out of place, and the call's buffers on
+// all ranks of this host exceed BRAID_NT_STORES_MIN.
+bool streamsOut(const CallArgs& a, const Checked& k) {
+  const uint64_t hostBytes = (k.sendBytes + k.recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
+  return !k.inPlace && hostBytes > a.comm->settings.ntStoresMin;
+}
+
+// The algorithm the selector picks for a checked call.
+Algo algoOf(const CallArgs& a, const Checked& k) {
   // The selector prices the whole buffer (AllGather/ReduceScatter/AllToAll: all ranks' pieces).
-  const uint64_t callBytes = static_cast<uint64_t>(a.count) * es * std::max(sendMul, recvMul);
-  const bool avgFloat = p.shape.avg && (a.dtype == braidFloat16 || a.dtype == braidBfloat16 ||
-                                        a.dtype == braidFloat32 || a.dtype == braidFloat64);
-  p.shape.algo = a.comm->selector.pick(a.coll, callBytes, avgFloat);
+  const uint64_t callBytes = static_cast<uint64_t>(a.count) * k.es * std::max(k.sendMul, k.recvMul);
+  const bool avgFloat =
+      k.reducing && a.op == braidAvg &&
+      (a.dtype == braidFloat16 || a.dtype == braidBfloat16 || a.dtype == braidFloat32 || a.dtype == braidFloat64);
+  return a.comm->selector.pick(a.coll, callBytes, avgFloat);
+}
+
+// The plan shape of a checked call into *out, a default-constructed PostArgs of the caller's (only
+// what a call derives is set here).
+void fillPost(const CallArgs& a, const Checked& k, PostArgs* out) {
+  PostArgs& p = *out;
+  p.shape.coll = a.coll;
+  p.shape.rank = a.comm->rank;
+  p.shape.nranks = a.comm->nranks;
+  p.shape.count = a.count;
+  p.shape.elemSize = k.es;
+  p.shape.root = k.rooted ? a.root : 0;
+  p.shape.inPlace = k.inPlace;
+  p.shape.avg = k.reducing && a.op == braidAvg;
+  p.shape.chunkBytes = a.comm->settings.chunkBytes;
+  p.shape.algo = algoOf(a, k);
   p.shape.hostOf = a.comm->cluster.hostOf.data();
   p.shape.gossipRounds = a.comm->gossipRounds;
   p.send = a.send;
   p.recv = a.recv;
   p.dtype = a.dtype;
-  p.op = reducing ? a.op : braidSum;
-  // Past the cache, outputs bypass it; under it, exchanges copy once, on the receiver (shm CMA).
+  p.op = k.reducing ? a.op : braidSum;
+  p.streamOut = streamsOut(a, k);
+  // Under the cut, exchanges copy once, on the receiver (shm CMA).
   const uint64_t cut = a.comm->settings.ntStoresMin;
-  const uint64_t hostBytes = (sendBytes + recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
-  p.streamOut = !inPlace && hostBytes > cut;
+  const uint64_t hostBytes = (k.sendBytes + k.recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
   p.singleCopy = (a.coll == Coll::kAllGather || a.coll == Coll::kAllToAll) && hostBytes <= cut;
   // One to many (Broadcast, Scatter): over the FIFO the root copies every byte out, and out of place
   // once more into its own output, while each reader copies once; by single copy the readers do all
@@ -128,8 +192,17 @@ Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
   // the cut per host out of place and 1/32 in place (2 and 4 ranks on 2 cores, cut 64 MiB;
   // perf/results/2026-12-02-one-to-many.md). Only the sender's choice matters (ShmLink::usesCma).
   if (a.coll == Coll::kBroadcast || a.coll == Coll::kScatter)
-    p.singleCopy = a.count * es * static_cast<uint64_t>(a.comm->localRanks) <= cut / (inPlace ? 32 : 8);
-  if (bufs != nullptr) *bufs = CallBuffers{a.send, sendBytes, a.recv, recvBytes, inPlace};
+    p.singleCopy = a.count * k.es * static_cast<uint64_t>(a.comm->localRanks) <= cut >> (k.inPlace ? 5 : 3);
+}
+
+// Checks a collective's arguments and derives its plan shape, and the bytes of its buffers this rank
+// touches (for device buffers, when asked). Nothing is written anywhere but *out and *bufs, and those
+// only on success. *out is a default-constructed PostArgs of the caller's.
+Status shapeOf(const CallArgs& a, PostArgs* out, CallBuffers* bufs = nullptr) {
+  Checked k;
+  BRAID_TRY(checkColl(a, &k));
+  fillPost(a, k, out);
+  if (bufs != nullptr) *bufs = CallBuffers{a.send, k.sendBytes, a.recv, k.recvBytes, k.inPlace};
   return okStatus();
 }
 
@@ -441,7 +514,7 @@ Status routeOnDevice(const CallArgs& a, braidStream_t stream, braidRequest_t* re
   }
   BRAID_TRY(routeDeviceCall(a.comm, bufs, stream, staged));
   if (!*staged) return okStatus();
-  if (tGroup.depth > 0) {
+  if (inGroupHere()) {
     // Staged with the rest of the group at braidGroupEnd; the stream is checked now.
     if (nonblocking) return errorf(braidInvalidUsage, "nonblocking calls cannot be part of a group");
     BRAID_TRY(checkDeviceStream(a.comm, stream));
@@ -459,25 +532,15 @@ Status routeOnDevice(const CallArgs& a, braidStream_t stream, braidRequest_t* re
   return issueStaged(a, *p, bufs, stream, request, nonblocking);
 }
 
-// The one path of every collective and point-to-point call.
-Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
-  BRAID_TRY(checkCommon(&a, stream));
-  if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
-  PostArgs p;
-  if (a.coll == Coll::kSendRecv) BRAID_TRY(checkP2p(a));
-  if (a.comm->cudaDevice >= 0) {
-    // Device buffers: only where the communicator has a CUDA device (never in a build without CUDA).
-    bool staged = false;
-    BRAID_TRY(routeOnDevice(a, stream, request, nonblocking, &p, &staged));
-    if (staged) return okStatus();
-  } else if (a.coll != Coll::kSendRecv) {
-    BRAID_TRY(shapeOf(a, &p));
-  }
-  if (a.coll != Coll::kSendRecv && tGroup.depth == 0) {
+// A call checked and shaped (p; point-to-point: checked only): posted, or recorded in the group.
+Status issueShaped(const CallArgs& a, const PostArgs& p, braidRequest_t* request, bool nonblocking) {
+  const bool grouped = inGroupHere();
+  if (a.coll != Coll::kSendRecv && !grouped) {
     // The hot path: no group, no allocation (the plan and the op come from the engine's pools).
-    // Hotter still: a small blocking call on one host, run on the mailboxes at once.
+    // Hotter still: a small blocking call on one host, run on the mailboxes at once (host buffers
+    // come here on a communicator with a CUDA device only).
     Status small;
-    if (!nonblocking && a.comm->engine->runSmall(p, &small)) return small;
+    if (!nonblocking && a.comm->engine->runSmall(smallArgsOf(p), &small)) return small;
     Op* op = nullptr;
     BRAID_TRY(a.comm->engine->post(p, nonblocking, &op));
     if (nonblocking) {
@@ -486,7 +549,7 @@ Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool non
     }
     return a.comm->engine->wait(op);
   }
-  if (tGroup.depth > 0) {
+  if (grouped) {
     if (nonblocking) return errorf(braidInvalidUsage, "nonblocking calls cannot be part of a group");
     tGroup.calls.push_back(a);
     return okStatus();
@@ -500,6 +563,45 @@ Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool non
     return okStatus();
   }
   return waitAll(ops);
+}
+
+// The one path of every collective and point-to-point call.
+Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool nonblocking) {
+  BRAID_TRY(checkCommon(&a, stream));
+  if (nonblocking && request == nullptr) return errorf(braidInvalidArgument, "request is NULL");
+  if (a.coll != Coll::kSendRecv && a.comm->cudaDevice < 0) {
+    Checked k;
+    BRAID_TRY(checkColl(a, &k));
+    if (!nonblocking && !inGroupHere()) {
+      // The hottest path: a small blocking call on one host, run on the mailboxes at once from the
+      // checked arguments alone (making and filling a PostArgs was a tenth of this path).
+      Status small;
+      const SmallArgs sa{a.coll,
+                         a.send,
+                         a.recv,
+                         a.count,
+                         a.count * k.es,
+                         a.dtype,
+                         k.reducing ? a.op : braidSum,
+                         k.rooted ? a.root : 0,
+                         k.inPlace,
+                         streamsOut(a, k),
+                         algoOf(a, k)};
+      if (a.comm->engine->runSmall(sa, &small)) return small;
+    }
+    PostArgs p;
+    fillPost(a, k, &p);
+    return issueShaped(a, p, request, nonblocking);
+  }
+  PostArgs p;
+  if (a.coll == Coll::kSendRecv) BRAID_TRY(checkP2p(a));
+  if (a.comm->cudaDevice >= 0) {
+    // Device buffers: only where the communicator has a CUDA device (never in a build without CUDA).
+    bool staged = false;
+    BRAID_TRY(routeOnDevice(a, stream, request, nonblocking, &p, &staged));
+    if (staged) return okStatus();
+  }
+  return issueShaped(a, p, request, nonblocking);
 }
 
 }  // namespace
@@ -521,7 +623,7 @@ Status braid::checkP2pBuffer(const void* buf, size_t count, braidDataType_t dtyp
   return okStatus();
 }
 
-bool braid::inGroup() { return tGroup.depth > 0; }
+bool braid::inGroup() { return inGroupHere(); }
 void braid::keepForGroupEnd(braidRequest* op) { tGroup.posted.push_back(op); }
 
 #pragma GCC visibility push(default)
@@ -629,7 +731,7 @@ braidResult_t braidIRecv(void* recvbuff, size_t count, braidDataType_t datatype,
 
 braidResult_t braidGroupStart(void) {
   return guard(__func__, [&] {
-    ++tGroup.depth;
+    if (tGroup.depth++ == 0) gGroupsOpen.fetch_add(1, std::memory_order_relaxed);
     return okStatus();
   });
 }
@@ -638,6 +740,7 @@ braidResult_t braidGroupEnd(void) {
   return guard(__func__, [&] {
     if (tGroup.depth == 0) return errorf(braidInvalidUsage, "braidGroupEnd without braidGroupStart");
     if (--tGroup.depth > 0) return okStatus();
+    gGroupsOpen.fetch_sub(1, std::memory_order_relaxed);
     std::vector<CallArgs> calls;
     calls.swap(tGroup.calls);
     // Tagged operations are running already: waited for whatever happens to the rest.

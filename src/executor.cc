@@ -284,7 +284,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         a.shape.coll, userOwned, out,
         [&](Op* op) {
           small_->number(&small);  // engine lock held: in issue order
-          fillSmall(op, a, small);
+          fillSmall(op, small, a.shape.count);
           op->detached = a.detached;
         },
         [&](const Op* op) {

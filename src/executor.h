@@ -128,6 +128,24 @@ struct PostArgs {
   bool singleCopy = false;
 };
 
+// A collective on host buffers as the mailboxes see it (Engine::runSmall), derived from the checked
+// arguments without a PostArgs (src/api_coll.cc): what the small calls' path reads of a call.
+struct SmallArgs {
+  Coll coll = Coll::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  uint64_t count = 0;
+  size_t bytes = 0;  // count x element size: the buffer, or one rank's block (SmallCall::bytes)
+  braidDataType_t dtype = braidUint8;
+  braidRedOp_t op = braidSum;
+  int root = 0;
+  bool inPlace = false;
+  bool streamOut = false;   // PostArgs::streamOut
+  Algo algo = Algo::kRing;  // the selector's pick (gossip never runs here)
+};
+// A host call's PostArgs as SmallArgs.
+SmallArgs smallArgsOf(const PostArgs& a);
+
 class Engine {
  public:
   // `control` is the communicator's control plane, started already; it outlives the engine.
@@ -146,7 +164,7 @@ class Engine {
   // while the engine is idle: no op, no queue. False when it did not take the call (not small, or
   // other operations running): then post() and wait() it. A call that is not done within a few
   // microseconds continues as an op, waited for like any other; *result is the call's result.
-  bool runSmall(const PostArgs& args, Status* result);
+  bool runSmall(const SmallArgs& args, Status* result);
   // Whether a collective of `shape` on device buffers runs in place on the peers' device memory
   // (cuda_ipc: src/cuda/ipc_coll.h), the same answer on every rank; then its PostArgs carry the
   // buffers' IPC handles. Otherwise it runs on host staging.
@@ -248,8 +266,10 @@ class Engine {
   // Whether a call runs on the mailboxes, or (c->direct) may run in place on one host
   // (src/direct_coll.cc); fills *c when so.
   bool mailboxCall(const PostArgs& a, SmallCall* c) const;
-  // Makes `op` the small call `c` (numbered already) posted with `a`; detached is the caller's.
-  void fillSmall(Op* op, const PostArgs& a, const SmallCall& c);
+  // mailboxCall of a call on host buffers.
+  bool hostMailboxCall(const SmallArgs& a, SmallCall* c) const;
+  // Makes `op` the small call `c` (numbered already) of `count` elements; detached is the caller's.
+  void fillSmall(Op* op, const SmallCall& c, uint64_t count);
   // A pass over a small op: runs it as far as it goes; true when something changed.
   bool stepSmall(Op* op);
   // Moves a direct op; true on progress. When it falls back to its plan, isDirect is cleared.
@@ -291,6 +311,7 @@ class Engine {
   std::vector<int> forwardsTo_;                      // per rank: its transport when that transport forwards, else -1
   std::vector<uint64_t> transportDriven_;            // per transport: == epoch_ when driven this pass
   std::unique_ptr<SmallColls> small_;                // null unless the communicator has mailboxes
+  SmallCall runCall_;                                // lock_: the call runSmall runs
   Plan smallPlans_[kNumColls];                       // by collective: the plan of a small op
   std::atomic<uint64_t> directCalls_{0};
   uint64_t seq_ = 0;

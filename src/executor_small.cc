@@ -22,42 +22,65 @@ bool Engine::takesDeviceCall(const CollArgs& sh) const {
   return small_->takesDevice(sh.coll, sh.count * sh.elemSize);
 }
 
-bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {
-  if (small_ == nullptr) return false;
+SmallArgs smallArgsOf(const PostArgs& a) {
   const CollArgs& sh = a.shape;
-  const bool device = a.ipc != nullptr;  // takesDeviceCall said yes; BRAID_ALGO names host algorithms
-  const size_t bytes = sh.coll == Coll::kBarrier ? 0 : sh.count * sh.elemSize;
-  bool small = false;
-  if (!device) {
-    if (a.gate != nullptr) return false;
-    // BRAID_ALGO asked for an algorithm (tests count its messages), or the call may gossip.
-    if (comm_->selector.overridden(sh.coll) || sh.algo == Algo::kGossip) return false;
-    small = small_->takes(sh.coll, bytes);
-    if (!small && !small_->takesDirect(sh.coll, bytes)) return false;
-  }
-  c->coll = sh.coll;
+  return SmallArgs{sh.coll, a.send,     a.recv,      sh.count, sh.count * sh.elemSize, a.dtype, a.op,
+                   sh.root, sh.inPlace, a.streamOut, sh.algo};
+}
+
+namespace {
+
+// What every call on the mailboxes carries of its arguments.
+void fillCall(const SmallArgs& a, SmallCall* c) {
+  c->coll = a.coll;
   c->send = static_cast<const char*>(a.send);
   c->recv = static_cast<char*>(a.recv);
-  c->bytes = bytes;
+  c->bytes = a.coll == Coll::kBarrier ? 0 : a.bytes;
   c->dtype = a.dtype;
   c->op = a.op;
-  c->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
-  c->root = sh.root;
-  c->inPlace = sh.inPlace;
+  const bool reducing = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
+  c->kernel = reducing ? reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op) : nullptr;
+  c->root = a.root;
+  c->inPlace = a.inPlace;
   c->streamOut = a.streamOut;
+}
+
+}  // namespace
+
+bool Engine::hostMailboxCall(const SmallArgs& a, SmallCall* c) const {
+  const size_t bytes = a.coll == Coll::kBarrier ? 0 : a.bytes;
+  // BRAID_ALGO asked for an algorithm (tests count its messages), or the call may gossip.
+  if (comm_->selector.overridden(a.coll) || a.algo == Algo::kGossip) return false;
+  const bool small = small_->takes(a.coll, bytes);
+  if (!small && !small_->takesDirect(a.coll, bytes)) return false;
+  fillCall(a, c);
   c->direct = !small;
-  c->device = device;
+  c->device = false;
+  c->ipc = nullptr;
+  return true;
+}
+
+bool Engine::mailboxCall(const PostArgs& a, SmallCall* c) const {
+  if (small_ == nullptr) return false;
+  if (a.ipc == nullptr) return a.gate == nullptr && hostMailboxCall(smallArgsOf(a), c);
+  // A device call takesDeviceCall said yes to (BRAID_ALGO names host algorithms): in place on the
+  // peers' device memory.
+  fillCall(smallArgsOf(a), c);
+  c->direct = true;
+  c->device = true;
   c->ipc = a.ipc;
   return true;
 }
 
-bool Engine::runSmall(const PostArgs& a, Status* result) {
-  SmallCall c;
-  if (!mailboxCall(a, &c) || c.direct || !tryLock()) return false;
+bool Engine::runSmall(const SmallArgs& a, Status* result) {
+  if (small_ == nullptr || !tryLock()) return false;
+  // The engine's own SmallCall, under its lock: a fresh one on the stack cost a sixth of the
+  // instructions this path has for a 16-byte call, to zero what only direct calls use.
+  SmallCall& c = runCall_;
   // Idle: nothing running that this call could overtake or hold up, nothing failed or left (a
   // collective past a leaver's count is failed by the op path), and no look at the leavers due.
-  if (head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0 || linkFailedAtNs_ != 0 || control_.failed() ||
-      leaversToCheck() || seq_ >= collSeqLimit_) {
+  if (!hostMailboxCall(a, &c) || c.direct || head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0 ||
+      linkFailedAtNs_ != 0 || control_.failed() || leaversToCheck() || seq_ >= collSeqLimit_) {
     unlock();
     return false;
   }
@@ -92,7 +115,7 @@ bool Engine::runSmall(const PostArgs& a, Status* result) {
     *result = taken;
     return true;
   }
-  fillSmall(op, a, c);
+  fillSmall(op, c, a.count);
   op->detached = false;
   prepare(op, false);
   if (r < 0) control_.fail(err, -1, true);  // a mismatch: the next pass fails the op
@@ -101,14 +124,14 @@ bool Engine::runSmall(const PostArgs& a, Status* result) {
   return true;
 }
 
-void Engine::fillSmall(Op* op, const PostArgs& a, const SmallCall& c) {
+void Engine::fillSmall(Op* op, const SmallCall& c, uint64_t count) {
   op->isSmall = true;
   op->small = c;
   op->plan = &smallPlans_[static_cast<int>(c.coll)];
-  op->dtype = a.dtype;
-  op->redop = a.op;
-  op->count = a.shape.count;
-  op->root = a.shape.root;
+  op->dtype = c.dtype;
+  op->redop = c.op;
+  op->count = count;
+  op->root = c.root;
   op->kernel = nullptr;
   op->gate = nullptr;
 }

@@ -2,11 +2,6 @@
 
 namespace braid {
 
-HandleTable::Slot* HandleTable::slotAt(uint32_t slot) const {
-  Slot* chunk = chunks_[slot >> kChunkBits].load(std::memory_order_acquire);
-  return chunk == nullptr ? nullptr : &chunk[slot & (kChunkSlots - 1)];
-}
-
 Status HandleTable::reserve(uint32_t* slot) {
   std::lock_guard<std::mutex> hold(mu_);
   if (!free_.empty()) {
@@ -51,19 +46,14 @@ void HandleTable::remove(uint32_t slot, HandleEnd why) {
   free_.push_back(slot);
 }
 
-Status HandleTable::find(uint64_t handle, void** obj, uint32_t* slotOut) const {
+Status HandleTable::whyNot(uint64_t handle) const {
   if (handle == 0) return errorf(braidInvalidArgument, "%s is NULL", what_);
   const uint32_t slot = static_cast<uint32_t>(handle & (kMaxSlots - 1));
   const uint64_t kind = (handle >> kSlotBits) & ((1u << kKindBits) - 1);
   const uint64_t gen = handle >> (kSlotBits + kKindBits);
   const Slot* s = kind == static_cast<uint64_t>(kind_) ? slotAt(slot) : nullptr;
   const uint64_t live = s == nullptr ? 0 : s->gen.load(std::memory_order_acquire);
-  void* o = s == nullptr ? nullptr : s->obj.load(std::memory_order_acquire);
-  if (s != nullptr && gen == live && o != nullptr) {
-    *obj = o;
-    if (slotOut != nullptr) *slotOut = slot;
-    return okStatus();
-  }
+  // gen >= live: never handed out, or its slot reserved and not published yet.
   if (s == nullptr || gen == 0 || gen >= live)
     return errorf(braidInvalidArgument, "%s %p is not a %s braid handed out", what_, reinterpret_cast<void*>(handle),
                   what_);

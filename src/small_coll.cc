@@ -19,6 +19,35 @@ inline const unsigned char* inSpot(const Mailboxes& m, uint64_t k, size_t bytes)
   return bytes <= kMailInline ? m.in[k % kMailDepth].inlineData : m.inPayload(k);
 }
 
+// memcpy for a call's bytes: up to 32 inline, in two overlapping loads and stores of the widest
+// size that fits (no call into libc and its size dispatch for the few bytes most small calls
+// carry), past that libc's.
+inline void copyMail(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto two = [&](auto word) {
+    decltype(word) head, tail;
+    std::memcpy(&head, s, sizeof head);
+    std::memcpy(&tail, s + n - sizeof tail, sizeof tail);
+    std::memcpy(d, &head, sizeof head);
+    std::memcpy(d + n - sizeof tail, &tail, sizeof tail);
+  };
+  struct Line16 {
+    uint64_t w[2];
+  };
+  if (n > 32) {
+    std::memcpy(d, s, n);
+  } else if (n >= 16) {
+    two(Line16{});
+  } else if (n >= 8) {
+    two(uint64_t{});
+  } else if (n >= 4) {
+    two(uint32_t{});
+  } else {
+    for (size_t i = 0; i < n; ++i) d[i] = s[i];
+  }
+}
+
 // The call's shape in one word, as its mail carries it: bytes and root in 20 bits each (mailboxes
 // hold at most kMaxMailBytes; ranks on one host are far fewer than 2^20), then the collective, the
 // datatype and the op.
@@ -72,35 +101,36 @@ SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::stri
     mail_[p] = *m;
     capacity_ = m->capacity;
   }
+  for (int i = 0; i < kNumColls; ++i) largest_[i] = largestFor(static_cast<Coll>(i));
 }
 
-bool SmallColls::takes(Coll coll, size_t bytes) const {
+size_t SmallColls::largestFor(Coll coll) const {
   switch (coll) {
     case Coll::kAllReduce:
     case Coll::kBroadcast:
       // Every rank reads n - 1 buffers (AllReduce), the root writes n - 1 (Broadcast), where a ring
       // or a tree moves about two: past twice the capacity in all they go to the plans (4 ranks:
       // a 64 KiB AllReduce measured even with the ring's 22-30 us, so 42 KiB is the last taken).
-      return bytes <= capacity_ && bytes * static_cast<size_t>(nranks_ - 1) <= 2 * capacity_;
+      return std::min(capacity_, nranks_ > 1 ? 2 * capacity_ / static_cast<size_t>(nranks_ - 1) : capacity_);
     case Coll::kAllGather:
       // Past half the capacity a block goes faster through the plans, where a block of
       // BRAID_SHM_CMA_MIN and up is read once from the sender's buffer (2 ranks, 64 KiB blocks:
       // 7.9-10.5 us against 12.4-16.1 on the mailboxes out of place, 6.4-7.9 against 10.5-14.2 in
       // place; 32 KiB even; 4 ranks even). AllToAll stays: in place it cannot read by single copy,
       // and measured 2-3x slower.
-      return bytes <= capacity_ / 2;
+      return capacity_ / 2;
     case Coll::kReduce:
     case Coll::kGather:
     case Coll::kScatter:
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
-      return bytes <= capacity_;
+      return capacity_;
     case Coll::kBarrier:
-      return true;
+      return SIZE_MAX;
     case Coll::kSendRecv:
       break;
   }
-  return false;
+  return 0;
 }
 
 void SmallColls::number(SmallCall* c) {
@@ -109,12 +139,6 @@ void SmallColls::number(SmallCall* c) {
              (c->device ? kDeviceBit : 0);
   c->phase = 0;
   c->waitingOn = -1;
-}
-
-bool SmallColls::reads(const SmallCall& c, int peer) const {
-  if (c.coll == Coll::kBroadcast || c.coll == Coll::kScatter) return peer == c.root;
-  if (c.coll == Coll::kReduce || c.coll == Coll::kGather) return rank_ == c.root;
-  return true;
 }
 
 bool SmallColls::startedCall(int peer, uint64_t j) {
@@ -151,46 +175,70 @@ int SmallColls::holdMismatch(SmallCall* c, Status* err) {
 
 void SmallColls::post(const SmallCall& c) {
   const size_t b = c.bytes;
+  // What peer p gets: from + p * stride (stride 0: the same bytes for every peer), only the root
+  // when toRoot, nothing when from is null. Every peer's slot gets the call's number all the same.
+  const char* from = nullptr;
+  size_t stride = 0;
+  bool toRoot = false;
+  switch (c.coll) {
+    case Coll::kAllReduce:
+    case Coll::kAllGather:
+      from = c.send;
+      break;
+    case Coll::kBroadcast:
+      from = rank_ == c.root ? c.send : nullptr;
+      break;
+    case Coll::kReduce:
+    case Coll::kGather:
+      from = rank_ != c.root ? c.send : nullptr;
+      toRoot = true;
+      break;
+    case Coll::kScatter:
+      from = rank_ == c.root ? c.send : nullptr;
+      stride = b;
+      break;
+    case Coll::kReduceScatter:
+    case Coll::kAllToAll:
+      from = c.send;
+      stride = b;
+      break;
+    default:
+      break;
+  }
+  if (b == 0) from = nullptr;
+  const uint64_t slot = c.k % kMailDepth;
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_) continue;
     const Mailboxes& m = mail_[p];
-    MailSlot& s = m.out[c.k % kMailDepth];
+    MailSlot& s = m.out[slot];
     s.check = c.check;
-    const char* data = nullptr;
-    switch (c.coll) {
-      case Coll::kAllReduce:
-      case Coll::kAllGather:
-        data = c.send;
-        break;
-      case Coll::kBroadcast:
-        data = rank_ == c.root ? c.send : nullptr;
-        break;
-      case Coll::kReduce:
-      case Coll::kGather:
-        data = rank_ != c.root && p == c.root ? c.send : nullptr;
-        break;
-      case Coll::kScatter:
-        data = rank_ == c.root ? c.send + static_cast<size_t>(p) * b : nullptr;
-        break;
-      case Coll::kReduceScatter:
-      case Coll::kAllToAll:
-        data = c.send + static_cast<size_t>(p) * b;
-        break;
-      default:
-        break;
-    }
-    if (data != nullptr && b > 0) memcpy(outSpot(m, c.k, b), data, b);
+    if (from != nullptr && (!toRoot || p == c.root))
+      copyMail(outSpot(m, c.k, b), from + static_cast<size_t>(p) * stride, b);
     // Publishes check and the data: pairs with the peer's acquire load in mailFrom() (or roomAt()).
     s.seq.store(c.k, std::memory_order_release);
   }
   // This rank's own share, where it is a copy.
   if (c.inPlace || b == 0) return;
   const size_t mine = static_cast<size_t>(rank_) * b;
-  if (c.coll == Coll::kBroadcast && rank_ == c.root) memcpy(c.recv, c.send, b);
-  if (c.coll == Coll::kAllGather) memcpy(c.recv + mine, c.send, b);
-  if (c.coll == Coll::kAllToAll) memcpy(c.recv + mine, c.send + mine, b);
-  if (c.coll == Coll::kGather && rank_ == c.root) memcpy(c.recv + mine, c.send, b);
-  if (c.coll == Coll::kScatter && rank_ == c.root) memcpy(c.recv, c.send + mine, b);
+  switch (c.coll) {
+    case Coll::kBroadcast:
+      if (rank_ == c.root) copyMail(c.recv, c.send, b);
+      break;
+    case Coll::kAllGather:
+      copyMail(c.recv + mine, c.send, b);
+      break;
+    case Coll::kAllToAll:
+      copyMail(c.recv + mine, c.send + mine, b);
+      break;
+    case Coll::kGather:
+      if (rank_ == c.root) copyMail(c.recv + mine, c.send, b);
+      break;
+    case Coll::kScatter:
+      if (rank_ == c.root) copyMail(c.recv, c.send + mine, b);
+      break;
+    default:
+      break;
+  }
 }
 
 const unsigned char* SmallColls::mailFrom(SmallCall* c, int peer, Status* err) {
@@ -218,24 +266,35 @@ Status SmallColls::mismatch(const SmallCall& c, int peer, uint64_t theirs, uint6
 
 int SmallColls::gather(SmallCall* c, Status* err) {
   const size_t b = c->bytes;
-  const size_t count = b / dtypeSize(c->dtype);
+  switch (c->coll) {
+    case Coll::kBroadcast:
+    case Coll::kScatter: {  // one mail to read, the root's: its buffer, or our block of it
+      if (rank_ == c->root) return 1;
+      const unsigned char* in = mailFrom(c, c->root, err);
+      if (in == nullptr) return err->ok() ? 0 : -1;
+      copyMail(c->recv, in, b);
+      return 1;
+    }
+    case Coll::kReduce:
+    case Coll::kGather:  // only the root reads, every peer's mail
+      if (rank_ != c->root) return 1;
+      break;
+    default:  // every rank reads every peer's mail
+      break;
+  }
   // Reductions fold this rank's share first, then the peers' in rank order; AllReduce folds all
   // shares in rank order, so that every rank computes the very same sums.
   const bool allReduce = c->coll == Coll::kAllReduce;
-  const bool folding = allReduce || c->coll == Coll::kReduceScatter || (c->coll == Coll::kReduce && rank_ == c->root);
+  const bool folding = allReduce || c->coll == Coll::kReduceScatter || c->coll == Coll::kReduce;
+  const size_t count = folding ? b / dtypeSize(c->dtype) : 0;
   for (; c->next < nranks_; ++c->next) {
     const int p = c->next;
     if (allReduce && p == 0) continue;  // share 0 is folded in with share 1
-    if (!allReduce && (p == rank_ || !reads(*c, p))) continue;
+    if (!allReduce && p == rank_) continue;
     const unsigned char* in = p == rank_ ? nullptr : mailFrom(c, p, err);
     if (p != rank_ && in == nullptr) return err->ok() ? 0 : -1;
-    if (!folding) {
-      if (b == 0) continue;
-      // Broadcast, Scatter: the root's buffer or block for us; AllGather, AllToAll, Gather: peer
-      // p's block.
-      const bool whole = c->coll == Coll::kBroadcast || c->coll == Coll::kScatter;
-      char* dst = whole ? c->recv : c->recv + static_cast<size_t>(p) * b;
-      memcpy(dst, in, b);
+    if (!folding) {  // AllGather, AllToAll, Gather: peer p's block
+      copyMail(c->recv + static_cast<size_t>(p) * b, in, b);
       continue;
     }
     if (allReduce) {

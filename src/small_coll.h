@@ -91,8 +91,11 @@ class SmallColls {
 
   // The bytes per peer of the largest call that runs here.
   size_t capacity() const { return capacity_; }
-  // Whether a call of `coll` with `bytes` per peer (see SmallCall::bytes) runs here.
-  bool takes(Coll coll, size_t bytes) const;
+  // Whether a call of `coll` with `bytes` per peer (see SmallCall::bytes) runs here (point-to-point
+  // never does).
+  bool takes(Coll coll, size_t bytes) const {
+    return coll != Coll::kSendRecv && bytes <= largest_[static_cast<int>(coll)];
+  }
   // Whether a call too big for the mailboxes may run in place on braidMemAlloc memory
   // (src/direct_coll.cc): `pids` were given, and it is a collective that does.
   bool takesDirect(Coll coll, size_t bytes) const;
@@ -119,7 +122,6 @@ class SmallColls {
   static void unpin(SmallCall* c);
 
  private:
-  bool reads(const SmallCall& c, int peer) const;  // whether this rank reads `peer`'s mail in c
   // Whether `peer` started call j (so it finished every call before j); refreshes what is known of
   // it when not known yet.
   bool startedCall(int peer, uint64_t j);
@@ -155,13 +157,16 @@ class SmallColls {
   int readDevice(SmallCall* c, Status* err);  // phase 1: the peers' handles opened
   Status launchDevice(const SmallCall& c);    // phase 3: this rank's share enqueued
 
+  size_t largestFor(Coll coll) const;  // the bytes per peer of the largest call of `coll` taken here
+
   int rank_, nranks_;
   std::vector<std::string> names_;
   size_t capacity_ = 0;
-  std::vector<Mailboxes> mail_;    // by rank (empty at rank_)
-  std::vector<uint64_t> started_;  // by rank: the latest call it is known to have started
-  uint64_t numbered_ = 0;          // calls numbered so far
-  uint64_t finished_ = 0;          // calls finished: call finished_ + 1 may run
+  size_t largest_[kNumColls] = {};  // largestFor, by collective (takes() on every call's path)
+  std::vector<Mailboxes> mail_;     // by rank (empty at rank_)
+  std::vector<uint64_t> started_;   // by rank: the latest call it is known to have started
+  uint64_t numbered_ = 0;           // calls numbered so far
+  uint64_t finished_ = 0;           // calls finished: call finished_ + 1 may run
   // Direct calls: the peers' processes, their memory mapped here, and the current call's buffers
   // by rank (this rank's own among them).
   std::vector<int64_t> pids_;

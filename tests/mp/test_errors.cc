@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -42,6 +43,17 @@ TEST_CASE("invalid arguments are refused with braidInvalidArgument and buffers s
          braidAllReduce(in.data(), out.data(), 16, braidFloat32, static_cast<braidRedOp_t>(-1), comm, nullptr)},
         {"count overflow", braidAllReduce(in.data(), out.data(), huge, braidFloat32, braidSum, comm, nullptr)},
         {"allgather overflow", braidAllGather(in.data(), out.data(), huge / 4, braidFloat32, comm, nullptr)},
+        // One element past the largest count whose n buffers still fit a ptrdiff_t.
+        {"count one past the limit",
+         braidAllReduce(in.data(), out.data(), PTRDIFF_MAX / (4 * static_cast<size_t>(size)) + 1, braidFloat32,
+                        braidSum, comm, nullptr)},
+        {"alltoall one past the limit",
+         braidAllToAll(in.data(), out.data(), PTRDIFF_MAX / (8 * static_cast<size_t>(size)) + 1, braidFloat64, comm,
+                       nullptr)},
+        {"bad op (reduce-scatter)", braidReduceScatter(in.data(), out.data(), 4, braidFloat32,
+                                                       static_cast<braidRedOp_t>(braidNumOps), comm, nullptr)},
+        {"gather root too big", braidGather(in.data(), out.data(), 4, braidFloat32, size, comm, nullptr)},
+        {"scatter NULL sendbuff at the root", braidScatter(nullptr, out.data(), 4, braidFloat32, rank, comm, nullptr)},
         {"root too big", braidBroadcast(in.data(), out.data(), 16, braidFloat32, size, comm, nullptr)},
         {"negative root", braidReduce(in.data(), out.data(), 16, braidFloat32, braidSum, -1, comm, nullptr)},
         {"peer out of range", braidSend(in.data(), 16, braidFloat32, size + 3, comm, nullptr)},
