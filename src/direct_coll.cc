@@ -129,7 +129,7 @@ int SmallColls::readDevice(SmallCall* c, Status* err) {
     if (p == rank_) continue;
     const Extents e = extentsOf(*c, p, nranks_);
     DeviceMail m;
-    memcpy(&m, mail_[p].inPayload(c->k), sizeof(m));
+    memcpy(&m, mail_[p].inPayload(c->k, kMaxMailBytes), sizeof(m));
     // A buffer of the peer's that this call uses, `need` bytes of it.
     auto open = [&](const IpcHandle& h, size_t need, const char* what, void** ptr) {
       if (h.bytes < need)
@@ -222,7 +222,7 @@ void SmallColls::sendMail(const SmallCall& c, const void* mail, size_t bytes) {
     if (p == rank_) continue;
     MailSlot& s = mail_[p].out[c.k % kMailDepth];
     s.check = c.check;
-    memcpy(mail_[p].outPayload(c.k), mail, bytes);
+    memcpy(mail_[p].outPayload(c.k, kMaxMailBytes), mail, bytes);
     // Publishes check and the mail: pairs with the peer's acquire load in mailOf (or roomAt).
     s.seq.store(c.k, std::memory_order_release);
   }
@@ -237,12 +237,12 @@ int SmallColls::mailOf(SmallCall* c, int p, const unsigned char** mail, Status* 
   }
   started_[p] = std::max(started_[p], c->k);
   uint64_t bytes = 0;  // every direct mail starts with the call's bytes
-  memcpy(&bytes, mail_[p].inPayload(c->k), sizeof(bytes));
+  memcpy(&bytes, mail_[p].inPayload(c->k, kMaxMailBytes), sizeof(bytes));
   if (s.check != c->check || bytes != c->bytes) {
     *err = mismatch(*c, p, s.check, bytes);
     return -1;
   }
-  *mail = mail_[p].inPayload(c->k);
+  *mail = mail_[p].inPayload(c->k, kMaxMailBytes);
   return 1;
 }
 
@@ -264,7 +264,7 @@ int SmallColls::readDirect(SmallCall* c, Status* err) {
     if (p == rank_) continue;
     const Extents e = extentsOf(*c, p, nranks_);
     DirectMail m;
-    memcpy(&m, mail_[p].inPayload(c->k), sizeof(m));
+    memcpy(&m, mail_[p].inPayload(c->k, kMaxMailBytes), sizeof(m));
     if (m.frees != frees_[p]) {
       maps_.forget(p, pids_[p]);
       frees_[p] = m.frees;

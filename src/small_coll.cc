@@ -13,10 +13,10 @@ namespace {
 
 // Where a call's data sits in a slot: in its header line when it fits, else in the payload.
 inline unsigned char* outSpot(const Mailboxes& m, uint64_t k, size_t bytes) {
-  return bytes <= kMailInline ? m.out[k % kMailDepth].inlineData : m.outPayload(k);
+  return bytes <= kMailInline ? m.out[k % kMailDepth].inlineData : m.outPayload(k, bytes);
 }
 inline const unsigned char* inSpot(const Mailboxes& m, uint64_t k, size_t bytes) {
-  return bytes <= kMailInline ? m.in[k % kMailDepth].inlineData : m.inPayload(k);
+  return bytes <= kMailInline ? m.in[k % kMailDepth].inlineData : m.inPayload(k, bytes);
 }
 
 // memcpy for a call's bytes: up to 32 inline, in two overlapping loads and stores of the widest
@@ -321,12 +321,14 @@ int SmallColls::gather(SmallCall* c, Status* err) {
 }
 
 bool SmallColls::mayStart(SmallCall* c) {
+  // Direct calls mail their buffers' descriptors in the payload.
+  const uint64_t depth = mailDepthFor(c->direct ? kMaxMailBytes : c->bytes);
   if (c->k != finished_ + 1) {  // an earlier call still runs
     c->waitingOn = -1;
     return false;
   }
   for (int p = 0; p < nranks_; ++p) {
-    if (p != rank_ && !roomAt(p, c->k)) {
+    if (p != rank_ && !roomAt(p, c->k, depth)) {
       c->waitingOn = p;
       return false;
     }

@@ -125,9 +125,9 @@ class SmallColls {
   // Whether `peer` started call j (so it finished every call before j); refreshes what is known of
   // it when not known yet.
   bool startedCall(int peer, uint64_t j);
-  // Whether `peer` has room for call k (it started call k - kMailDepth + 1, so it is done reading
-  // the slot k takes).
-  bool roomAt(int peer, uint64_t k) { return k < kMailDepth || startedCall(peer, k + 1 - kMailDepth); }
+  // Whether `peer` has room for call k, which goes `depth` deep (mailDepthFor): it started call
+  // k + 1 - depth, so it is done reading the slot and payload k takes.
+  bool roomAt(int peer, uint64_t k, uint64_t depth) { return k < depth || startedCall(peer, k + 1 - depth); }
   // c's mail from some peer was another call (*err says how): 0 while the failure is held, -1
   // with *err once it falls.
   int holdMismatch(SmallCall* c, Status* err);

@@ -96,6 +96,43 @@ TEST_CASE("small rooted calls back to back: ranks that run ahead of the root nev
   REQUIRE(allOk(res));
 }
 
+TEST_CASE("small calls of every mail size run ahead of a late reader only as deep as their slots allow",
+          "[mp][shm][small]") {
+  // Data in the header line (12 B), in a near payload (400 B; both 64 calls deep) and in a payload
+  // (4000 B; 16 deep: transports/mailbox.h), mixed so that each kind's slots are reused while a late
+  // rank still has calls of the others to read. A writer that took a payload 64 calls ahead would
+  // overwrite one not read yet.
+  const int n = GENERATE(2, 3);
+  INFO("nranks " << n);
+  auto res = runComm(n, {{"BRAID_TRANSPORTS", "shm"}}, [&](braidComm_t comm, int rank, int size) {
+    if (needMailboxes(comm, rank) != 0) return 1;
+    const size_t counts[] = {3, 100, 1000, 1000};
+    std::vector<int32_t> buf(1000), in(1000);
+    for (int it = 0; it < 2000; ++it) {
+      const size_t count = counts[it % 4];
+      // Broadcast from rank 0: the last rank is late now and then, and rank 0 runs ahead of it.
+      if (rank == size - 1 && it % 61 == 0) usleep(3000);
+      for (size_t i = 0; i < count; ++i) buf[i] = rank == 0 ? it * 13 + static_cast<int32_t>(i) : -1;
+      CHECK_BRAID(rank, braidBroadcast(buf.data(), buf.data(), count, braidInt32, 0, comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        if (buf[i] != it * 13 + static_cast<int32_t>(i))
+          return fail(rank, "Broadcast %d of %zu: [%zu] = %d, want %d", it, count, i, buf[i],
+                      it * 13 + static_cast<int32_t>(i));
+      // Reduce to the last rank: now the others run ahead of it.
+      for (size_t i = 0; i < count; ++i) in[i] = it + rank * 5 + static_cast<int32_t>(i);
+      CHECK_BRAID(rank, braidReduce(in.data(), buf.data(), count, braidInt32, braidSum, size - 1, comm, nullptr));
+      if (rank == size - 1)
+        for (size_t i = 0; i < count; ++i) {
+          const int32_t want = size * (it + static_cast<int32_t>(i)) + 5 * size * (size - 1) / 2;
+          if (buf[i] != want) return fail(rank, "Reduce %d of %zu: [%zu] = %d, want %d", it, count, i, buf[i], want);
+        }
+    }
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
 TEST_CASE("small calls among big nonblocking ones in flight run in order and right", "[mp][shm][small]") {
   const int n = GENERATE(2, 3);
   INFO("nranks " << n);
