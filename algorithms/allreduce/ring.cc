@@ -1,6 +1,6 @@
 // Ring AllReduce = ring reduce-scatter, then ring all-gather, pipelined in chunks.
 //
-// Chunks go through all steps one window at a time (ringWindow: one chunk on one host).
+// Chunks go through all steps one window at a time (ringWindow: one chunk on one host of 3 or more).
 // Steps: 2(n-1) sends and receives per chunk. Bytes on the wire per rank: 2(n-1)/n * S.
 // Valid for any n >= 1 and any count (segments differ by at most one element; empty chunks are
 // skipped identically on both sides of a link). In-place needs no extra copy: the first

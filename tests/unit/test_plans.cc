@@ -105,7 +105,8 @@ TEST_CASE("chunking follows the chunk size and plans name their algorithm", "[un
 }
 
 TEST_CASE(
-    "ring AllReduce on one host takes each chunk around the ring; its forwarded sends and final outputs are marked",
+    "ring AllReduce on one host takes each chunk around the ring (two ranks: every chunk of a step first); its "
+    "forwarded sends and final outputs are marked",
     "[unit][plan]") {
   CollArgs a;
   a.coll = Coll::kAllReduce;
@@ -122,17 +123,33 @@ TEST_CASE(
         o.emplace_back(static_cast<int>(s.kind), s.kind == StepKind::kSend ? s.src.offset : s.dst.offset);
     return o;
   };
+  const int kSend = static_cast<int>(StepKind::kSend), kFold = static_cast<int>(StepKind::kRecvReduce),
+            kRecv = static_cast<int>(StepKind::kRecv);
+  // Four ranks on one host: send chunk 0, fold chunk 0 of the next segment and send that on, ...,
+  // receive its last copy; then chunk 1.
+  a.nranks = 4;  // 4 segments of 1 MiB: 4 chunks each
+  Plan four;
+  buildPlan(a, &four);
+  const std::vector<std::pair<int, uint64_t>> f = order(four);
+  REQUIRE(f.size() == 4u * 12);
+  CHECK(f[0] == std::make_pair(kSend, uint64_t{0}));
+  CHECK(f[1] == std::make_pair(kFold, uint64_t{3} << 20));
+  CHECK(f[2] == std::make_pair(kSend, uint64_t{3} << 20));
+  CHECK(f[11] == std::make_pair(kRecv, uint64_t{2} << 20));
+  CHECK(f[12] == std::make_pair(kSend, uint64_t{1} << 18));
+  // Two ranks: every chunk through the reduce-scatter, then every chunk through the all-gather (a
+  // chunk's forward goes back on the link it came from: one chunk at a time would hold the next
+  // chunk's send behind this one's fold).
+  a.nranks = 2;
   Plan one;
   buildPlan(a, &one);
-  // One host: send chunk 0, fold chunk 0 of the other segment, send that on, receive its last copy;
-  // then chunk 1.
   const std::vector<std::pair<int, uint64_t>> o = order(one);
   REQUIRE(o.size() == 32);
-  CHECK(o[0] == std::make_pair(static_cast<int>(StepKind::kSend), uint64_t{0}));
-  CHECK(o[1] == std::make_pair(static_cast<int>(StepKind::kRecvReduce), uint64_t{2} << 20));
-  CHECK(o[2] == std::make_pair(static_cast<int>(StepKind::kSend), uint64_t{2} << 20));
-  CHECK(o[3] == std::make_pair(static_cast<int>(StepKind::kRecv), uint64_t{0}));
-  CHECK(o[4] == std::make_pair(static_cast<int>(StepKind::kSend), uint64_t{1} << 18));
+  CHECK(o[0] == std::make_pair(kSend, uint64_t{0}));
+  CHECK(o[1] == std::make_pair(kFold, uint64_t{2} << 20));
+  CHECK(o[2] == std::make_pair(kSend, uint64_t{1} << 18));
+  CHECK(o[16] == std::make_pair(kSend, uint64_t{2} << 20));
+  CHECK(o[17] == std::make_pair(kRecv, uint64_t{0}));
   // Every all-gather send is fed by the fold of its chunk; only the receives of the all-gather and
   // the folds (read again by their forwarded send alone) are outputs nothing else reads.
   REQUIRE(one.fedBy.size() == one.steps.size());
