@@ -37,12 +37,14 @@ inline uint64_t chunksFor(uint64_t count, uint64_t elemSize, uint64_t chunkBytes
 // the AMD VM of perf/results/2026-12-05-small-calls.md, 5 interleaved rounds: 1 MiB 104 -> 86 us,
 // 4 MiB 437 -> 272, 16 MiB in place 1668 -> 950; 4 ranks on its 2 cores were slower so, 227 -> 286
 // at 1 MiB). The same on every rank (the order of messages on each link depends on it).
-inline uint64_t ringWindow(const int* hostOf, int n, uint64_t chunks) {
-  if (n == 2) return chunks;
-  if (hostOf == nullptr) return 1;
+inline bool ringOnOneHost(const int* hostOf, int n) {
+  if (hostOf == nullptr) return true;
   for (int i = 1; i < n; ++i)
-    if (hostOf[i] != hostOf[0]) return chunks;
-  return 1;
+    if (hostOf[i] != hostOf[0]) return false;
+  return true;
+}
+inline uint64_t ringWindow(const int* hostOf, int n, uint64_t chunks) {
+  return n == 2 || !ringOnOneHost(hostOf, n) ? chunks : 1;
 }
 
 }  // namespace braid

@@ -191,6 +191,49 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("ring AllReduce on two ranks of one host cuts a segment into at least 8 chunks, down to 64 KiB",
+          "[unit][plan]") {
+  auto stepsWithPeer = [](const CollArgs& a, uint64_t* largest) {
+    Plan p;
+    buildPlan(a, &p);
+    size_t k = 0;
+    *largest = 0;
+    for (const Step& s : p.steps)
+      if (s.peer >= 0) {
+        ++k;
+        *largest = std::max<uint64_t>(*largest, s.bytes);
+      }
+    return k;
+  };
+  CollArgs a;
+  a.coll = Coll::kAllReduce;
+  a.algo = Algo::kRing;
+  a.nranks = 2;
+  a.elemSize = 4;
+  a.chunkBytes = 1 << 18;
+  uint64_t largest = 0;
+  a.count = 1 << 18;  // 1 MiB: segments of 512 KiB, 8 chunks of 64 KiB
+  CHECK(stepsWithPeer(a, &largest) == 2u * 8 * 2);
+  CHECK(largest == 64u << 10);
+  a.count = 1 << 16;  // 256 KiB: no chunk under 64 KiB, so 2 a segment
+  CHECK(stepsWithPeer(a, &largest) == 2u * 2 * 2);
+  CHECK(largest == 64u << 10);
+  a.count = 1 << 22;  // 16 MiB: the usual 256 KiB chunks
+  CHECK(stepsWithPeer(a, &largest) == 2u * 32 * 2);
+  CHECK(largest == 256u << 10);
+  // Across hosts, and with 3 ranks, the chunk is BRAID_CHUNK_SIZE's.
+  const int hostOf[2] = {0, 1};
+  a.hostOf = hostOf;
+  a.count = 1 << 18;
+  CHECK(stepsWithPeer(a, &largest) == 2u * 2 * 2);
+  CHECK(largest == 256u << 10);
+  a.hostOf = nullptr;
+  a.nranks = 3;
+  a.count = 3 << 17;  // 1.5 MiB: segments of 512 KiB, 2 chunks each
+  CHECK(stepsWithPeer(a, &largest) == 4u * 2 * 2);
+  CHECK(largest == 256u << 10);
+}
+
 TEST_CASE("a receive feeds one send at most: a tree's receive that two children take feeds neither", "[unit][plan]") {
   for (Coll coll : {Coll::kBroadcast, Coll::kReduce, Coll::kAllReduce})
     for (Algo algo : {Algo::kRing, Algo::kTree})
