@@ -27,6 +27,9 @@ struct CollArgs {
   // and constant for its life; null means every rank on one host.
   const int* hostOf = nullptr;
   int gossipRounds = 0;  // kGossip: rounds to run; 0 = until exact where the graph allows it
+  // Every link's transport forwards (TransportCaps::forwards: shm), set by the plan cache from the
+  // links: the 2-rank ring orders its steps for it (algorithms/patterns/ring.h ringWindow).
+  bool linksForward = false;
 };
 
 void buildRingAllReduce(const CollArgs& a, Plan* plan);

@@ -79,7 +79,7 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
   timeoutSec_ = comm->settings.timeoutSec;
   spinNs_ = comm->settings.spinUs * 1000;
   // The links are connected before the engine is made, and their capabilities never change.
-  plans_.configure(linkCaps(), comm->settings.checkMismatch, comm->settings.forceLowering);
+  plans_.configure(linkCaps(), comm->rank, comm->settings.checkMismatch, comm->settings.forceLowering);
   tagsEnabled_ = !comm->tagLinks.empty();
   if (tagsEnabled_) {
     std::vector<Link*> tagLinks(n, nullptr);

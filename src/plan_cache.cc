@@ -12,7 +12,11 @@ PlanCache::Entry* PlanCache::insert(const PlanKey& key, std::unique_ptr<Plan> pl
   return &e;
 }
 
-void CollPlans::configure(std::vector<TransportCaps> peerCaps, bool checkMismatch, bool forceLowering) {
+void CollPlans::configure(std::vector<TransportCaps> peerCaps, int self, bool checkMismatch, bool forceLowering) {
+  // As the engine forwards (Engine::forwardsTo_): not where every receive-reduce is lowered.
+  linksForward_ = peerCaps.size() > 1 && !forceLowering;
+  for (size_t r = 0; r < peerCaps.size(); ++r)
+    if (static_cast<int>(r) != self && !peerCaps[r].forwards) linksForward_ = false;
   target_.peerCaps = std::move(peerCaps);
   target_.force = forceLowering;
   checkMismatch_ = checkMismatch;
@@ -35,7 +39,9 @@ const Plan* CollPlans::acquire(const CollArgs& shape, MemType mem, uint32_t** us
                e->plan->algorithm, shape.rank, e->plan->steps.size());
   } else {
     auto plan = std::make_unique<Plan>();
-    buildPlan(shape, plan.get());
+    CollArgs linked = shape;
+    linked.linksForward = linksForward_;
+    buildPlan(linked, plan.get());
     LowerTarget target = target_;
     target.bufMem[static_cast<int>(Buf::kSend)] = target.bufMem[static_cast<int>(Buf::kRecv)] = mem;
     const bool lowered = lowerPlan(target, plan.get());

@@ -83,10 +83,10 @@ class CollPlans {
   // sizes must not grow the cache without end.
   static constexpr size_t kMaxPlans = 512;
 
-  // Once the links are connected, before the first acquire(): their capabilities, indexed by rank,
-  // whether plans carry the mismatch check (BRAID_CHECK_MISMATCH) and whether every receive-reduce
-  // is lowered (BRAID_FORCE_LOWERING).
-  void configure(std::vector<TransportCaps> peerCaps, bool checkMismatch, bool forceLowering);
+  // Once the links are connected, before the first acquire(): their capabilities, indexed by rank
+  // (`self` has none), whether plans carry the mismatch check (BRAID_CHECK_MISMATCH) and whether
+  // every receive-reduce is lowered (BRAID_FORCE_LOWERING).
+  void configure(std::vector<TransportCaps> peerCaps, int self, bool checkMismatch, bool forceLowering);
 
   // The plan for `shape` with buffers of memory type `mem`, built, lowered and checked on first use.
   // Counts the caller in **users until it drops it (--**users): a plan in use is never evicted.
@@ -102,6 +102,7 @@ class CollPlans {
   PlanCache::Entry* last_ = nullptr;
   LowerTarget target_;
   bool checkMismatch_ = false;
+  bool linksForward_ = false;  // every peer's link forwards (CollArgs::linksForward)
 };
 
 }  // namespace braid

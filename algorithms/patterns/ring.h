@@ -30,21 +30,22 @@ inline uint64_t chunksFor(uint64_t count, uint64_t elemSize, uint64_t chunkBytes
 // On one host (hostOf null or all equal) one: each chunk goes around the ring while it is in cache,
 // and the shm FIFOs forward it (a received chunk folded straight into the slot that sends it on,
 // src/plan.h fedBy). Across hosts all of them, step by step: no link waits for a neighbour's chunk
-// while it has others to send, which hides a network's latency. Two ranks also all of them: there
-// a chunk's forward goes back to the rank it came from, on the one link, so one chunk at a time
-// puts the next chunk's send behind this chunk's fold on that link, and each rank's folds wait on
-// the other's; all chunks step by step let one rank's folds overlap the other's sends (2 ranks on
-// the AMD VM of perf/results/2026-12-05-small-calls.md, 5 interleaved rounds: 1 MiB 104 -> 86 us,
-// 4 MiB 437 -> 272, 16 MiB in place 1668 -> 950; 4 ranks on its 2 cores were slower so, 227 -> 286
-// at 1 MiB). The same on every rank (the order of messages on each link depends on it).
+// while it has others to send, which hides a network's latency. Two ranks whose link forwards
+// (shm) also all of them: there a chunk's forward goes back to the rank it came from, on the one
+// link, so one chunk at a time puts the next chunk's send behind this chunk's fold on that link, and
+// each rank's folds wait on the other's; all chunks step by step let one rank's folds overlap the
+// other's sends (2 ranks on the AMD VM of perf/results/2026-12-05-small-calls.md, 5 interleaved
+// rounds: 1 MiB 104 -> 86 us, 4 MiB 437 -> 272, 16 MiB in place 1668 -> 950; 4 ranks on its 2 cores
+// were slower so, 227 -> 286 at 1 MiB, and so were 2 ranks over tcp on one host, 16 MiB 4.8 ->
+// 6.3 ms). The same on every rank (the order of messages on each link depends on it).
 inline bool ringOnOneHost(const int* hostOf, int n) {
   if (hostOf == nullptr) return true;
   for (int i = 1; i < n; ++i)
     if (hostOf[i] != hostOf[0]) return false;
   return true;
 }
-inline uint64_t ringWindow(const int* hostOf, int n, uint64_t chunks) {
-  return n == 2 || !ringOnOneHost(hostOf, n) ? chunks : 1;
+inline uint64_t ringWindow(const int* hostOf, int n, bool linksForward, uint64_t chunks) {
+  return (n == 2 && linksForward) || !ringOnOneHost(hostOf, n) ? chunks : 1;
 }
 
 }  // namespace braid

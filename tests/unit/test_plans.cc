@@ -105,8 +105,8 @@ TEST_CASE("chunking follows the chunk size and plans name their algorithm", "[un
 }
 
 TEST_CASE(
-    "ring AllReduce on one host takes each chunk around the ring (two ranks: every chunk of a step first); its "
-    "forwarded sends and final outputs are marked",
+    "ring AllReduce on one host takes each chunk around the ring (two ranks over shm: every chunk of a step "
+    "first); its forwarded sends and final outputs are marked",
     "[unit][plan]") {
   CollArgs a;
   a.coll = Coll::kAllReduce;
@@ -137,10 +137,15 @@ TEST_CASE(
   CHECK(f[2] == std::make_pair(kSend, uint64_t{3} << 20));
   CHECK(f[11] == std::make_pair(kRecv, uint64_t{2} << 20));
   CHECK(f[12] == std::make_pair(kSend, uint64_t{1} << 18));
-  // Two ranks: every chunk through the reduce-scatter, then every chunk through the all-gather (a
-  // chunk's forward goes back on the link it came from: one chunk at a time would hold the next
-  // chunk's send behind this one's fold).
+  // Two ranks over forwarding links (shm): every chunk through the reduce-scatter, then every chunk
+  // through the all-gather (a chunk's forward goes back on the link it came from: one chunk at a
+  // time would hold the next chunk's send behind this one's fold).
   a.nranks = 2;
+  Plan tcp;  // links that do not forward (tcp): one chunk at a time, as with more ranks
+  buildPlan(a, &tcp);
+  CHECK(order(tcp)[2] == std::make_pair(kSend, uint64_t{2} << 20));
+  CHECK(order(tcp)[4] == std::make_pair(kSend, uint64_t{1} << 18));
+  a.linksForward = true;
   Plan one;
   buildPlan(a, &one);
   const std::vector<std::pair<int, uint64_t>> o = order(one);
@@ -191,7 +196,7 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("ring AllReduce on two ranks of one host cuts a segment into at least 8 chunks, down to 64 KiB",
+TEST_CASE("ring AllReduce on two ranks of one host over shm cuts a segment into at least 8 chunks, down to 64 KiB",
           "[unit][plan]") {
   auto stepsWithPeer = [](const CollArgs& a, uint64_t* largest) {
     Plan p;
@@ -211,6 +216,7 @@ TEST_CASE("ring AllReduce on two ranks of one host cuts a segment into at least 
   a.nranks = 2;
   a.elemSize = 4;
   a.chunkBytes = 1 << 18;
+  a.linksForward = true;  // shm
   uint64_t largest = 0;
   a.count = 1 << 18;  // 1 MiB: segments of 512 KiB, 8 chunks of 64 KiB
   CHECK(stepsWithPeer(a, &largest) == 2u * 8 * 2);
@@ -221,7 +227,13 @@ TEST_CASE("ring AllReduce on two ranks of one host cuts a segment into at least 
   a.count = 1 << 22;  // 16 MiB: the usual 256 KiB chunks
   CHECK(stepsWithPeer(a, &largest) == 2u * 32 * 2);
   CHECK(largest == 256u << 10);
-  // Across hosts, and with 3 ranks, the chunk is BRAID_CHUNK_SIZE's.
+  // Over links that do not forward (tcp), across hosts, and with 3 ranks, the chunk is
+  // BRAID_CHUNK_SIZE's.
+  a.linksForward = false;
+  a.count = 1 << 18;
+  CHECK(stepsWithPeer(a, &largest) == 2u * 2 * 2);
+  CHECK(largest == 256u << 10);
+  a.linksForward = true;
   const int hostOf[2] = {0, 1};
   a.hostOf = hostOf;
   a.count = 1 << 18;
