@@ -144,11 +144,15 @@ Status checkColl(const CallArgs& a, Checked* k) {
   return okStatus();
 }
 
+// The bytes of a checked call's buffers on all ranks of this host.
+uint64_t hostBytesOf(const CallArgs& a, const Checked& k) {
+  return (k.sendBytes + k.recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
+}
+
 // Past the cache, outputs bypass it (src/base/nt_store.h): out of place, and the call's buffers on
-// all ranks of this host exceed BRAID_NT_STORES_MIN.
+// this host exceed BRAID_NT_STORES_MIN.
 bool streamsOut(const CallArgs& a, const Checked& k) {
-  const uint64_t hostBytes = (k.sendBytes + k.recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
-  return !k.inPlace && hostBytes > a.comm->settings.ntStoresMin;
+  return !k.inPlace && hostBytesOf(a, k) > a.comm->settings.ntStoresMin;
 }
 
 // The algorithm the selector picks for a checked call.
@@ -184,8 +188,7 @@ void fillPost(const CallArgs& a, const Checked& k, PostArgs* out) {
   p.streamOut = streamsOut(a, k);
   // Under the cut, exchanges copy once, on the receiver (shm CMA).
   const uint64_t cut = a.comm->settings.ntStoresMin;
-  const uint64_t hostBytes = (k.sendBytes + k.recvBytes) * static_cast<uint64_t>(a.comm->localRanks);
-  p.singleCopy = (a.coll == Coll::kAllGather || a.coll == Coll::kAllToAll) && hostBytes <= cut;
+  p.singleCopy = (a.coll == Coll::kAllGather || a.coll == Coll::kAllToAll) && hostBytesOf(a, k) <= cut;
   // One to many (Broadcast, Scatter): over the FIFO the root copies every byte out, and out of place
   // once more into its own output, while each reader copies once; by single copy the readers do all
   // the copying and the root only its own copy. It wins while the data is in cache: up to 1/8 of
@@ -537,10 +540,10 @@ Status issueShaped(const CallArgs& a, const PostArgs& p, braidRequest_t* request
   const bool grouped = inGroupHere();
   if (a.coll != Coll::kSendRecv && !grouped) {
     // The hot path: no group, no allocation (the plan and the op come from the engine's pools).
-    // Hotter still: a small blocking call on one host, run on the mailboxes at once (host buffers
-    // come here on a communicator with a CUDA device only).
+    // Hotter still: a small blocking call on one host, run on the mailboxes at once. Without a CUDA
+    // device issue() offered it to them already, from its checked arguments.
     Status small;
-    if (!nonblocking && a.comm->engine->runSmall(smallArgsOf(p), &small)) return small;
+    if (!nonblocking && a.comm->cudaDevice >= 0 && a.comm->engine->runSmall(smallArgsOf(p), &small)) return small;
     Op* op = nullptr;
     BRAID_TRY(a.comm->engine->post(p, nonblocking, &op));
     if (nonblocking) {
