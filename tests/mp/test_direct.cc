@@ -45,8 +45,13 @@ TEST_CASE(
     "place and not",
     "[mp][shm][direct]") {
   const int n = GENERATE(2, 3, 4);
-  INFO("nranks " << n);
-  auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
+  // With BRAID_NT_STORES_MIN at 64 KiB the outputs out of place are streamed: the fold then goes
+  // through its own block a kilobyte at a time, which these counts cut off mid-block.
+  const bool streamed = GENERATE(false, true);
+  INFO("nranks " << n << (streamed ? ", outputs streamed" : ""));
+  Env env = kShm;
+  if (streamed) env["BRAID_NT_STORES_MIN"] = "64K";
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
     if (internalsOf(comm)->directPids.empty()) return fail(rank, "the communicator does not run calls in place");
     const braidDataType_t types[] = {braidInt8,   braidUint8,   braidInt32,    braidUint32,  braidInt64,
                                      braidUint64, braidFloat16, braidBfloat16, braidFloat32, braidFloat64};
