@@ -92,8 +92,12 @@ TEST_CASE(
 TEST_CASE("every other collective on braidMemAlloc memory runs in place: in place and not, every root",
           "[mp][shm][direct]") {
   const int n = GENERATE(2, 3, 4);
-  INFO("nranks " << n);
-  auto res = runComm(n, kShm, [&](braidComm_t comm, int rank, int size) {
+  // Streamed outputs (BRAID_NT_STORES_MIN 64 KiB) copy 4 KiB at a time, off the blocks here.
+  const bool streamed = GENERATE(false, true);
+  INFO("nranks " << n << (streamed ? ", outputs streamed" : ""));
+  Env env = kShm;
+  if (streamed) env["BRAID_NT_STORES_MIN"] = "64K";
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
     const size_t sz = static_cast<size_t>(size);
     // Blocks past the mailboxes, cut off cache lines.
     for (braidDataType_t dt : {braidInt32, braidFloat64}) {
