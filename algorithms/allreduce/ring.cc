@@ -26,13 +26,9 @@ void buildRingAllReduce(const CollArgs& a, Plan* plan) {
   const int right = ringPeer(r, 1, n), left = ringPeer(r, -1, n);
   const uint64_t segCount = partition(a.count, n, 0).count;
   uint64_t chunkBytes = a.chunkBytes;
-  // Two ranks on one host over forwarding links take every chunk through a step at once
-  // (ringWindow), so their folds overlap the other rank's sends only with a few chunks a segment:
-  // at least kTwoRankChunks, down to 64 KiB (shm, 3 interleaved rounds: 1 MiB 92 -> 66 us; 256 KiB
-  // and 4-64 MiB even; 32 KiB chunks no better). Across hosts the chunk stays what the network wants.
-  constexpr uint64_t kTwoRankChunks = 8, kTwoRankMinChunk = 64 << 10;
-  if (n == 2 && a.linksForward && ringOnOneHost(a.hostOf, n))
-    chunkBytes = std::min(chunkBytes, std::max(kTwoRankMinChunk, segCount * es / kTwoRankChunks));
+  // Two ranks on one host over forwarding links cut their halves finer (twoRankRingChunk). Across
+  // hosts the chunk stays what the network wants.
+  if (n == 2 && a.linksForward && ringOnOneHost(a.hostOf, n)) chunkBytes = twoRankRingChunk(segCount * es, chunkBytes);
   const uint64_t chunks = chunksFor(segCount, es, chunkBytes);
   // last[seg * chunks + c] = the step that last wrote that chunk of recvbuf (-1 = none yet).
   std::vector<int32_t> last(static_cast<size_t>(n) * chunks, -1);

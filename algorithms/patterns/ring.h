@@ -48,4 +48,14 @@ inline uint64_t ringWindow(const int* hostOf, int n, bool linksForward, uint64_t
   return (n == 2 && linksForward) || !ringOnOneHost(hostOf, n) ? chunks : 1;
 }
 
+// The chunk of a 2-rank ring AllReduce on one host over forwarding links (algorithms/allreduce/
+// ring.cc), for halves of `halfBytes`: every chunk goes through a step at once (ringWindow), so the
+// folds overlap the other rank's sends only with a few chunks a half: at least 8, down to 64 KiB
+// (shm, 3 interleaved rounds: 1 MiB 92 -> 66 us; 256 KiB and 4-64 MiB even; 32 KiB chunks no
+// better), never past `chunkBytes`. The cost model prices the ring's fill with it (topology/cost.cc).
+inline uint64_t twoRankRingChunk(uint64_t halfBytes, uint64_t chunkBytes) {
+  constexpr uint64_t kChunks = 8, kMinChunk = 64 << 10;
+  return std::min(chunkBytes, std::max(kMinChunk, halfBytes / kChunks));
+}
+
 }  // namespace braid
