@@ -56,10 +56,12 @@ static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest 
 constexpr size_t kPassBytes = 1 << 20;
 
 // A fold whose outputs are streamed goes 1 KiB at a time: reads of the inputs and non-temporal
-// writes of the outputs then alternate finely instead of in long runs of each. Measured on the
-// 2-core AMD VM, 2-rank AllReduce out of place on braidMemAlloc memory, medians of 11 alternations:
-// 16 MiB 748 -> 563 us, 64 MiB 5.19 -> 3.91 ms against 32 KiB blocks (4 KiB blocks gained nothing;
-// two threads doing the same, best of 5: 13 GB/s at 16 KiB blocks, 24-28 at 0.5-2 KiB).
+// writes of the outputs then alternate finely instead of in long runs of each. Two threads doing a
+// 2-rank AllReduce's work (best of 5, the 2-core AMD VM): 13 GB/s at 16 KiB blocks, 24-28 at 0.5-2
+// KiB, 16-20 fused in one pass. braid there, 2 ranks on braidMemAlloc memory, out of place, medians
+// of 11 alternations against 32 KiB blocks: 16 MiB 748 -> 563 and 1023 -> 740 us in two runs; at 64
+// and 256 MiB the two runs disagreed (1.33x faster, then 0.81x and 0.95x), and one build's 64 MiB
+// call ranged over 3.9-8.3 ms in 8 runs in a row (each run maps fresh pages), so no claim there.
 constexpr size_t kStreamFoldBytes = 1 << 10;
 // A streamed copy goes 4 KiB at a time, for the same reason (medians of 5 alternations against
 // 32 KiB, out of place: AllGather 2 ranks 16 / 64 MiB 1.26x / 1.55x faster, 4 ranks 1.26x / 1.18x;
