@@ -59,21 +59,25 @@ namespace {
 
 enum class CmaMode { kOff, kAuto, kOn };
 
-// Touches every page of a link's two mail rings' header lines and near payloads once, at setup:
-// ours with a write that changes nothing (no peer writes there, and none reads before the barrier
-// that follows), the peer's with a read. Some VMs charge the first access to each page through a
-// new mapping whatever was populated (MAP_POPULATE, MADV_POPULATE_WRITE; the AMD VM of
-// perf/results/2026-12-05-small-calls.md): untouched, the first 64 calls of a communicator that use
-// a near payload (41-512 bytes) took 1-2 us each instead of 0.3-0.6 (2 ranks, 64-byte AllReduce,
-// 30 calls after 20 warm-up ones: 2.26-2.48 us, touched 0.43-0.60). 36 KiB a ring: 9 pages. The 16
-// payloads behind them (1 MiB a ring by default) stay untouched: there the first 16 calls of a size
-// pay (~23 us each at 64 KiB), and touching them all cost 4 ranks 20 ms more at init on that VM
-// (133-136 -> 153-157 ms a run), for pages that calls of up to 512 bytes never use.
+// Touches every cache line of a link's two mail rings' header lines and near payloads once, at
+// setup: ours with a write that changes nothing (no peer writes there, and none reads before the
+// barrier that follows), the peer's with a read. On the AMD VM of
+// perf/results/2026-12-05-small-calls.md the first accesses to shared memory are slow whatever was
+// populated (MAP_POPULATE, MADV_POPULATE_WRITE): untouched, the first 64 calls of a communicator that
+// use a near payload (41-512 bytes) took 1-2 us each instead of 0.3-0.6 (2 ranks, 64-byte
+// AllReduce, 30 calls after 20 warm-up ones: 2.26-2.48 us; touched 0.43-0.63). Touching one line a
+// page was not enough: the calls around the ring's first turn stayed slow (2-rank 256-byte
+// AllGather, calls 41-70: 1.04-1.23 us a page, 0.56-0.66 every line). 36 KiB a ring; on that VM
+// the touch moves ~8 ms of a 4-rank run into its init (136-138 -> 143-147 ms a run), what the first
+// calls would have paid anyway. The 16 payloads behind them (1 MiB a ring by default) stay
+// untouched: there the first 16 calls of a size pay (~23 us each at 64 KiB), and touching them a
+// line a page already cost 4 ranks 20 ms more at init on that VM (133-136 -> 153-157 ms a run), for
+// memory that calls of up to 512 bytes never use.
 void touchMail(const Mailboxes& m) {
-  const size_t bytes = kMailDepth * (sizeof(MailSlot) + kNearBytes), page = 4096;
+  const size_t bytes = kMailDepth * (sizeof(MailSlot) + kNearBytes), line = 64;
   auto* out = reinterpret_cast<unsigned char*>(m.out);
   const auto* in = reinterpret_cast<const unsigned char*>(m.in);
-  for (size_t o = 0; o < bytes; o += page) {
+  for (size_t o = 0; o < bytes; o += line) {
     __atomic_fetch_or(out + o, static_cast<unsigned char>(0), __ATOMIC_RELAXED);
     (void)__atomic_load_n(in + o, __ATOMIC_RELAXED);
   }
