@@ -19,9 +19,8 @@ void setLastError(const std::string& message);
 // is instead (NULL, stale, never handed out). *out is set on success only; the slot, when asked
 // for, is the one to remove() on destroy.
 inline Status commOf(braidComm_t handle, braidComm** out, uint32_t* slot = nullptr) {
-  const HandleTable& t = commHandles();
-  void* obj = t.live(reinterpret_cast<uintptr_t>(handle), slot);
-  if (obj == nullptr) return t.whyNot(reinterpret_cast<uintptr_t>(handle));
+  void* obj = nullptr;
+  BRAID_TRY(commHandles().find(reinterpret_cast<uintptr_t>(handle), &obj, slot));  // inline on success
   *out = static_cast<braidComm*>(obj);
   return okStatus();
 }

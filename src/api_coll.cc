@@ -57,7 +57,9 @@ struct Checked {
   size_t sendMul = 1, recvMul = 1;  // elements of the send and receive buffers, in units of count
   uint64_t sendBytes = 0;           // of the send buffer this rank reads
   uint64_t recvBytes = 0;           // of the receive buffer this rank writes
-  bool reducing = false, rooted = false, inPlace = false;
+  bool inPlace = false;
+  braidRedOp_t op = braidSum;  // the call's op where it reduces, else braidSum
+  int root = 0;                // the call's root where it has one, else 0
 };
 
 // Checks a collective's arguments (the communicator and datatype are checked already). Nothing is
@@ -140,7 +142,7 @@ Status checkColl(const CallArgs& a, Checked* k) {
   }
   if (!inPlace && overlaps(s, sendBytes, r, recvBytes))
     return errorf(braidInvalidArgument, "sendbuff and recvbuff overlap without being the in-place layout");
-  *k = Checked{es, sendMul, recvMul, sendBytes, recvBytes, reducing, rooted, inPlace};
+  *k = Checked{es, sendMul, recvMul, sendBytes, recvBytes, inPlace, reducing ? a.op : braidSum, rooted ? a.root : 0};
   return okStatus();
 }
 
@@ -159,9 +161,8 @@ bool streamsOut(const CallArgs& a, const Checked& k) {
 Algo algoOf(const CallArgs& a, const Checked& k) {
   // The selector prices the whole buffer (AllGather/ReduceScatter/AllToAll: all ranks' pieces).
   const uint64_t callBytes = static_cast<uint64_t>(a.count) * k.es * std::max(k.sendMul, k.recvMul);
-  const bool avgFloat =
-      k.reducing && a.op == braidAvg &&
-      (a.dtype == braidFloat16 || a.dtype == braidBfloat16 || a.dtype == braidFloat32 || a.dtype == braidFloat64);
+  const bool avgFloat = k.op == braidAvg && (a.dtype == braidFloat16 || a.dtype == braidBfloat16 ||
+                                             a.dtype == braidFloat32 || a.dtype == braidFloat64);
   return a.comm->selector.pick(a.coll, callBytes, avgFloat);
 }
 
@@ -174,9 +175,9 @@ void fillPost(const CallArgs& a, const Checked& k, PostArgs* out) {
   p.shape.nranks = a.comm->nranks;
   p.shape.count = a.count;
   p.shape.elemSize = k.es;
-  p.shape.root = k.rooted ? a.root : 0;
+  p.shape.root = k.root;
   p.shape.inPlace = k.inPlace;
-  p.shape.avg = k.reducing && a.op == braidAvg;
+  p.shape.avg = k.op == braidAvg;
   p.shape.chunkBytes = a.comm->settings.chunkBytes;
   p.shape.algo = algoOf(a, k);
   p.shape.hostOf = a.comm->cluster.hostOf.data();
@@ -184,7 +185,7 @@ void fillPost(const CallArgs& a, const Checked& k, PostArgs* out) {
   p.send = a.send;
   p.recv = a.recv;
   p.dtype = a.dtype;
-  p.op = k.reducing ? a.op : braidSum;
+  p.op = k.op;
   p.streamOut = streamsOut(a, k);
   // Under the cut, exchanges copy once, on the receiver (shm CMA).
   const uint64_t cut = a.comm->settings.ntStoresMin;
@@ -579,17 +580,8 @@ Status issue(CallArgs a, braidStream_t stream, braidRequest_t* request, bool non
       // The hottest path: a small blocking call on one host, run on the mailboxes at once from the
       // checked arguments alone (making and filling a PostArgs was a tenth of this path).
       Status small;
-      const SmallArgs sa{a.coll,
-                         a.send,
-                         a.recv,
-                         a.count,
-                         a.count * k.es,
-                         a.dtype,
-                         k.reducing ? a.op : braidSum,
-                         k.rooted ? a.root : 0,
-                         k.inPlace,
-                         streamsOut(a, k),
-                         algoOf(a, k)};
+      const SmallArgs sa{a.coll, a.send, a.recv,    a.count,          a.count * k.es, a.dtype,
+                         k.op,   k.root, k.inPlace, streamsOut(a, k), algoOf(a, k)};
       if (a.comm->engine->runSmall(sa, &small)) return small;
     }
     PostArgs p;

@@ -222,11 +222,10 @@ TEST_CASE("AllGather goes linear on one host and ring across hosts", "[unit][sel
   CHECK(two.pick(Coll::kAllGather, 1 << 20) == Algo::kRing);
 }
 
-TEST_CASE("two ranks on one host: recursive doubling up to 512 KiB, the ring from 1 MiB; across hosts as before",
-          "[unit][select]") {
+TEST_CASE("two ranks on one host: recursive doubling up to 512 KiB, the ring from 1 MiB", "[unit][select]") {
   // The ring's reduce-scatter and all-gather wait on each other a chunk each way (topology/cost.cc);
   // recursive doubling, one exchange, does not. Measured on 2 ranks over shm, recursive doubling was
-  // 1.4-1.7x faster at 128-512 KiB, even at 1 MiB out of place and slower in place from there.
+  // 1.4-1.8x faster out of place at 128-512 KiB, even at 1 MiB out of place and slower in place there.
   const Selector one = make(ClusterShape::single(2, 2));
   for (uint64_t kib : {64, 128, 256, 512}) {
     INFO(kib << " KiB");

@@ -74,7 +74,7 @@ enum class CmaMode { kOff, kAuto, kOn };
 // line a page already cost 4 ranks 20 ms more at init on that VM (133-136 -> 153-157 ms a run), for
 // memory that calls of up to 512 bytes never use.
 void touchMail(const Mailboxes& m) {
-  const size_t bytes = kMailDepth * (sizeof(MailSlot) + kNearBytes), line = 64;
+  const size_t bytes = mailRingBytes(0), line = 64;  // the header lines and near payloads
   auto* out = reinterpret_cast<unsigned char*>(m.out);
   const auto* in = reinterpret_cast<const unsigned char*>(m.in);
   for (size_t o = 0; o < bytes; o += line) {
