@@ -17,6 +17,12 @@ Sim simulate(const CollArgs& proto, bool lowered) {
   const uint64_t count = proto.count;
   const Coll coll = proto.coll;
   sim.n = n;
+  // Each rank's contribution is a bit, and AllToAll and Scatter tag blocks above them (plan_sim.h).
+  const bool tagged = coll == Coll::kAllToAll || coll == Coll::kScatter;
+  if (n > kRankBits || (tagged && n > kMaxTagged)) {
+    sim.error = "the simulator tracks at most " + std::to_string(tagged ? kMaxTagged : kRankBits) + " ranks here";
+    return sim;
+  }
   sim.ranks.resize(n);
   for (int r = 0; r < n; ++r) {
     RankState& s = sim.ranks[r];
@@ -31,12 +37,12 @@ Sim simulate(const CollArgs& proto, bool lowered) {
     // Gather and Scatter: only the root's gathered side exists (the others' pointer may be NULL).
     if (coll == Coll::kGather) recvLen = r == proto.root ? count * n : 0;
     if (coll == Coll::kScatter) sendLen = r == proto.root ? count * n : 0;
-    s.send.assign(sendLen, Cell(1) << r);
+    s.send.assign(sendLen, rankBit(r));
     if (coll == Coll::kScatter)  // block j is for rank j: tag it as AllToAll does
-      for (uint64_t i = 0; i < sendLen; ++i) s.send[i] |= Cell(1) << (16 + i / count);
+      for (uint64_t i = 0; i < sendLen; ++i) s.send[i] |= tag(static_cast<int>(i / count));
     if (coll == Coll::kAllToAll)
       for (int j = 0; j < n; ++j)
-        for (uint64_t i = 0; i < count; ++i) s.send[j * count + i] = (Cell(1) << r) | (Cell(1) << (16 + j));
+        for (uint64_t i = 0; i < count; ++i) s.send[j * count + i] = rankBit(r) | tag(j);
     s.recv.assign(coll == Coll::kBarrier ? 0 : recvLen, 0);
     s.scratch.assign(s.plan.scratchBytes, 0);
     const bool rootOnly = coll == Coll::kGather || coll == Coll::kScatter;  // in place on the root only

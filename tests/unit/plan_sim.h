@@ -26,10 +26,18 @@
 
 namespace braid::sim {
 
-using Cell = uint32_t;                   // bit i = rank i's contribution (low 16 bits); AllToAll tags the target above
-constexpr Cell kScaled = Cell(1) << 31;  // set by a scale step (avg); never part of an AllToAll tag
+// Bit i (i < kRankBits) = rank i's contribution. AllToAll and Scatter tag a block with its target
+// rank t as bit kTagShift + t (tag(t)), below kScaled: those runs take at most kMaxTagged ranks.
+// (With 32-bit cells, tags began at bit 16 and ran into kScaled and past the word from 15 ranks on.)
+using Cell = uint64_t;
+constexpr int kRankBits = 32;
+constexpr int kTagShift = 32;
+constexpr int kMaxTagged = 31;
+constexpr Cell kScaled = Cell(1) << 63;  // set by a scale step (avg); never part of a tag
 
-inline Cell fullMask(int n) { return n >= 32 ? ~Cell(0) : (Cell(1) << n) - 1; }
+inline Cell fullMask(int n) { return n >= kRankBits ? (Cell(1) << kRankBits) - 1 : (Cell(1) << n) - 1; }
+inline Cell rankBit(int r) { return Cell(1) << r; }
+inline Cell tag(int t) { return Cell(1) << (kTagShift + t); }
 
 // Symbolic values: one Cell per byte. Each operation returns an error message, or null.
 struct Symbolic {

@@ -78,8 +78,7 @@ TEST_CASE("ring and linear allgather, chain broadcast and reduce, pairwise allto
         REQUIRE(a2a.run());
         for (int r = 0; r < n; ++r)
           for (int j = 0; j < n; ++j)
-            for (uint64_t i = 0; i < count; ++i)
-              REQUIRE(a2a.ranks[r].recv[j * count + i] == ((Cell(1) << j) | (Cell(1) << (16 + r))));
+            for (uint64_t i = 0; i < count; ++i) REQUIRE(a2a.ranks[r].recv[j * count + i] == (rankBit(j) | tag(r)));
       }
     }
     Sim b = simulate(Coll::kBarrier, n, 0, false, false);

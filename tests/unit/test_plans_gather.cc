@@ -80,8 +80,13 @@ TEST_CASE("gather and scatter plans deliver every block to its place, linear and
                 const bool alias = inPlace && r == root;
                 const std::vector<Cell>& out = alias ? s.ranks[r].send : s.ranks[r].recv;
                 const uint64_t base = alias ? r * count : 0;
-                for (uint64_t i = 0; i < count; ++i)
-                  REQUIRE(out[base + i] == ((Cell(1) << root) | (Cell(1) << (16 + r))));
+                for (uint64_t i = 0; i < count; ++i) {
+                  REQUIRE(out[base + i] == (rankBit(root) | tag(r)));
+                  // The tag is a bit of its own: not a rank's, not kScaled (with 32-bit cells rank 15's
+                  // tag was kScaled, and rank 16's shifted past the word).
+                  REQUIRE(__builtin_popcountll(out[base + i]) == 2);
+                  REQUIRE((out[base + i] & kScaled) == 0);
+                }
               }
             }
           }
