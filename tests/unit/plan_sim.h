@@ -31,11 +31,11 @@ namespace braid::sim {
 // (With 32-bit cells, tags began at bit 16 and ran into kScaled and past the word from 15 ranks on.)
 using Cell = uint64_t;
 constexpr int kRankBits = 32;
-constexpr int kTagShift = 32;
-constexpr int kMaxTagged = 31;
-constexpr Cell kScaled = Cell(1) << 63;  // set by a scale step (avg); never part of a tag
+constexpr int kTagShift = kRankBits;
+constexpr Cell kScaled = Cell(1) << 63;     // set by a scale step (avg); never part of a tag
+constexpr int kMaxTagged = 63 - kTagShift;  // tags stay below kScaled
 
-inline Cell fullMask(int n) { return n >= kRankBits ? (Cell(1) << kRankBits) - 1 : (Cell(1) << n) - 1; }
+inline Cell fullMask(int n) { return (Cell(1) << std::min(n, kRankBits)) - 1; }
 inline Cell rankBit(int r) { return Cell(1) << r; }
 inline Cell tag(int t) { return Cell(1) << (kTagShift + t); }
 
