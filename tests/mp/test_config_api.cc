@@ -16,6 +16,7 @@
 #include "src/comm.h"
 #include "src/cuda/runtime.h"
 #include "tests/mp/harness.h"
+#include "tests/scratch_dir.h"
 
 using namespace braidtest;
 
@@ -282,9 +283,8 @@ TEST_CASE("braidMemAlloc gives page-aligned zeroed host memory; braidMemFree ref
 }
 
 TEST_CASE("a topology file's chunk_bytes is the chunk the plans are cut in", "[mp][config][topo]") {
-  char dir[] = "/tmp/braid-chunk-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string d = dir;
+  ScratchDir dir("chunk");
+  const std::string& d = dir.path();
   // A machine dump, with the cost line's chunk set to 4 KiB (the default is 256 KiB).
   auto res = runComm(2, {{"BRAID_TOPO_DUMP_FILE", d + "/machine.topo"}}, [](braidComm_t, int, int) { return 0; });
   REQUIRE(allOk(res));
@@ -327,13 +327,11 @@ TEST_CASE("a topology file's chunk_bytes is the chunk the plans are cut in", "[m
   pclose(ls);
   CHECK(sends > 0);
   CHECK(largest == 4096);
-  CHECK(system(("rm -rf " + d).c_str()) == 0);
 }
 
 TEST_CASE("BRAID_DEBUG_SUBSYS=P2P logs each send and receive posted, with peer and bytes", "[mp][config][p2p]") {
-  char dir[] = "/tmp/braid-p2plog-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string d = dir;
+  ScratchDir dir("p2plog");
+  const std::string& d = dir.path();
   const Env env = {{"BRAID_DEBUG_SUBSYS", "P2P"}, {"BRAID_DEBUG_FILE", d + "/log.%p"}};
   auto res = runComm(2, env, [](braidComm_t comm, int rank, int) {
     std::vector<int32_t> mine(16, rank), theirs(16, -1);
@@ -358,7 +356,6 @@ TEST_CASE("BRAID_DEBUG_SUBSYS=P2P logs each send and receive posted, with peer a
   CHECK(all.find("receive from rank 1: 64 bytes") != std::string::npos);
   CHECK(all.find("send to rank 0: 64 bytes") != std::string::npos);
   CHECK(all.find("receive from rank 0: 64 bytes") != std::string::npos);
-  CHECK(system(("rm -rf " + d).c_str()) == 0);
 }
 
 // config->p2pTags decides over BRAID_P2P_TAGS, both ways; a derived communicator (split) keeps it.

@@ -15,6 +15,7 @@
 #include "src/base/socket.h"
 #include "src/bootstrap.h"
 #include "tests/mp/harness.h"
+#include "tests/scratch_dir.h"
 
 using namespace braidtest;
 
@@ -82,13 +83,20 @@ TEST_CASE("invalid arguments are refused with braidInvalidArgument and buffers s
 }
 
 TEST_CASE("bad configuration is a clear error at init", "[mp][errors]") {
-  braidComm_t comm = nullptr;
-  braidUniqueId id;
-  memset(&id, 0, sizeof(id));
-  CHECK(braidCommInitRank(&comm, 2, id, 0) == braidInvalidArgument);  // not an id
-  CHECK(braidCommInitRank(&comm, 0, id, 0) == braidInvalidArgument);
-  CHECK(braidCommInitRank(nullptr, 1, id, 0) == braidInvalidArgument);
-  CHECK(comm == nullptr);
+  // In a child, as every init here: an init in the test process would set up its logger, once per
+  // process, from this environment, and every later test's ranks would inherit that logger.
+  auto bad = forkRanks(1, {}, [](int rank, int) {
+    braidComm_t comm = nullptr;
+    braidUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (braidCommInitRank(&comm, 2, id, 0) != braidInvalidArgument) return fail(rank, "a zeroed id was taken");
+    if (braidCommInitRank(&comm, 0, id, 0) != braidInvalidArgument) return fail(rank, "0 ranks were taken");
+    if (braidCommInitRank(nullptr, 1, id, 0) != braidInvalidArgument) return fail(rank, "a null comm was taken");
+    if (comm != nullptr) return fail(rank, "a refused init set the comm");
+    return 0;
+  });
+  INFO(describe(bad));
+  REQUIRE(allOk(bad));
   for (auto [var, value, needle] : {std::tuple{"BRAID_SOCKET_IFNAME", "nosuchif0", "nosuchif0"},
                                     std::tuple{"BRAID_TRANSPORTS", "shm,carrierpigeon", "carrierpigeon"},
                                     std::tuple{"BRAID_TIMEOUT", "soon", "BRAID_TIMEOUT"}}) {
@@ -127,21 +135,8 @@ static std::vector<RankResult> initFailsEverywhere(int n, const Env& env, std::v
       120);
 }
 
-// A private directory for FIFOs, links and dumps; removed with its entries.
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    char tmpl[] = "/tmp/braid-errors-XXXXXX";
-    if (mkdtemp(tmpl) != nullptr) path = tmpl;
-  }
-  ~ScratchDir() {
-    if (!path.empty()) (void)system(("rm -rf '" + path + "'").c_str());
-  }
-};
-
 TEST_CASE("a setting out of its range fails init on every rank naming the variable and the range", "[mp][errors]") {
-  ScratchDir dir;
-  REQUIRE(!dir.path.empty());
+  ScratchDir dir("errors");
   // Each of these was accepted and misbehaved later: a negative heartbeat period (a healthy job
   // failed at its first op), a deadline in the past, a slot size wrapped to 256K or an 8 GiB
   // segment per rank, a crawling socket, a check silently left off, logs silently at WARN.
@@ -168,7 +163,7 @@ TEST_CASE("a setting out of its range fails init on every rank naming the variab
   }
   // A log file that cannot be opened (a directory) fails init too, instead of logging elsewhere
   // in silence.
-  auto res = initFailsEverywhere(2, {{"BRAID_DEBUG_FILE", dir.path}}, {"BRAID_DEBUG_FILE", dir.path});
+  auto res = initFailsEverywhere(2, {{"BRAID_DEBUG_FILE", dir.path()}}, {"BRAID_DEBUG_FILE", dir.path()});
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
@@ -201,9 +196,8 @@ TEST_CASE("BRAID_CHECK_MISMATCH takes the usual spellings of true", "[mp][errors
 }
 
 TEST_CASE("a FIFO as BRAID_TOPO_FILE or BRAID_DEBUG_FILE fails init instead of hanging", "[mp][errors][topo]") {
-  ScratchDir dir;
-  REQUIRE(!dir.path.empty());
-  const std::string fifo = dir.path + "/fifo";
+  ScratchDir dir("errors");
+  const std::string fifo = dir.path() + "/fifo";
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   // Opening a FIFO waits for the other end: past BRAID_TIMEOUT, forever.
   for (const char* var : {"BRAID_TOPO_FILE", "BRAID_DEBUG_FILE"}) {
@@ -214,17 +208,16 @@ TEST_CASE("a FIFO as BRAID_TOPO_FILE or BRAID_DEBUG_FILE fails init instead of h
 }
 
 TEST_CASE("BRAID_TOPO_DUMP_FILE never replaces a FIFO or symlink or directory", "[mp][errors][topo]") {
-  ScratchDir dir;
-  REQUIRE(!dir.path.empty());
-  const std::string fifo = dir.path + "/fifo", target = dir.path + "/target", link = dir.path + "/link";
+  ScratchDir dir("errors");
+  const std::string fifo = dir.path() + "/fifo", target = dir.path() + "/target", link = dir.path() + "/link";
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   FILE* f = fopen(target.c_str(), "w");
   REQUIRE(f != nullptr);
   fputs("precious\n", f);
   fclose(f);
   REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
-  REQUIRE(mkdir((dir.path + "/sub").c_str(), 0700) == 0);
-  for (const std::string& bad : {fifo, link, dir.path + "/sub"}) {
+  REQUIRE(mkdir((dir.path() + "/sub").c_str(), 0700) == 0);
+  for (const std::string& bad : {fifo, link, dir.path() + "/sub"}) {
     // One rank: the dump is rank 0's (no %r), and its init is the one that must say so.
     auto res = initFailsEverywhere(1, {{"BRAID_TOPO_DUMP_FILE", bad}}, {"BRAID_TOPO_DUMP_FILE", "not replacing"});
     INFO(bad << "\n" << describe(res));
@@ -235,7 +228,7 @@ TEST_CASE("BRAID_TOPO_DUMP_FILE never replaces a FIFO or symlink or directory", 
   CHECK(S_ISFIFO(st.st_mode));
   REQUIRE(lstat(link.c_str(), &st) == 0);
   CHECK(S_ISLNK(st.st_mode));
-  REQUIRE(lstat((dir.path + "/sub").c_str(), &st) == 0);
+  REQUIRE(lstat((dir.path() + "/sub").c_str(), &st) == 0);
   CHECK(S_ISDIR(st.st_mode));
   char buf[32] = {};
   f = fopen(target.c_str(), "r");
@@ -244,7 +237,7 @@ TEST_CASE("BRAID_TOPO_DUMP_FILE never replaces a FIFO or symlink or directory", 
   fclose(f);
   CHECK(std::string(buf) == "precious\n");
   // Nothing is left beside them (no temporary file).
-  CHECK(system(("test $(ls -A '" + dir.path + "' | wc -l) -eq 4").c_str()) == 0);
+  CHECK(system(("test $(ls -A '" + dir.path() + "' | wc -l) -eq 4").c_str()) == 0);
 }
 
 TEST_CASE("a rank killed mid-AllReduce makes every other rank fail naming it", "[mp][errors][failure]") {

@@ -13,6 +13,7 @@
 
 #include "src/comm.h"
 #include "tests/mp/harness.h"
+#include "tests/scratch_dir.h"
 
 using namespace braidtest;
 
@@ -101,9 +102,8 @@ bool shmAndTcp() {
 TEST_CASE("a corrupting shm link falls back to tcp on both sides, and says so at INFO", "[mp][linkcheck]") {
   if (!shmAndTcp()) return;
   for (int n : {3, 4}) {
-    char tmpl[] = "/tmp/braid-linkcheck-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    const std::string dir = tmpl;
+    ScratchDir scratch("linkcheck");
+    const std::string& dir = scratch.path();
     Env env = faultEnv("shm,tcp", "shm:0-1:corrupt", "5000");
     env["BRAID_DEBUG"] = "INFO";
     env["BRAID_DEBUG_SUBSYS"] = "INIT";

@@ -5,6 +5,7 @@ BRAID_TORCH_REQUIRED=1 (set by meson when it built the module): then an import f
 Ranks are forked from the test process after torch was imported (cheaper than spawning: importing
 torch costs seconds per process on 2 shared cores), so a rank must not use tensors before the fork.
 """
+import atexit
 import os
 import queue
 import sys
@@ -74,10 +75,22 @@ def free_port():
 
 
 def temp_path(tag):
-    """A fresh path for a file:// rendezvous (the file must not exist yet)."""
+    """A fresh path for a file:// rendezvous (the file must not exist yet). The process that asked
+    removes it when it exits: a FileStore removes its file only when every rank closes it cleanly,
+    so a test that kills a rank would otherwise leave it in /tmp."""
     fd, path = tempfile.mkstemp(prefix=f"braid-torch-{tag}-")
     os.close(fd)
     os.unlink(path)
+    owner = os.getpid()
+
+    def remove():
+        if os.getpid() == owner:  # not in a forked rank that leaves through the interpreter's exit
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    atexit.register(remove)
     return path
 
 

@@ -12,6 +12,7 @@
 
 #include "src/base/config.h"
 #include "src/cuda/runtime.h"
+#include "tests/scratch_dir.h"
 #include "topology/topology.h"
 
 namespace braid {
@@ -40,24 +41,6 @@ class ScopedEnv {
   const char* name_;
   bool hadOld_ = false;
   std::string old_;
-};
-
-// A fresh directory under /tmp, removed with its entries.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/braid-config-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::string cmd = "rm -rf '" + path_ + "'";
-    (void)system(cmd.c_str());
-  }
-  std::string file(const char* name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
 };
 
 bool mentions(const Status& s, const char* a, const char* b = "") {
@@ -236,7 +219,7 @@ TEST_CASE("enums and lists refuse unknown names, naming the variable", "[unit][c
 }
 
 TEST_CASE("a log file that cannot be written without blocking is an init error", "[unit][config]") {
-  TempDir dir;
+  braidtest::ScratchDir dir("config");
   const std::string fifo = dir.file("fifo");
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   for (const std::string& bad : {fifo, dir.file("")}) {
@@ -255,7 +238,7 @@ TEST_CASE("a log file that cannot be written without blocking is an init error",
 }
 
 TEST_CASE("a topology file must be a regular file; a dump replaces only a regular file", "[unit][config][topo]") {
-  TempDir dir;
+  braidtest::ScratchDir dir("config");
   const std::string fifo = dir.file("fifo");
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   topo::TopoFile loaded;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "braid_build_config.h"
+#include "tests/scratch_dir.h"
 #include "topology/topology.h"
 
 #ifndef BRAID_SOURCE_DIR
@@ -405,15 +406,12 @@ TEST_CASE("loadTopoFile names an unreadable file", "[unit][topo]") {
 
 TEST_CASE("dumpTopoFile writes what loadTopoFile reads", "[unit][topo]") {
   TopoFile f = loadExample("pcie-4gpu");
-  char dir[] = "/tmp/braid-topo-test-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  const std::string path = std::string(dir) + "/m.topo";
+  braidtest::ScratchDir dir("topo-test");
+  const std::string path = dir.file("m.topo");
   REQUIRE(dumpTopoFile(path, f).ok());
   TopoFile g;
   REQUIRE(loadTopoFile(path, &g).ok());
   CHECK(formatTopoFile(g) == formatTopoFile(f));
-  std::remove(path.c_str());
-  rmdir(dir);
 }
 
 // Random byte edits of a valid file: the parser must either reject with a line number or accept
