@@ -187,13 +187,19 @@ fi
 
 if [[ $which == tsan || $which == all ]]; then
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1  # no suppressions
+  # UCM's memory hooks off (UCX installs them when libucp loads, in ranks whose BRAID_TRANSPORTS
+  # names ucx): glibc's start_thread calls madvise on the new thread's stack guard before TSan has
+  # set the thread up, UCM's madvise takes its event lock through TSan's rwlock interceptor, and
+  # the rank dies of SIGSEGV (in __tsan::MutexPreReadLock from ucm_event_enter from ucm_madvise).
+  # braid needs none of UCM's events: it maps and registers its own memory with ucp_mem_map.
+  export UCX_MEM_EVENTS=no
   # Not the torch tests: TSan cannot see the atomics of uninstrumented torch, gloo and libstdc++
   # (reference counts of c10d work objects, of exception_ptr, of torch's copy-on-write strings), so
   # with the runtime preloaded into python it reports races inside them (pthread_cond_destroy under
   # ProcessGroupGloo::AsyncWork, operator delete under std::runtime_error) with no braid frame.
   echo "== tsan: the torch tests skip (TSan reports races inside uninstrumented torch and libstdc++)" >&2
   run_one "tsan" build-tsan "${TIMEOUT_MULTIPLIER_TSAN:-6}" "" -Db_sanitize=thread -Db_lundef=false
-  unset TSAN_OPTIONS
+  unset TSAN_OPTIONS UCX_MEM_EVENTS
 fi
 
 for v in "${verdicts[@]}"; do echo "$v"; done

@@ -257,3 +257,44 @@ TEST_CASE("ucx: a rank that sends its last messages and leaves at once: the peer
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+namespace {
+
+// The UCX libraries mapped into this process, by name ("libucs.so.0 libucm.so.0"); "" when none.
+std::string ucxLibrariesLoaded() {
+  const std::string maps = readFile("/proc/self/maps");
+  std::string found;
+  for (const char* lib : {"libucp.so", "libuct.so", "libucs.so", "libucm.so"})
+    if (maps.find(std::string("/") + lib) != std::string::npos) found += (found.empty() ? "" : " ") + std::string(lib);
+  return found;
+}
+
+}  // namespace
+
+// libucs's constructor patches mmap, munmap, madvise and brk of the whole process (UCM's hooks): a
+// process that never asks for ucx must not carry them. (This test binary links braid's internals,
+// not UCX; each rank checks its own mappings after an AllReduce.)
+TEST_CASE("ucx: UCX is loaded only into a process whose BRAID_TRANSPORTS names it", "[mp][ucx]") {
+  auto res = runComm(2, {{"BRAID_TRANSPORTS", "shm,tcp"}}, [](braidComm_t comm, int rank, int) {
+    float f = 1.0f;
+    CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+    const std::string loaded = ucxLibrariesLoaded();
+    if (!loaded.empty()) return fail(rank, "BRAID_TRANSPORTS=shm,tcp, yet loaded: %s", loaded.c_str());
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
+  if (!underTest("ucx")) {
+    WARN("ucx is not compiled in or does not work here: the half that loads it is skipped");
+    return;
+  }
+  res = runComm(2, {{"BRAID_TRANSPORTS", "ucx"}}, [](braidComm_t comm, int rank, int) {
+    float f = 1.0f;
+    CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+    if (f != 2.0f) return fail(rank, "AllReduce over ucx gave %g", f);
+    if (ucxLibrariesLoaded().find("libucp.so") == std::string::npos) return fail(rank, "ucx ran without libucp?");
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
+}

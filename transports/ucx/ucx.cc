@@ -33,7 +33,6 @@
 // (and make shared-memory senders signal us); progress() arms it once the worker has been idle for
 // kArmAfterNs, well before the engine's background thread goes to sleep on it (after a millisecond
 // idle), and forgets the arming whenever the worker progresses (an event was consumed).
-#include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -45,6 +44,7 @@
 #include "src/base/config.h"
 #include "src/base/log.h"
 #include "transports/transport.h"
+#include "transports/ucx/ucx_api.h"
 #include "transports/ucx/ucx_link.h"
 #include "transports/ucx/ucx_rma_link.h"
 
@@ -127,7 +127,7 @@ bool sharedMemoryOnlyTls() {
 }
 
 Status ucxError(ucs_status_t st, const char* what) {
-  return errorf(braidSystemError, "ucx: %s: %s", what, ucs_status_string(st));
+  return errorf(braidSystemError, "ucx: %s: %s", what, ucx().ucs_status_string(st));
 }
 
 class UcxTransport final : public Transport {
@@ -248,9 +248,10 @@ Status UcxTransport::readSettings() {
 
 Status UcxTransport::start() {
   BRAID_TRY(readSettings());
+  BRAID_TRY(loadUcx());
   sharedMemoryOnly_ = sharedMemoryOnlyTls();
   ucp_config_t* config = nullptr;
-  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);  // UCX_* from the environment
+  ucs_status_t st = ucx().ucp_config_read(nullptr, nullptr, &config);  // UCX_* from the environment
   if (st != UCS_OK) return ucxError(st, "ucp_config_read");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -258,8 +259,8 @@ Status UcxTransport::start() {
   if (proto_ == Proto::kRma) params.features |= UCP_FEATURE_RMA | UCP_FEATURE_AM;
   // registerMemory may run on a caller's thread while the executor's thread progresses the worker.
   params.mt_workers_shared = 1;
-  st = ucp_init(&params, config, &context_);
-  ucp_config_release(config);
+  st = ucx().ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
+  ucx().ucp_config_release(config);
   if (st != UCS_OK) {
     context_ = nullptr;
     return ucxError(st, "ucp_init");
@@ -268,15 +269,15 @@ Status UcxTransport::start() {
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // One thread at a time (the executor's lock), not always the same one.
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  st = ucp_worker_create(context_, &wp, &worker_);
+  st = ucx().ucp_worker_create(context_, &wp, &worker_);
   if (st != UCS_OK) {
     worker_ = nullptr;
     return ucxError(st, "ucp_worker_create");
   }
-  st = ucp_worker_get_efd(worker_, &efd_);
+  st = ucx().ucp_worker_get_efd(worker_, &efd_);
   if (st != UCS_OK) {
     // Some transports cannot wake a sleeper; the engine then polls, as it does shm.
-    BRAID_INFO(kLogNet, "ucx: no worker event descriptor (%s): polling only", ucs_status_string(st));
+    BRAID_INFO(kLogNet, "ucx: no worker event descriptor (%s): polling only", ucx().ucs_status_string(st));
     efd_ = -1;
   }
   if (proto_ == Proto::kRma) {
@@ -288,7 +289,7 @@ Status UcxTransport::start() {
     hp.flags = UCP_AM_FLAG_WHOLE_MSG;
     hp.cb = &UcxTransport::onAm;
     hp.arg = this;
-    st = ucp_worker_set_am_recv_handler(worker_, &hp);
+    st = ucx().ucp_worker_set_am_recv_handler(worker_, &hp);
     if (st != UCS_OK) return ucxError(st, "ucp_worker_set_am_recv_handler");
   }
   return okStatus();
@@ -299,7 +300,7 @@ ucs_status_t UcxTransport::onAm(void* arg, const void* header, size_t headerByte
   auto* t = static_cast<UcxTransport*>(arg);
   // braid sends eager messages only: a rendezvous one comes from no braid peer; its data is dropped.
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    ucp_am_data_release(t->worker_, data);
+    ucx().ucp_am_data_release(t->worker_, data);
     return UCS_OK;
   }
   uint32_t rank = 0;
@@ -348,7 +349,7 @@ void UcxTransport::finishGoodbyes() {
   };
   const int64_t until = nowNs() + kGoodbyeNs;
   while ((waiting() || acksOwed_ != 0) && nowNs() < until) {
-    ucp_worker_progress(worker_);
+    ucx().ucp_worker_progress(worker_);
     answerGoodbyes();
   }
   if (waiting())
@@ -375,29 +376,29 @@ UcxTransport::~UcxTransport() {
     int quiet = 0;
     auto closing = [this] {
       for (const auto& st : states_)
-        if (st->closing != nullptr && ucp_request_check_status(st->closing) == UCS_INPROGRESS) return true;
+        if (st->closing != nullptr && ucx().ucp_request_check_status(st->closing) == UCS_INPROGRESS) return true;
       return false;
     };
     while ((quiet < kQuietPasses || closing()) && nowNs() < until)
-      quiet = ucp_worker_progress(worker_) == 0 ? quiet + 1 : 0;
+      quiet = ucx().ucp_worker_progress(worker_) == 0 ? quiet + 1 : 0;
     if (closing())
       BRAID_WARN(kLogNet, "ucx: closing the endpoints did not finish within %lld ms",
                  static_cast<long long>(kDrainNs / 1000000));
   }
   for (const auto& st : states_) {
-    if (st->closing != nullptr) ucp_request_free(st->closing);
+    if (st->closing != nullptr) ucx().ucp_request_free(st->closing);
     for (void* r : st->ctlReq)
-      if (r != nullptr) ucp_request_free(r);
+      if (r != nullptr) ucx().ucp_request_free(r);
   }
   releaseRegions();
-  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (worker_ != nullptr) ucx().ucp_worker_destroy(worker_);
   // The rings only once nothing can write into them or read from them any more.
   for (const Rings& r : rings_) {
-    if (r.recv != nullptr) ucp_mem_unmap(context_, r.recv);
-    if (r.staging != nullptr) ucp_mem_unmap(context_, r.staging);
+    if (r.recv != nullptr) ucx().ucp_mem_unmap(context_, r.recv);
+    if (r.staging != nullptr) ucx().ucp_mem_unmap(context_, r.staging);
     std::free(r.stagingBase);
   }
-  if (context_ != nullptr) ucp_cleanup(context_);
+  if (context_ != nullptr) ucx().ucp_cleanup(context_);
 }
 
 bool UcxTransport::peerErrors(const TransportContext& ctx, int peer) const {
@@ -414,7 +415,7 @@ Status UcxTransport::exchangeAddresses(const TransportContext& ctx, bool publish
   size_t mineLen = 0;
   Status local = okStatus();
   if (publish) {
-    ucs_status_t st = ucp_worker_get_address(worker_, &mine, &mineLen);
+    ucs_status_t st = ucx().ucp_worker_get_address(worker_, &mine, &mineLen);
     if (st != UCS_OK) local = ucxError(st, "ucp_worker_get_address");
   }
   if (!local.ok())
@@ -442,7 +443,7 @@ Status UcxTransport::exchangeAddresses(const TransportContext& ctx, bool publish
     all->assign(n * longest, 0);
     s = ctx.allGather(padded.data(), longest, all->data());
   }
-  if (mine != nullptr) ucp_worker_release_address(worker_, mine);
+  if (mine != nullptr) ucx().ucp_worker_release_address(worker_, mine);
   *addrStride = longestAddr;
   *stride = longest;
   BRAID_TRY(s);
@@ -461,15 +462,15 @@ Status UcxTransport::prepareRings(const TransportContext& ctx, const std::vector
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   mp.length = total;
   mp.flags = UCP_MEM_MAP_ALLOCATE;
-  ucs_status_t st = ucp_mem_map(context_, &mp, &r.recv);
+  ucs_status_t st = ucx().ucp_mem_map(context_, &mp, &r.recv);
   if (st != UCS_OK) {
     r.recv = nullptr;
     return errorf(braidSystemError, "ucx: ucp_mem_map of %llu bytes of receive rings: %s",
-                  static_cast<unsigned long long>(total), ucs_status_string(st));
+                  static_cast<unsigned long long>(total), ucx().ucs_status_string(st));
   }
   ucp_mem_attr_t attr{};
   attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-  st = ucp_mem_query(r.recv, &attr);
+  st = ucx().ucp_mem_query(r.recv, &attr);
   if (st != UCS_OK || attr.length < total) return ucxError(st, "ucp_mem_query of the receive rings");
   r.recvBase = static_cast<uint8_t*>(attr.address);
   r.recvBytes = total;
@@ -481,14 +482,14 @@ Status UcxTransport::prepareRings(const TransportContext& ctx, const std::vector
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = r.stagingBase;
   mp.length = total;
-  st = ucp_mem_map(context_, &mp, &r.staging);
+  st = ucx().ucp_mem_map(context_, &mp, &r.staging);
   if (st != UCS_OK) {
     r.staging = nullptr;
     return ucxError(st, "ucp_mem_map of the staging rings");
   }
   void* packed = nullptr;
   size_t packedBytes = 0;
-  st = ucp_rkey_pack(context_, r.recv, &packed, &packedBytes);
+  st = ucx().ucp_rkey_pack(context_, r.recv, &packed, &packedBytes);
   if (st != UCS_OK) return ucxError(st, "ucp_rkey_pack of the receive rings");
   const size_t n = static_cast<size_t>(ctx.nranks);
   RmaHead h;
@@ -504,7 +505,7 @@ Status UcxTransport::prepareRings(const TransportContext& ctx, const std::vector
   memcpy(record->data(), &h, sizeof(h));
   memcpy(record->data() + sizeof(h), offsets.data(), n * sizeof(uint64_t));
   memcpy(record->data() + sizeof(h) + n * sizeof(uint64_t), packed, packedBytes);
-  ucp_rkey_buffer_release(packed);
+  ucx().ucp_rkey_buffer_release(packed);
   return okStatus();
 }
 
@@ -620,7 +621,7 @@ Status UcxTransport::progress(int* failedPeer) {
   if (links_.empty() && rmaLinks_.empty()) return okStatus();
   unsigned events = 0;
   for (int i = 0; i < kMaxWorkerPasses; ++i) {
-    const unsigned k = ucp_worker_progress(worker_);
+    const unsigned k = ucx().ucp_worker_progress(worker_);
     events += k;
     if (k == 0) break;
   }
@@ -638,7 +639,7 @@ Status UcxTransport::progress(int* failedPeer) {
     idleSince_ = now;
   } else if (now - idleSince_ >= kArmAfterNs) {
     // UCS_ERR_BUSY: events arrived meanwhile; the next pass progresses them and arms later.
-    armed_ = ucp_worker_arm(worker_) == UCS_OK;
+    armed_ = ucx().ucp_worker_arm(worker_) == UCS_OK;
   }
   return okStatus();
 }
@@ -651,10 +652,10 @@ Status UcxTransport::registerRegion(Region* region) {
   mp.address = region->base;
   mp.length = region->bytes;
   ucp_mem_h memh = nullptr;
-  ucs_status_t st = ucp_mem_map(context_, &mp, &memh);
+  ucs_status_t st = ucx().ucp_mem_map(context_, &mp, &memh);
   if (st != UCS_OK)
     return errorf(braidSystemError, "ucx: ucp_mem_map of %zu bytes at %p: %s", region->bytes, region->base,
-                  ucs_status_string(st));
+                  ucx().ucs_status_string(st));
   region->key[0] = reinterpret_cast<uintptr_t>(memh);
   return okStatus();
 }
@@ -662,7 +663,7 @@ Status UcxTransport::registerRegion(Region* region) {
 void UcxTransport::deregisterRegion(Region* region) {
   auto memh = reinterpret_cast<ucp_mem_h>(region->key[0]);
   if (memh == nullptr) return;
-  ucp_mem_unmap(context_, memh);
+  ucx().ucp_mem_unmap(context_, memh);
   region->key[0] = 0;
 }
 

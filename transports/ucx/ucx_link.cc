@@ -46,10 +46,10 @@ Status openUcxEndpoint(ucp_worker_h worker, UcxEndpointState* state, const ucp_a
     p.err_handler.arg = state;
   }
   ucp_ep_h ep = nullptr;
-  ucs_status_t st = ucp_ep_create(worker, &p, &ep);
+  ucs_status_t st = ucx().ucp_ep_create(worker, &p, &ep);
   if (st != UCS_OK)
     return errorf(braidSystemError, "ucx: cannot create the endpoint to peer rank %d (host %s): %s%s", peer,
-                  peerHost.c_str(), ucs_status_string(st),
+                  peerHost.c_str(), ucx().ucs_status_string(st),
                   peerErrors ? " (peer-failure reports need a UCX transport that has them, such as tcp: see UCX_TLS "
                                "and BRAID_UCX_ERR_MODE)"
                              : "");
@@ -62,7 +62,7 @@ void closeUcxEndpoint(ucp_ep_h ep, UcxEndpointState* state, bool pending, bool p
     ucp_request_param_t p;
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = pending ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    void* r = ucp_ep_close_nbx(ep, &p);
+    void* r = ucx().ucp_ep_close_nbx(ep, &p);
     if (UCS_PTR_IS_PTR(r)) state->closing = r;
   }
 }
@@ -75,7 +75,7 @@ Status UcxLink::open(const ucp_address_t* peerAddress, bool peerErrors) {
 
 Status UcxLink::endpointFailed() {
   return fail(errorf(braidRemoteError, "ucx: connection to peer rank %d (host %s) failed: %s", peer_, peerHost_.c_str(),
-                     ucs_status_string(state_->error)));
+                     ucx().ucs_status_string(state_->error)));
 }
 
 Status UcxLink::fail(Status s) {
@@ -88,7 +88,7 @@ Status UcxLink::fail(Status s) {
 
 Status UcxLink::requestError(ucs_status_t st, const char* op, const Xfer* x) {
   return fail(errorf(braidRemoteError, "ucx: %s of %zu bytes with peer rank %d (host %s) failed: %s", op,
-                     op[0] == 's' ? x->bytes : x->capacity, peer_, peerHost_.c_str(), ucs_status_string(st)));
+                     op[0] == 's' ? x->bytes : x->capacity, peer_, peerHost_.c_str(), ucx().ucs_status_string(st)));
 }
 
 Status UcxLink::postSend(Xfer* x) {
@@ -106,7 +106,7 @@ Status UcxLink::postSend(Xfer* x) {
     p.memh = reinterpret_cast<ucp_mem_h>(x->region->key[0]);
   }
   const uint64_t tag = sendTagBase_ | (sendSeq_++ & kUcxSeqMask);
-  void* r = ucp_tag_send_nbx(ep_, x->data, x->bytes, tag, &p);
+  void* r = ucx().ucp_tag_send_nbx(ep_, x->data, x->bytes, tag, &p);
   if (UCS_PTR_IS_ERR(r)) return requestError(UCS_PTR_STATUS(r), "send", x);
   // NULL: the message left at once (small and eager); completed in order by progress().
   x->tp[0] = reinterpret_cast<uintptr_t>(r);
@@ -132,7 +132,7 @@ Status UcxLink::postRecv(Xfer* x) {
     p.memh = reinterpret_cast<ucp_mem_h>(x->region->key[0]);
   }
   const uint64_t tag = recvTagBase_ | (recvSeq_++ & kUcxSeqMask);
-  void* r = ucp_tag_recv_nbx(worker_, x->data, x->capacity, tag, ~uint64_t{0}, &p);
+  void* r = ucx().ucp_tag_recv_nbx(worker_, x->data, x->capacity, tag, ~uint64_t{0}, &p);
   if (UCS_PTR_IS_ERR(r)) return requestError(UCS_PTR_STATUS(r), "receive", x);
   x->tp[0] = reinterpret_cast<uintptr_t>(r);
   recvs_.push(x);
@@ -150,9 +150,9 @@ Status UcxLink::progress() {
     Xfer* x = sends_.front();
     if (x->tp[0] != 0) {
       void* r = reinterpret_cast<void*>(x->tp[0]);
-      const ucs_status_t st = ucp_request_check_status(r);
+      const ucs_status_t st = ucx().ucp_request_check_status(r);
       if (st == UCS_INPROGRESS) break;
-      ucp_request_free(r);
+      ucx().ucp_request_free(r);
       x->tp[0] = 0;
       if (st != UCS_OK) return requestError(st, "send", x);
     }
@@ -164,10 +164,10 @@ Status UcxLink::progress() {
     Xfer* x = recvs_.front();
     void* r = reinterpret_cast<void*>(x->tp[0]);
     ucp_tag_recv_info_t info{};
-    const ucs_status_t st = ucp_tag_recv_request_test(r, &info);
+    const ucs_status_t st = ucx().ucp_tag_recv_request_test(r, &info);
     if (st == UCS_INPROGRESS && failed) return endpointFailed();
     if (st == UCS_INPROGRESS) break;
-    ucp_request_free(r);
+    ucx().ucp_request_free(r);
     x->tp[0] = 0;
     if (st == UCS_ERR_MESSAGE_TRUNCATED)
       return fail(errorf(braidRemoteError,

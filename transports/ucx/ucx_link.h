@@ -12,14 +12,13 @@
 // is UCS_THREAD_MODE_SERIALIZED for that reason.
 #pragma once
 
-#include <ucp/api/ucp.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "src/base/status.h"
 #include "transports/transport.h"
+#include "transports/ucx/ucx_api.h"
 
 namespace braid {
 

@@ -40,11 +40,11 @@ Status UcxRmaLink::open(const ucp_address_t* peerAddress, bool peerErrors, const
   peerErrors_ = peerErrors;
   state_->ep = ep_;
   state_->peerErrors = peerErrors;
-  ucs_status_t st = ucp_ep_rkey_unpack(ep_, remote.packedRkey, &rkey_);
+  ucs_status_t st = ucx().ucp_ep_rkey_unpack(ep_, remote.packedRkey, &rkey_);
   if (st != UCS_OK) {
     rkey_ = nullptr;
     return errorf(braidSystemError, "ucx: cannot unpack the ring key of peer rank %d (host %s): %s", peer_,
-                  peerHost_.c_str(), ucs_status_string(st));
+                  peerHost_.c_str(), ucx().ucs_status_string(st));
   }
   remoteRing_ = remote.addr;
   // From here on the peer's immediates reach this link (until its destruction).
@@ -59,7 +59,7 @@ bool sendUcxCtl(UcxEndpointState* state, int myRank, uint32_t kind) {
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_EAGER;
-  void* r = ucp_am_send_nbx(state->ep, kUcxAmId, &state->ctl[i], sizeof(UcxAmCtl), nullptr, 0, &p);
+  void* r = ucx().ucp_am_send_nbx(state->ep, kUcxAmId, &state->ctl[i], sizeof(UcxAmCtl), nullptr, 0, &p);
   if (UCS_PTR_IS_ERR(r)) return false;
   state->ctlReq[i] = r;
   return true;
@@ -81,16 +81,16 @@ UcxRmaLink::~UcxRmaLink() {
   const bool putsLeft = putSeq_ != announced_;
   for (uint32_t i = 0; i < flushCount_; ++i) {
     void* r = flushes_[(flushHead_ + i) % cfg_.maxWrites].req;
-    if (r != nullptr) ucp_request_free(r);
+    if (r != nullptr) ucx().ucp_request_free(r);
   }
   for (uint32_t i = 0; i < amUsed_; ++i) {
     UcxAmSlot& s = state_->amSlots[(amHead_ + i) % cfg_.maxWrites];
-    if (s.req != nullptr) ucp_request_free(s.req);
+    if (s.req != nullptr) ucx().ucp_request_free(s.req);
     s.req = nullptr;
   }
   // An endpoint the error callback closed may be gone already, and its rkey with it is UCX's to
   // reclaim at the worker's destruction.
-  if (rkey_ != nullptr && !putsLeft && !state_->closed) ucp_rkey_destroy(rkey_);
+  if (rkey_ != nullptr && !putsLeft && !state_->closed) ucx().ucp_rkey_destroy(rkey_);
   const bool broken = !proto_->error().ok() || state_->error != UCS_OK;
   const bool pending = putsLeft || amUsed_ > 0 || broken;
   // Transfers still posted: the communicator failed (a healthy one completes them first).
@@ -113,13 +113,13 @@ UcxRmaLink::~UcxRmaLink() {
 
 Status UcxRmaLink::endpointFailed() {
   return proto_->fail(errorf(braidRemoteError, "ucx: connection to peer rank %d (host %s) failed: %s", peer_,
-                             peerHost_.c_str(), ucs_status_string(state_->error)));
+                             peerHost_.c_str(), ucx().ucs_status_string(state_->error)));
 }
 
 Status UcxRmaLink::wireError(ucs_status_t st, const char* what) {
   if (state_->error != UCS_OK) return endpointFailed();  // the root cause, when UCX reported one
   return proto_->fail(errorf(braidRemoteError, "ucx: %s to peer rank %d (host %s) failed: %s", what, peer_,
-                             peerHost_.c_str(), ucs_status_string(st)));
+                             peerHost_.c_str(), ucx().ucs_status_string(st)));
 }
 
 UcxAmSlot* UcxRmaLink::takeAmSlot() {
@@ -141,7 +141,7 @@ Status UcxRmaLink::sendAm(UcxAmSlot* slot, const void* data, size_t bytes) {
   // Eager only: a rendezvous would hand the receiver a descriptor instead of the bytes.
   p.flags = UCP_AM_SEND_FLAG_EAGER;
   p.memory_type = UCS_MEMORY_TYPE_HOST;
-  void* r = ucp_am_send_nbx(ep_, kUcxAmId, &slot->msg, amHeaderBytes(slot->msg.count), data, bytes, &p);
+  void* r = ucx().ucp_am_send_nbx(ep_, kUcxAmId, &slot->msg, amHeaderBytes(slot->msg.count), data, bytes, &p);
   if (UCS_PTR_IS_ERR(r)) return wireError(UCS_PTR_STATUS(r), "an active message");
   slot->req = r;  // NULL: done already; reported by reapAms in ring order
   return okStatus();
@@ -172,10 +172,10 @@ Status UcxRmaLink::postWrite(const void* src, const Region* srcRegion, size_t by
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = memh;
   }
-  void* r = ucp_put_nbx(ep_, src, bytes, remoteRing_ + static_cast<uint64_t>(slot) * cfg_.slotBytes, rkey_, &p);
+  void* r = ucx().ucp_put_nbx(ep_, src, bytes, remoteRing_ + static_cast<uint64_t>(slot) * cfg_.slotBytes, rkey_, &p);
   if (UCS_PTR_IS_ERR(r)) return wireError(UCS_PTR_STATUS(r), "a put");
   // The flush that follows reports this put's completion: its own request is not needed.
-  if (r != nullptr) ucp_request_free(r);
+  if (r != nullptr) ucx().ucp_request_free(r);
   pend_[putSeq_ % cfg_.maxWrites] = {imm, wrId, srcRegion != nullptr};
   ++putSeq_;
   if (srcRegion != nullptr) ++directWrites_;
@@ -195,7 +195,7 @@ Status UcxRmaLink::flushPuts() {
   if (flushed_ == putSeq_) return okStatus();
   ucp_request_param_t p;
   p.op_attr_mask = 0;
-  void* r = ucp_ep_flush_nbx(ep_, &p);
+  void* r = ucx().ucp_ep_flush_nbx(ep_, &p);
   if (UCS_PTR_IS_ERR(r)) return wireError(UCS_PTR_STATUS(r), "a flush of puts");
   flushes_[(flushHead_ + flushCount_) % cfg_.maxWrites] = {r, putSeq_};
   ++flushCount_;
@@ -224,9 +224,9 @@ Status UcxRmaLink::reapFlushes() {
   while (flushCount_ > 0) {
     Flush& f = flushes_[flushHead_];
     if (f.req != nullptr) {
-      const ucs_status_t st = ucp_request_check_status(f.req);
+      const ucs_status_t st = ucx().ucp_request_check_status(f.req);
       if (st == UCS_INPROGRESS) return okStatus();
-      ucp_request_free(f.req);
+      ucx().ucp_request_free(f.req);
       f.req = nullptr;
       if (st != UCS_OK) return wireError(st, "a flush of puts");
     }
@@ -242,9 +242,9 @@ Status UcxRmaLink::reapAms(bool untilFailure) {
   while (amUsed_ > 0) {
     UcxAmSlot& s = state_->amSlots[amHead_];
     if (s.req != nullptr) {
-      const ucs_status_t st = ucp_request_check_status(s.req);
+      const ucs_status_t st = ucx().ucp_request_check_status(s.req);
       if (st == UCS_INPROGRESS || (untilFailure && st != UCS_OK)) return okStatus();
-      ucp_request_free(s.req);
+      ucx().ucp_request_free(s.req);
       s.req = nullptr;
       if (st != UCS_OK) return wireError(st, "an active message");
     }

@@ -49,8 +49,6 @@
 // allocates (requests are UCX's own, from its pool).
 #pragma once
 
-#include <ucp/api/ucp.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,6 +56,7 @@
 #include "src/base/status.h"
 #include "transports/net/chunk_link.h"
 #include "transports/transport.h"
+#include "transports/ucx/ucx_api.h"
 #include "transports/ucx/ucx_link.h"
 
 namespace braid {
