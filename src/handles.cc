@@ -1,6 +1,14 @@
 #include "src/handles.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 namespace braid {
+
+namespace {
+// The process this one was forked from (set before each fork), for the message of an inherited handle.
+pid_t gForkedFrom = 0;
+}  // namespace
 
 Status HandleTable::reserve(uint32_t* slot) {
   std::lock_guard<std::mutex> hold(mu_);
@@ -46,6 +54,17 @@ void HandleTable::remove(uint32_t slot, HandleEnd why) {
   free_.push_back(slot);
 }
 
+void HandleTable::forgetAllInChild() {
+  // mu_ is held (lockForFork), so used_ is the parent's at the fork. A slot with no object is free,
+  // or reserved by a thread the child does not have: nothing to end.
+  for (uint32_t i = 0; i < used_; ++i) {
+    Slot* s = slotAt(i);
+    if (s->obj.load(std::memory_order_relaxed) == nullptr) continue;
+    end(s, HandleEnd::kForked);
+    s->obj.store(nullptr, std::memory_order_release);  // the slot stays taken: its object is the parent's
+  }
+}
+
 Status HandleTable::whyNot(uint64_t handle) const {
   if (handle == 0) return errorf(braidInvalidArgument, "%s is NULL", what_);
   const uint32_t slot = static_cast<uint32_t>(handle & (kMaxSlots - 1));
@@ -69,29 +88,58 @@ Status HandleTable::whyNot(uint64_t handle) const {
     if (why == HandleEnd::kDestroyed && kind_ == HandleKind::kRequest)
       return errorf(code, "request belongs to a communicator that was destroyed (or aborted)");
     if (why == HandleEnd::kDestroyed) return errorf(code, "%s was destroyed", what_);
+    if (why == HandleEnd::kForked)
+      return errorf(braidInvalidUsage,
+                    "%s belongs to process %d, which forked this one (%d): a forked child cannot use or destroy its "
+                    "parent's communicators, requests, graphs or regions (it may make its own)",
+                    what_, static_cast<int>(gForkedFrom), static_cast<int>(getpid()));
   }
   return errorf(code, "%s is stale: it was released or destroyed earlier", what_);
 }
 
-// Never destroyed: requests may be released by threads still running while the process exits.
-HandleTable& commHandles() {
-  static HandleTable* t = new HandleTable(HandleKind::kComm, "comm");
+namespace {
+
+// Every table, made once per process with the fork handlers. Never destroyed: requests may be
+// released by threads still running while the process exits.
+struct Tables {
+  HandleTable comm{HandleKind::kComm, "comm"};
+  HandleTable graph{HandleKind::kGraph, "graph"};
+  HandleTable request{HandleKind::kRequest, "request"};
+  HandleTable region{HandleKind::kRegion, "region"};
+
+  HandleTable* all[4] = {&comm, &graph, &request, &region};
+};
+
+Tables& tables();
+
+void beforeFork() {
+  gForkedFrom = getpid();
+  for (HandleTable* t : tables().all) t->lockForFork();  // one at a time elsewhere: no order to keep
+}
+void afterForkInParent() {
+  for (HandleTable* t : tables().all) t->unlockAfterFork();
+}
+void afterForkInChild() {
+  for (HandleTable* t : tables().all) {
+    t->forgetAllInChild();
+    t->unlockAfterFork();
+  }
+}
+
+Tables& tables() {
+  static Tables* t = [] {
+    auto* made = new Tables;
+    pthread_atfork(beforeFork, afterForkInParent, afterForkInChild);
+    return made;
+  }();
   return *t;
 }
 
-HandleTable& graphHandles() {
-  static HandleTable* t = new HandleTable(HandleKind::kGraph, "graph");
-  return *t;
-}
+}  // namespace
 
-HandleTable& requestHandles() {
-  static HandleTable* t = new HandleTable(HandleKind::kRequest, "request");
-  return *t;
-}
-
-HandleTable& regionHandles() {
-  static HandleTable* t = new HandleTable(HandleKind::kRegion, "region");
-  return *t;
-}
+HandleTable& commHandles() { return tables().comm; }
+HandleTable& graphHandles() { return tables().graph; }
+HandleTable& requestHandles() { return tables().request; }
+HandleTable& regionHandles() { return tables().region; }
 
 }  // namespace braid

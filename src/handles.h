@@ -15,6 +15,13 @@
 //
 // Limits: 2^20 live objects per table; a generation wraps after 2^41 ends of one slot, so a stale
 // handle is caught unless it is used again after about two trillion reuses of its slot.
+//
+// fork(): a child shares its parent's sockets and shared memory but none of its threads, so it must
+// neither use nor tear down the parent's communicators (a child's AllReduce would take the parent's
+// place in it; its destroy would say goodbye for it). In the child every handle the parent had is
+// ended (HandleEnd::kForked, a pthread_atfork handler, at no cost per call): using one, destroying
+// one included, is braidInvalidUsage saying so, and nothing is released. The child may make new
+// objects of its own. The tables' mutexes are held across the fork, so the child's are consistent.
 #pragma once
 
 #include <atomic>
@@ -29,7 +36,7 @@ namespace braid {
 enum class HandleKind : uint8_t { kComm = 1, kGraph = 2, kRequest = 3, kRegion = 4 };
 
 // Why a handle's generation ended (for the message when a stale handle comes back).
-enum class HandleEnd : uint8_t { kNone = 0, kReleased = 1, kDestroyed = 2 };
+enum class HandleEnd : uint8_t { kNone = 0, kReleased = 1, kDestroyed = 2, kForked = 3 };
 
 class HandleTable {
  public:
@@ -69,6 +76,12 @@ class HandleTable {
   }
   // Why `handle` names no live object (find()'s error).
   Status whyNot(uint64_t handle) const;
+
+  // The pthread_atfork handlers' parts (see the file comment): the mutex held across fork(), and,
+  // in the child, every published object's generation ended as kForked.
+  void lockForFork() { mu_.lock(); }
+  void unlockAfterFork() { mu_.unlock(); }
+  void forgetAllInChild();
 
  private:
   static constexpr int kSlotBits = 20;

@@ -1,0 +1,85 @@
+// A process that forks after making a communicator (a data loader's workers, a shell-out): the
+// child shares the parent's sockets and shared memory but none of its threads, so braid must not
+// let the child use or tear down the parent's communicator. Its peers must not notice the child.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+
+#include "tests/mp/harness.h"
+
+using namespace braidtest;
+
+namespace {
+
+// Runs fn in a forked child of this rank and returns its exit status (128 + signal; 124 when it
+// was still running after 20 s and was killed: a hang).
+int inForkedChild(const std::function<int()>& fn) {
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(fn());
+  for (int i = 0; i < 2000; ++i) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return 124;
+}
+
+}  // namespace
+
+TEST_CASE("a forked child cannot use or destroy its parent's communicator, and the peers never notice", "[mp][fork]") {
+  for (const std::string& transports : transportsUnderTest()) {
+    INFO("BRAID_TRANSPORTS=" << transports);
+    const Env env = {{"BRAID_TRANSPORTS", transports}, {"BRAID_TIMEOUT", "30"}};
+    auto res = runComm(3, env, [](braidComm_t comm, int rank, int size) {
+      float f = 1.0f, pending = 2.0f;
+      CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+      braidRequest_t req = nullptr;  // in flight across the fork on every rank
+      CHECK_BRAID(rank, braidIAllReduce(&pending, &pending, 1, braidFloat32, braidSum, comm, nullptr, &req));
+      if (rank == 1) {
+        const int child = inForkedChild([&] {
+          // Every use of the parent's handles is refused, saying why; nothing reaches the peers.
+          float g = 1.0f;
+          braidResult_t r = braidAllReduce(&g, &g, 1, braidFloat32, braidSum, comm, nullptr);
+          if (r != braidInvalidUsage || strstr(braidGetLastError(), "forked") == nullptr)
+            return fail(rank, "the child's AllReduce gave %s: %s", braidGetErrorString(r), braidGetLastError());
+          r = braidWait(req);
+          if (r != braidInvalidUsage || strstr(braidGetLastError(), "forked") == nullptr)
+            return fail(rank, "the child's wait gave %s: %s", braidGetErrorString(r), braidGetLastError());
+          r = braidCommDestroy(comm);
+          if (r != braidInvalidUsage)
+            return fail(rank, "the child's destroy gave %s: %s", braidGetErrorString(r), braidGetLastError());
+          // A communicator of its own works.
+          braidUniqueId id;
+          braidComm_t own = nullptr;
+          CHECK_BRAID(rank, braidGetUniqueId(&id));
+          CHECK_BRAID(rank, braidCommInitRank(&own, 1, id, 0));
+          g = 3.0f;
+          CHECK_BRAID(rank, braidAllReduce(&g, &g, 1, braidFloat32, braidSum, own, nullptr));
+          CHECK_BRAID(rank, braidCommDestroy(own));
+          return g == 3.0f ? 0 : fail(rank, "the child's own AllReduce gave %g", g);
+        });
+        if (child != 0) return fail(rank, "the forked child exited with %d", child);
+      }
+      // The parents go on as if nothing had happened.
+      CHECK_BRAID(rank, braidWait(req));
+      if (pending != 2.0f * size) return fail(rank, "the pending AllReduce gave %g", pending);
+      for (int i = 0; i < 20; ++i) {
+        float v = static_cast<float>(rank + i);
+        CHECK_BRAID(rank, braidAllReduce(&v, &v, 1, braidFloat32, braidSum, comm, nullptr));
+        const float want = static_cast<float>(size * (size - 1) / 2 + size * i);
+        if (v != want) return fail(rank, "AllReduce %d gave %g, want %g", i, v, want);
+      }
+      return 0;
+    });
+    INFO(describe(res));
+    CHECK(allOk(res));
+  }
+}
