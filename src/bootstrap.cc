@@ -89,6 +89,7 @@ Status Bootstrap::init(const UniqueIdData& id, int rank, int nranks, const PeerI
     BRAID_TRY(joinRendezvous(id, rank, nranks, me, deadline, &b->socks_[0], table));
   }
   for (int r = 0; r < nranks; ++r) (*table)[r].rank = r;
+  for (const Fd& s : b->socks_) closeInForkedChild(s);  // a death shows as their end (socket.h)
   b->inbuf_.resize(b->socks_.size());
   b->peers_ = *table;
   *out = std::move(b);

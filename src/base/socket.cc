@@ -7,23 +7,66 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "src/base/config.h"
 #include "src/base/log.h"
 
 namespace braid {
 
+namespace {
+
+// The descriptors marked by closeInForkedChild, one bit each (higher ones are not marked: a process
+// with 65536 descriptors open is rare, and an unmarked socket only keeps the old behaviour).
+constexpr int kMaxForkFds = 1 << 16;
+std::atomic<uint64_t> gForkFds[kMaxForkFds / 64];
+std::once_flag gForkHandler;
+
+void closeMarkedInChild() {
+  for (int w = 0; w < kMaxForkFds / 64; ++w) {
+    uint64_t bits = gForkFds[w].exchange(0, std::memory_order_relaxed);
+    for (; bits != 0; bits &= bits - 1) ::close(w * 64 + __builtin_ctzll(bits));
+  }
+}
+
+// Unmarked before it is closed, so that a descriptor number reused meanwhile is never closed for it.
+void unmark(int fd) {
+  if (fd >= 0 && fd < kMaxForkFds) gForkFds[fd / 64].fetch_and(~(uint64_t{1} << (fd % 64)), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void closeInForkedChild(const Fd& fd) {
+  const int f = fd.get();
+  if (f < 0 || f >= kMaxForkFds) return;
+  std::call_once(gForkHandler, [] { pthread_atfork(nullptr, nullptr, closeMarkedInChild); });
+  gForkFds[f / 64].fetch_or(uint64_t{1} << (f % 64), std::memory_order_relaxed);
+}
+
 Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) reset(o.release());
+  if (this != &o) {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);  // the mark, if any, goes with the number
+  }
   return *this;
 }
 
+int Fd::release() {
+  unmark(fd_);
+  return std::exchange(fd_, -1);
+}
+
 void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    unmark(fd_);
+    ::close(fd_);
+  }
   fd_ = fd;
 }
 

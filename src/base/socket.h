@@ -20,23 +20,28 @@ class Fd {
  public:
   Fd() = default;
   explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
   Fd& operator=(Fd&& o) noexcept;
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   ~Fd() { reset(); }
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
+  // Hands the descriptor out (no longer closed here, nor in a forked child).
+  int release();
   void reset(int fd = -1);
 
  private:
   int fd_ = -1;
 };
+
+// fork(): closes `fd` in every child forked while it is open (a pthread_atfork handler), for the
+// sockets whose end tells the peers that this process died: its control connections and tcp links.
+// A child that kept them (a data loader's workers, alive for seconds after their parent) would keep
+// the connections open, and the peers would learn of the death only from the heartbeats, or up to
+// BRAID_TIMEOUT when none had come yet. Not for a unique id's listener: ranks forked after
+// braidGetUniqueId use it. The mark ends when the Fd closes or releases the descriptor.
+void closeInForkedChild(const Fd& fd);
 
 // An IPv4 or IPv6 socket address; plain data, safe to copy into wire messages (fixed 28 bytes max).
 struct SockAddr {

@@ -2,9 +2,11 @@
 // child shares the parent's sockets and shared memory but none of its threads, so braid must not
 // let the child use or tear down the parent's communicator. Its peers must not notice the child.
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
@@ -82,4 +84,43 @@ TEST_CASE("a forked child cannot use or destroy its parent's communicator, and t
     INFO(describe(res));
     CHECK(allOk(res));
   }
+}
+
+// A rank's sockets to its peers are closed in its forked children: a rank that dies while a child of
+// it lives on (a data loader's worker) is seen dead by its peers at once. Heartbeats are off, so
+// before, over tcp and ucx, the peers learned of it only when the child exited or BRAID_TIMEOUT
+// passed (over shm the link's check of the peer's pid finds it either way).
+TEST_CASE("a rank that dies while a forked child of it lives on is named dead on every survivor", "[mp][fork]") {
+  auto* childMayExit = static_cast<std::atomic<int>*>(
+      mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(childMayExit != MAP_FAILED);
+  for (const std::string& transports : transportsUnderTest()) {
+    INFO("BRAID_TRANSPORTS=" << transports);
+    childMayExit->store(0);
+    const Env env = {{"BRAID_TRANSPORTS", transports}, {"BRAID_TIMEOUT", "20"}, {"BRAID_HEARTBEAT_MS", "0"}};
+    auto res = runComm(3, env, [&](braidComm_t comm, int rank, int) {
+      float f = 1.0f;
+      CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+      if (rank == 1) {
+        if (fork() == 0) {  // lives on, holding whatever braid left open in it, until the test ends
+          for (int i = 0; i < 6000 && childMayExit->load() == 0; ++i) usleep(10000);
+          _exit(0);
+        }
+        raise(SIGKILL);
+      }
+      braidResult_t r = braidSuccess;
+      for (int i = 0; i < 1000000 && r == braidSuccess; ++i)
+        r = braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr);
+      if (r != braidRemoteError || strstr(braidGetLastError(), "rank 1 (host") == nullptr ||
+          strstr(braidGetLastError(), "died") == nullptr)
+        return fail(rank, "AllReduce gave %s: %s", braidGetErrorString(r), braidGetLastError());
+      return 0;
+    });
+    childMayExit->store(1);
+    INFO(describe(res));
+    CHECK(res[0].status == 0);
+    CHECK(res[1].status == 128 + SIGKILL);
+    CHECK(res[2].status == 0);
+  }
+  munmap(childMayExit, sizeof(std::atomic<int>));
 }

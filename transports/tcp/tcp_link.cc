@@ -59,6 +59,7 @@ TcpLink::TcpLink(std::vector<Fd> fds, int peerRank, std::string peerHost, const 
   const size_t bytes = (chunk_ + 63) / 64 * 64;
   for (size_t i = 0; i < fds.size(); ++i) {
     lanes_[i].fd = std::move(fds[i]);
+    closeInForkedChild(lanes_[i].fd);  // its end tells the peer that this process is gone
     void* p = std::aligned_alloc(64, bytes);
     if (p == nullptr) throw std::bad_alloc();
     lanes_[i].staging.reset(static_cast<uint8_t*>(p));
