@@ -38,7 +38,8 @@ constexpr uint64_t kWakeMinBytes = 1 << 20;
 // How long a failed link's error waits for a control-plane notice that names the root cause (a
 // rank that died), before the link's own peer is blamed. Notices travel in well under this.
 constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
-// ... and at most this long while the peer's control socket still holds unread bytes.
+// ... and at most this long while the peer's control socket still holds unread bytes, or while
+// rank 0 may still relay the notice (progressOnce).
 constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
 
 }  // namespace
@@ -610,8 +611,15 @@ bool Engine::progressOnce() {
     const int64_t held = nowNs() - linkFailedAtNs_;
     if (held < kBlameGraceNs) return false;
     // The peer's goodbye (or a notice) may be queued unread on its control socket, the background
-    // thread not having run yet on a busy host: let it be read before the blame falls.
-    if (held < kMaxBlameGraceNs && !control_.left(linkFailedPeer_) && control_.ctrlPending(linkFailedPeer_))
+    // thread not having run yet on a busy host: let it be read before the blame falls. A rank other
+    // than 0 hears of another's death or leaving only through rank 0, whose thread may not have run
+    // yet either (a loaded host: mp-failure and mp-leave saw the link's error win by 200 ms), so
+    // it waits as long for the notice unless the broken link is the one to rank 0 or rank 0 left
+    // (it relays nothing after its goodbye). A link that broke under two live ranks is then blamed
+    // up to 2 s later.
+    const bool relayed = comm_->rank != 0 && linkFailedPeer_ != 0 && !control_.left(0);
+    if (held < kMaxBlameGraceNs && !control_.left(linkFailedPeer_) &&
+        (relayed || control_.ctrlPending(linkFailedPeer_)))
       return false;
     // A leaver whose goodbye said how far it got had finished what is still waiting here (what it
     // had not, checkLeavers failed already): the link's own error says what went wrong (a length

@@ -37,7 +37,8 @@ void expectOnlyKilled(const std::vector<RankResult>& res, int victim) {
 struct Shared {
   int64_t killNs;
   int32_t victimPid;
-  int32_t left;  // ranks that finished braidCommDestroy
+  int32_t left;    // ranks that finished braidCommDestroy
+  int32_t hubPid;  // rank 0's
   int64_t detectNs[8];
 };
 
@@ -226,6 +227,41 @@ TEST_CASE("a stopped rank (SIGSTOP) becomes braidTimeout naming it on every othe
              (shared->detectNs[r] - shared->killNs) / 1e6);
   }
   munmap(shared, sizeof(*shared));
+}
+
+// Ranks other than 0 hear of a death only through rank 0, while their links to the dead rank break
+// at once. On a loaded host rank 0 may not run for a while: the survivors must wait for its notice,
+// not blame the broken link (which said "peer rank 2 closed the connection" before). Rank 0 is
+// stopped here for 500 ms as the victim dies.
+TEST_CASE("a death that rank 0 relays late is still 'died' on every survivor, not a broken link", "[mp][failure]") {
+  for (const std::string& transport : transportsUnderTest()) {
+    if (transport == "shm") continue;  // shm's links find the dead peer's pid themselves
+    INFO("over " << transport);
+    Shared* shared = mapShared();
+    const int victim = 2;
+    auto res = runComm(
+        4, {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int size) {
+          if (rank == 0) shared->hubPid = getpid();
+          std::vector<float> buf(1 << 12, 1.0f);
+          CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidAvg, comm, nullptr));
+          __atomic_add_fetch(&shared->left, 1, __ATOMIC_SEQ_CST);  // past the good one
+          if (rank == victim) {
+            while (__atomic_load_n(&shared->left, __ATOMIC_SEQ_CST) < size) usleep(1000);
+            const pid_t hub = shared->hubPid;
+            kill(hub, SIGSTOP);
+            if (fork() == 0) {  // resumes rank 0 once the victim is long gone
+              usleep(500 * 1000);
+              kill(hub, SIGCONT);
+              _exit(0);
+            }
+            raise(SIGKILL);
+          }
+          braidResult_t r = reduceUntilFailure(comm, &buf);
+          return checkAndShrink(comm, rank, size, victim, r, braidRemoteError, "died");
+        });
+    expectOnlyKilled(res, victim);
+    munmap(shared, sizeof(*shared));
+  }
 }
 
 TEST_CASE("the async error turns up while a nonblocking AllReduce is in flight", "[mp][failure]") {
