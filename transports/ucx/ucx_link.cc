@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "src/base/log.h"
+#include "transports/ucx/ucx_rma_link.h"
 
 namespace braid {
 
@@ -18,6 +19,7 @@ void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* state = static_cast<UcxEndpointState*>(arg);
   state->error = status == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : status;
   if (state->closeOnError && !state->closed) {
+    if (state->rma != nullptr) state->rma->dropRkey();  // before its endpoint, as UCX asks
     closeUcxEndpoint(ep, state, true, true);
     state->closed = true;
     state->ep = nullptr;

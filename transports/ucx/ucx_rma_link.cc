@@ -111,6 +111,12 @@ UcxRmaLink::~UcxRmaLink() {
   ep_ = nullptr;
 }
 
+void UcxRmaLink::dropRkey() {
+  if (rkey_ == nullptr || putSeq_ != announced_) return;
+  ucx().ucp_rkey_destroy(rkey_);
+  rkey_ = nullptr;
+}
+
 Status UcxRmaLink::endpointFailed() {
   return proto_->fail(errorf(braidRemoteError, "ucx: connection to peer rank %d (host %s) failed: %s", peer_,
                              peerHost_.c_str(), ucx().ucs_status_string(state_->error)));

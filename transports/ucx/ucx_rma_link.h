@@ -130,6 +130,13 @@ class UcxRmaLink final : public Link, public net::Wire {
                    uint64_t wrId) override;
   Status postCredit(uint32_t imm, uint64_t wrId) override;
 
+  // The endpoint's error callback, before it closes the endpoint: the peer's rkey goes first, as
+  // UCX asks of an rkey and its endpoint, unless a put that uses it is under way (then UCX reclaims
+  // it with the worker, the price of a failure). Before, when a peer that left first failed our
+  // endpoint while our link lived, UCX's log said "not returned to mpool ucp_rkeys" at teardown
+  // (mp-ucx-rma's healthy-teardown test under TSan).
+  void dropRkey();
+
   // An active message from the peer (the transport's handler found this link by its rank). Checks
   // what it can before anything is written; the protocol checks the rest.
   void onMessage(const void* header, size_t headerBytes, const void* data, size_t dataBytes);
