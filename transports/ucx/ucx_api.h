@@ -6,7 +6,7 @@
 // libbraid, though the default transports are shm,tcp: each of the application's mmap/munmap then
 // went through UCM's event lock, and a new thread's first madvise (glibc's stack guard, before
 // ThreadSanitizer has set the thread up) crashed every forked rank under TSan. Loaded on demand,
-// only a process whose BRAID_TRANSPORTS names ucx carries UCX, as with Open MPI's UCX component.
+// only a process whose BRAID_TRANSPORTS names ucx carries UCX.
 //
 // The library is opened once per process and never closed (UCM's hooks stay in place after a
 // dlclose). A machine without libucp.so.0 gets a clear error from loadUcx(), which the transport
@@ -67,7 +67,7 @@ inline constexpr const char* kUcpLibrary = "libucp.so.0";
 
 // Opens kUcpLibrary and resolves every function, once per process; later calls return the first
 // call's answer. Fails (braidSystemError, with dlerror's words) where the library or one of the
-// functions is missing (ucp_init_version itself refuses a library of another major API version).
+// functions is missing.
 Status loadUcx();
 
 // The functions; only after loadUcx() succeeded (written once, by loadUcx, before any call).

@@ -88,9 +88,9 @@ UcxRmaLink::~UcxRmaLink() {
     if (s.req != nullptr) ucx().ucp_request_free(s.req);
     s.req = nullptr;
   }
-  // An endpoint the error callback closed may be gone already, and its rkey with it is UCX's to
-  // reclaim at the worker's destruction.
-  if (rkey_ != nullptr && !putsLeft && !state_->closed) ucx().ucp_rkey_destroy(rkey_);
+  // An endpoint the error callback closed may be gone already: the callback dropped the rkey first,
+  // or left it to the worker's destruction (dropRkey).
+  if (!state_->closed) dropRkey();
   const bool broken = !proto_->error().ok() || state_->error != UCS_OK;
   const bool pending = putsLeft || amUsed_ > 0 || broken;
   // Transfers still posted: the communicator failed (a healthy one completes them first).
