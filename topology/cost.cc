@@ -34,6 +34,7 @@
 
 #include "algorithms/patterns/binomial.h"
 #include "algorithms/patterns/ring.h"
+#include "algorithms/patterns/tree.h"
 #include "src/base/config.h"
 
 namespace braid::topo {
@@ -188,14 +189,22 @@ class Model {
       // Small buffers go whole down one binomial tree (algorithms/broadcast/tree.cc).
       return ceilLog2(p) * (r.alphaUs + S * (r.betaUs + (coll == Coll::kReduce ? r.gammaUs : 0)));
     }
+    // Broadcast and Reduce hang both trees under the root (rootedDtreeLinks): one level more than
+    // the trees over the other n - 1 ranks. Each level costs two messages in a row, not one: the
+    // root sends (or takes) a chunk per tree, an inner rank one per child. Per chunk of each half a
+    // rank then moves 2c in and out in two messages, as the chain moves c in one: the same per
+    // byte, so the trees win by a shorter fill (2 x the rooted depth - 2 chunk steps against the
+    // chain's n - 2), which for a few ranks they do not have. Measured over tcp, 3 and 4 ranks on 2 cores, 16-64 KiB
+    // (perf/results/2026-12-05-rooted-tcp.md): the chain 1.3-2.5x faster than these trees.
+    const int rooted = dtreeHeight(std::max(1, p - 1)) + 1;
     switch (coll) {
       case Coll::kAllReduce:  // up and down overlap: per chunk 4c in and out; 2d hops to fill
         return 2 * d * (r.alphaUs + 2 * c * r.betaUs) + (k - 1) * (s.alphaUs + 4 * c * s.betaUs) + S * r.gammaUs;
       case Coll::kBroadcast:
-        return d * (r.alphaUs + 2 * c * r.betaUs) + (k - 1) * (s.alphaUs + 2 * c * s.betaUs);
+        return rooted * 2 * (r.alphaUs + c * r.betaUs) + (k - 1) * 2 * (s.alphaUs + c * s.betaUs);
       case Coll::kReduce:
-        return d * (r.alphaUs + 2 * c * (r.betaUs + r.gammaUs)) +
-               (k - 1) * (s.alphaUs + 2 * c * (s.betaUs + s.gammaUs));
+        return rooted * 2 * (r.alphaUs + c * (r.betaUs + r.gammaUs)) +
+               (k - 1) * 2 * (s.alphaUs + c * (s.betaUs + s.gammaUs));
       case Coll::kGather:
       case Coll::kScatter:
         return binomial(S);

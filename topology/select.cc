@@ -135,15 +135,19 @@ Status Selector::init(const ClusterShape& cluster, const CostParams& cost, const
       const uint64_t bytes = b == 0 ? 1 : uint64_t(1) << b;
       Algo best = Algo::kRing, bestAvg = Algo::kRing;
       double bestT = std::numeric_limits<double>::infinity(), bestAvgT = bestT;
+      // A later algorithm must be faster by more than rounding: two that the model prices alike
+      // (the chain and the trees of a large Broadcast on 4 ranks) must not take turns from one
+      // size to the next on the last bits of their sums. The earlier one (ring first) keeps a tie.
+      auto better = [](double t, double than) { return t < than * (1 - 1e-9); };
       for (int i = 0; i < kNumAlgos; ++i) {
         const Algo a = static_cast<Algo>(i);
         if (!algoAvailable(c, a)) continue;
         const double t = predictUs(c, a, bytes, cluster, cost);
-        if (a != Algo::kGossip && t < bestT) {
+        if (a != Algo::kGossip && better(t, bestT)) {
           bestT = t;
           best = a;
         }
-        if ((a != Algo::kGossip || approximate) && t < bestAvgT) {
+        if ((a != Algo::kGossip || approximate) && better(t, bestAvgT)) {
           bestAvgT = t;
           bestAvg = a;
         }

@@ -241,3 +241,51 @@ TEST_CASE("two ranks on one host: recursive doubling up to 512 KiB, the ring fro
     CHECK(predictUs(Coll::kAllReduce, Algo::kRabenseifner, bytes, ClusterShape::single(2, 2), p) >=
           predictUs(Coll::kAllReduce, Algo::kRing, bytes, ClusterShape::single(2, 2), p));
 }
+
+TEST_CASE("Broadcast and Reduce: the chain for a few ranks past the binomial sizes, the trees for many",
+          "[unit][select]") {
+  // The double binary trees hang under the root (one level more than the trees over n - 1 ranks),
+  // and each level is two messages in a row. On 3 ranks that is two levels of two messages against
+  // the chain's two hops; the model used to price one level of one, and picked the trees at every
+  // size on 3 and 4 ranks, which the chain beat by 1.3-2.5x at 16-64 KiB over tcp.
+  const CostParams p = CostParams::defaults();
+  for (Coll coll : {Coll::kBroadcast, Coll::kReduce}) {
+    INFO(collName(coll));
+    const ClusterShape three = ClusterShape::single(3, 3);
+    for (uint64_t bytes = 8 << 10; bytes <= (uint64_t{1} << 30); bytes <<= 1) {
+      INFO(bytes << " B on 3 ranks");
+      CHECK(predictUs(coll, Algo::kRing, bytes, three, p) < predictUs(coll, Algo::kTree, bytes, three, p));
+    }
+    // 4 ranks where a message step is dear against its bytes (here: on 2 cores, as measured).
+    for (const ClusterShape& c : {three, ClusterShape::single(4, 2)}) {
+      const Selector s = make(c);
+      for (uint64_t kib : {8, 16, 32}) {
+        INFO(c.nranks << " ranks, " << kib << " KiB");
+        CHECK(s.pick(coll, kib << 10) == Algo::kRing);
+      }
+    }
+    // Small buffers still go down the binomial tree on 4 ranks (2 hops against 3), and on many
+    // ranks the trees' log2 n fill beats the chain's n - 2 at every size.
+    CHECK(make(ClusterShape::single(4, 4)).pick(coll, 1024) == Algo::kTree);
+    const Selector many = make(ClusterShape::single(16, 16));
+    for (uint64_t bytes = 8; bytes <= (uint64_t{1} << 30); bytes <<= 3) {
+      INFO(bytes << " B on 16 ranks");
+      CHECK(many.pick(coll, bytes) == Algo::kTree);
+    }
+  }
+}
+
+TEST_CASE("the table does not flip between algorithms that the model prices alike", "[unit][select]") {
+  // On 4 ranks a large Broadcast costs the chain and the trees the same number of chunk steps
+  // (n - 2 + K against 2 rooted levels - 2 + K): their sums differ in the last bits only, and the
+  // table used to alternate between them from one size to the next. The ring keeps a tie.
+  const Selector s = make(ClusterShape::single(4, 4));
+  const CostParams p = CostParams::defaults();
+  for (uint64_t bytes = uint64_t{1} << 20; bytes <= (uint64_t{1} << 34); bytes <<= 1) {
+    INFO(bytes << " B");
+    const double ring = predictUs(Coll::kBroadcast, Algo::kRing, bytes, ClusterShape::single(4, 4), p),
+                 tree = predictUs(Coll::kBroadcast, Algo::kTree, bytes, ClusterShape::single(4, 4), p);
+    REQUIRE(std::abs(ring - tree) <= 1e-9 * ring);
+    CHECK(s.pick(Coll::kBroadcast, bytes) == Algo::kRing);
+  }
+}
