@@ -10,8 +10,10 @@
 # Usage: perf/compare_colls.sh [reps] [outdir]
 #   NPS="2 4"  TRANSPORTS="shm tcp"  COLLS="allreduce allgather reducescatter alltoall bcast reduce"
 #   SIZES="-b 16 -e 256M -f 4"  BRAID_ITERS="-n 50 -w 5"  OMPI_ITERS=""  (Open MPI's programs pick
-#   their iterations per size from a byte budget unless told; on a loaded machine OMPI_ITERS="-n 50
-#   -w 5" keeps their runs as short as braid's)  NO_LIMIT=1 leaves the limit program out
+#   their iterations per size from a byte budget: min(1000, 1 GiB / size), a tenth more to warm up.
+#   OMPI_ITERS="-n 50 -w 5" caps the AllReduce program's; the other collectives' program
+#   (../shared/peers/mpi_coll_perf.c) reads no -n or -w and ignores them)  NO_LIMIT=1 leaves the
+#   limit program out
 #   BUILD=/path/to/build (default: this checkout's build/) is the braid measured;
 #   BASELINE=/path/to/other/build (a build folder of another braid commit, with its perf/ and
 #   tools/braidrun) runs that build too, right before this one each time: the table then shows the
