@@ -135,19 +135,22 @@ Status Selector::init(const ClusterShape& cluster, const CostParams& cost, const
       const uint64_t bytes = b == 0 ? 1 : uint64_t(1) << b;
       Algo best = Algo::kRing, bestAvg = Algo::kRing;
       double bestT = std::numeric_limits<double>::infinity(), bestAvgT = bestT;
-      // A later algorithm must be faster by more than rounding: two that the model prices alike
-      // (the chain and the trees of a large Broadcast on 4 ranks) must not take turns from one
-      // size to the next on the last bits of their sums. The earlier one (ring first) keeps a tie.
+      // Two algorithms that the model prices alike (the chain and the trees of a large Broadcast
+      // or Reduce on 4 ranks: n - 2 + K chunk steps each) must not take turns from one size to the
+      // next on the last bits of their sums: one has to be faster by more than rounding, and a
+      // tie keeps what the size below chose (ring first at the smallest).
       auto better = [](double t, double than) { return t < than * (1 - 1e-9); };
+      const Entry below = b > 0 ? table_[ci][b - 1] : Entry{};
       for (int i = 0; i < kNumAlgos; ++i) {
         const Algo a = static_cast<Algo>(i);
         if (!algoAvailable(c, a)) continue;
         const double t = predictUs(c, a, bytes, cluster, cost);
-        if (a != Algo::kGossip && better(t, bestT)) {
+        if (a != Algo::kGossip && (better(t, bestT) || (a == below.exact && !better(bestT, t)))) {
           bestT = t;
           best = a;
         }
-        if ((a != Algo::kGossip || approximate) && better(t, bestAvgT)) {
+        if ((a != Algo::kGossip || approximate) &&
+            (better(t, bestAvgT) || (a == below.avgFloat && !better(bestAvgT, t)))) {
           bestAvgT = t;
           bestAvg = a;
         }

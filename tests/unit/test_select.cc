@@ -276,16 +276,23 @@ TEST_CASE("Broadcast and Reduce: the chain for a few ranks past the binomial siz
 }
 
 TEST_CASE("the table does not flip between algorithms that the model prices alike", "[unit][select]") {
-  // On 4 ranks a large Broadcast costs the chain and the trees the same number of chunk steps
-  // (n - 2 + K against 2 rooted levels - 2 + K): their sums differ in the last bits only, and the
-  // table used to alternate between them from one size to the next. The ring keeps a tie.
-  const Selector s = make(ClusterShape::single(4, 4));
+  // On 4 ranks a large Broadcast or Reduce costs the chain and the trees the same number of chunk
+  // steps (n - 2 + K against 2 x the rooted depth - 2 + K): their sums differ in the last bits only,
+  // and the table took turns between them from one size to the next. A tie keeps what the size
+  // below chose: the trees, which the model prefers at 128-256 KiB (2 levels of half the buffer
+  // against 3 hops of all of it, unpipelined).
+  const ClusterShape four = ClusterShape::single(4, 4);
+  const Selector s = make(four);
   const CostParams p = CostParams::defaults();
-  for (uint64_t bytes = uint64_t{1} << 20; bytes <= (uint64_t{1} << 34); bytes <<= 1) {
-    INFO(bytes << " B");
-    const double ring = predictUs(Coll::kBroadcast, Algo::kRing, bytes, ClusterShape::single(4, 4), p),
-                 tree = predictUs(Coll::kBroadcast, Algo::kTree, bytes, ClusterShape::single(4, 4), p);
-    REQUIRE(std::abs(ring - tree) <= 1e-9 * ring);
-    CHECK(s.pick(Coll::kBroadcast, bytes) == Algo::kRing);
+  for (Coll coll : {Coll::kBroadcast, Coll::kReduce}) {
+    INFO(collName(coll));
+    CHECK(s.pick(coll, 256 << 10) == Algo::kTree);
+    for (uint64_t bytes = uint64_t{1} << 20; bytes <= (uint64_t{1} << 34); bytes <<= 1) {
+      INFO(bytes << " B");
+      const double ring = predictUs(coll, Algo::kRing, bytes, four, p),
+                   tree = predictUs(coll, Algo::kTree, bytes, four, p);
+      REQUIRE(std::abs(ring - tree) <= 1e-9 * ring);
+      CHECK(s.pick(coll, bytes) == Algo::kTree);
+    }
   }
 }
