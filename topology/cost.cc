@@ -194,8 +194,8 @@ class Model {
     // root sends (or takes) a chunk per tree, an inner rank one per child. Per chunk of each half a
     // rank then moves 2c in and out in two messages, as the chain moves c in one: the same per
     // byte, so the trees win by a shorter fill (2 x the rooted depth - 2 chunk steps against the
-    // chain's n - 2), which for a few ranks they do not have. Measured over tcp, 3 and 4 ranks on 2 cores, 16-64 KiB
-    // (perf/results/2026-12-05-rooted-tcp.md): the chain 1.3-2.5x faster than these trees.
+    // chain's n - 2), which for a few ranks they do not have. Measured over tcp, 3 and 4 ranks on
+    // 2 cores, 16-64 KiB (perf/results/2026-12-05-rooted-tcp.md): the chain 1.3-2.8x faster.
     const int rooted = dtreeHeight(std::max(1, p - 1)) + 1;
     switch (coll) {
       case Coll::kAllReduce:  // up and down overlap: per chunk 4c in and out; 2d hops to fill
