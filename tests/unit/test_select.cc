@@ -247,7 +247,7 @@ TEST_CASE("Broadcast and Reduce: the chain for a few ranks past the binomial siz
   // The double binary trees hang under the root (one level more than the trees over n - 1 ranks),
   // and each level is two messages in a row. On 3 ranks that is two levels of two messages against
   // the chain's two hops; the model used to price one level of one, and picked the trees at every
-  // size on 3 and 4 ranks, which the chain beat by 1.3-2.5x at 16-64 KiB over tcp.
+  // size on 3 and 4 ranks, which the chain beat by 1.3-2.8x at 16-64 KiB over tcp.
   const CostParams p = CostParams::defaults();
   for (Coll coll : {Coll::kBroadcast, Coll::kReduce}) {
     INFO(collName(coll));
