@@ -201,3 +201,82 @@ TEST_CASE("tcp over IPv6: BRAID_ROOT=[::1]:port puts the rendezvous, the listene
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+// The tcp link reads ahead (transports/tcp/tcp_link.h, kAheadBytes): a receive that finds later
+// messages queued behind its own takes up to 8 KiB of them off the socket, and the next receives
+// are served from there. Rank 1 sleeps while rank 0 sends a burst, so the burst is queued when rank
+// 1 receives it one message at a time: headers and payloads then straddle the read-ahead's ends in
+// every way the sizes allow, small messages come before striped large ones (BRAID_NSOCKS 3), and
+// Reduces whose chunks are folded on arrival are served from the read-ahead too.
+TEST_CASE("tcp: messages queued behind a receive are read ahead and delivered byte-exact, reduces included",
+          "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  const int lanes = GENERATE(1, 3);
+  INFO("BRAID_NSOCKS " << lanes);
+  const Env env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_NSOCKS", std::to_string(lanes)}};
+  std::vector<size_t> sizes = {0, 1, 7, 8184, 8185, 8192, 3, 12000, 0, 8177, 131072, 2, 300003, 16, 5000};
+  for (size_t i = 0; i < 40; ++i) sizes.push_back(1 + i * 211 % 1500);  // many small ones, 8 KiB a few
+  const size_t kReduces = 60;
+  const size_t kCount = 333;  // floats a Reduce: 1332 bytes, so several fit in the read-ahead
+  auto res = runComm(2, env, [&](braidComm_t comm, int rank, int) {
+    if (rank == 0) {
+      for (size_t m = 0; m < sizes.size(); ++m) {
+        std::vector<uint8_t> o(sizes[m]);
+        for (size_t i = 0; i < sizes[m]; ++i) o[i] = pattern(rank, m, i);
+        CHECK_BRAID(rank, braidSend(o.data(), sizes[m], braidUint8, 1, comm, nullptr));
+      }
+    } else {
+      usleep(300 * 1000);
+      for (size_t m = 0; m < sizes.size(); ++m) {
+        std::vector<uint8_t> in(sizes[m], 0xEE);
+        CHECK_BRAID(rank, braidRecv(in.data(), sizes[m], braidUint8, 0, comm, nullptr));
+        for (size_t i = 0; i < sizes[m]; ++i)
+          if (in[i] != pattern(0, m, i))
+            return fail(rank, "message %zu (%zu bytes): byte %zu is %u, expected %u", m, sizes[m], i, in[i],
+                        pattern(0, m, i));
+      }
+    }
+    CHECK_BRAID(rank, braidBarrier(comm, nullptr));
+    if (rank == 1) usleep(300 * 1000);
+    for (size_t c = 0; c < kReduces; ++c) {
+      std::vector<float> v(kCount), out(kCount, -1.0f);
+      for (size_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((c * 7 + i) % 1000 + rank * 1000);
+      CHECK_BRAID(rank, braidReduce(v.data(), out.data(), kCount, braidFloat32, braidSum, 1, comm, nullptr));
+      if (rank != 1) continue;
+      for (size_t i = 0; i < kCount; ++i) {
+        const float want = static_cast<float>(2 * ((c * 7 + i) % 1000) + 1000);
+        if (out[i] != want)
+          return fail(rank, "Reduce %zu: element %zu is %g, expected %g", c, i, double(out[i]), double(want));
+      }
+    }
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("tcp: a size mismatch found in read-ahead bytes is an error naming the peer on both ranks, no hang",
+          "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  auto res = runComm(2, {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "30"}}, [](braidComm_t comm, int rank, int) {
+    uint8_t buf[64] = {};
+    if (rank == 0) {
+      for (int m = 0; m < 3; ++m) CHECK_BRAID(rank, braidSend(buf, 16, braidUint8, 1, comm, nullptr));
+    } else {
+      usleep(300 * 1000);  // all three are queued: the first receive reads the other two ahead
+      CHECK_BRAID(rank, braidRecv(buf, 16, braidUint8, 0, comm, nullptr));
+      CHECK_BRAID(rank, braidRecv(buf, 16, braidUint8, 0, comm, nullptr));
+      const braidResult_t r = braidRecv(buf, 32, braidUint8, 0, comm, nullptr);
+      const std::string msg = braidGetLastError();
+      if (r != braidRemoteError ||
+          msg.find("peer rank 0 has 16 bytes, the posted receive expects 32") == std::string::npos)
+        return fail(rank, "a 16-byte message into a 32-byte receive gave %s: %s", braidGetErrorString(r), msg.c_str());
+    }
+    // The failure reaches rank 0 too, naming rank 1.
+    const braidResult_t r = braidBarrier(comm, nullptr);
+    if (rank == 0 && r == braidSuccess) return fail(rank, "the barrier after the mismatch succeeded");
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

@@ -64,6 +64,7 @@ TcpLink::TcpLink(std::vector<Fd> fds, int peerRank, std::string peerHost, const 
     if (p == nullptr) throw std::bad_alloc();
     lanes_[i].staging.reset(static_cast<uint8_t*>(p));
   }
+  ahead_ = std::make_unique<uint8_t[]>(kAheadBytes);
 }
 
 TcpLink::~TcpLink() {
@@ -374,6 +375,7 @@ Status TcpLink::recvOnce(int l, bool* more) {
   int niov = 0;
   int nslots = 0;
   size_t want = 0;
+  bool wholeTail = false;  // the batch's last receive ends within it (the next bytes are a header)
   for (Xfer* x = recvs_.front(); x != nullptr && nslots < kMaxBatch && want < chunk_; x = x->next) {
     if ((x->tp[0] & bit) != 0) continue;
     const bool head = nslots == 0;
@@ -399,23 +401,38 @@ Status TcpLink::recvOnce(int l, bool* more) {
       want += s.payWant;
     }
     slots[nslots++] = s;
+    wholeTail = s.payWant == left;
     if (s.payWant < left || x->reduce != nullptr) break;
   }
   if (nslots == 0) return okStatus();
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = static_cast<size_t>(niov);
-  ssize_t n;
-  do {
-    n = recvmsg(ln.fd.get(), &msg, MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  if (n == 0) return closedError();
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
-    return socketError(errno, "recv from");
+  size_t n;
+  const bool fromAhead = l == 0 && aheadAt_ < aheadEnd_;  // only lane 0 reads ahead
+  if (fromAhead) {
+    n = drainAhead(iov, niov);
+  } else {
+    // Behind the last posted receive's end comes the next message: read ahead into ahead_.
+    const bool readAhead = l == 0 && wholeTail && niov < kMaxIov;
+    if (readAhead) iov[niov] = {ahead_.get(), kAheadBytes};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(niov + (readAhead ? 1 : 0));
+    ssize_t got;
+    do {
+      got = recvmsg(ln.fd.get(), &msg, MSG_DONTWAIT);
+    } while (got < 0 && errno == EINTR);
+    if (got == 0) return closedError();
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
+      return socketError(errno, "recv from");
+    }
+    n = std::min(static_cast<size_t>(got), want);
+    if (readAhead) {
+      aheadAt_ = 0;
+      aheadEnd_ = static_cast<size_t>(got) - n;
+    }
   }
   // Walk the slots over what arrived, checking each header as it completes.
-  size_t left = static_cast<size_t>(n);
+  size_t left = n;
   for (int k = 0; k < nslots; ++k) {
     const RecvSlot& s = slots[k];
     Xfer* x = s.x;  // the lane's first pending receive: the slots before it finished their parts
@@ -456,9 +473,21 @@ Status TcpLink::recvOnce(int l, bool* more) {
     if (l == 0) recvHdrDone_ = 0;
   }
   completeDone(recvs_, &recvStriped_);
-  // A short read means the socket is drained for now: asking again would only get EAGAIN.
-  *more = static_cast<size_t>(n) == want && !recvs_.empty();
+  // A short read means the socket is drained for now: asking again would only get EAGAIN. Not so
+  // when the read-ahead ran dry: the socket may hold the rest.
+  *more = (n == want || fromAhead) && !recvs_.empty();
   return okStatus();
+}
+
+size_t TcpLink::drainAhead(const iovec* iov, int niov) {
+  size_t copied = 0;
+  for (int i = 0; i < niov && aheadAt_ < aheadEnd_; ++i) {
+    const size_t c = std::min(iov[i].iov_len, aheadEnd_ - aheadAt_);
+    memcpy(iov[i].iov_base, ahead_.get() + aheadAt_, c);
+    aheadAt_ += c;
+    copied += c;
+  }
+  return copied;
 }
 
 Status TcpLink::checkHeader(uint64_t announced, Xfer* x) {

@@ -90,6 +90,12 @@ class TcpLink final : public Link {
   // per lane wait for their notification before the lane stops sending.
   static constexpr size_t kZeroCopyMin = 64 * 1024;
   static constexpr int kMaxHeld = 8;
+  // Read-ahead on lane 0: a recvmsg that fills every posted receive to the end of a message also
+  // takes up to this much of what follows (later messages' headers and payloads) into ahead_, and
+  // the next receives are served from there without a system call. A receiver that fell behind a
+  // stream of small messages (the leaves of back-to-back Broadcasts) then takes several with one
+  // call, as Open MPI's tcp transport does.
+  static constexpr size_t kAheadBytes = 8192;
 
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
@@ -120,6 +126,8 @@ class TcpLink final : public Link {
   // call could move more now (the call was not cut short and something is still queued for it).
   Status sendOnce(int l, bool* more);
   Status recvOnce(int l, bool* more);
+  // Copies what ahead_ holds into iov[0..niov) in order; returns the bytes copied.
+  size_t drainAhead(const iovec* iov, int niov);
   Status checkHeader(uint64_t announced, Xfer* x);
   // Zero-copy: a part of x whose bytes the socket took is done, or held for its notification.
   void partSent(int l, Xfer* x);
@@ -169,6 +177,11 @@ class TcpLink final : public Link {
   size_t recvHdrDone_ = 0;
   size_t recvStriped_ = 0;
   uint64_t batchHdr_[kMaxBatch] = {};
+  // Lane 0's read-ahead: bytes [aheadAt_, aheadEnd_) of ahead_ came off the socket and belong in
+  // front of whatever it still holds.
+  std::unique_ptr<uint8_t[]> ahead_;
+  size_t aheadAt_ = 0;
+  size_t aheadEnd_ = 0;
 };
 
 }  // namespace braid
