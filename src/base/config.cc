@@ -137,6 +137,9 @@ const std::vector<ParamInfo> kParams = {
             "test knob: microseconds each tcp message waits after it is posted before it is sent (0 = off)"),
     bytes("BRAID_TCP_TEST_RATE", "0", 1, 1e15, "test knob: tcp send rate limit per peer in bytes/s (0 = off)", true),
     // ibverbs (read once, when the transport is made at init).
+    text("BRAID_IB_LIBRARY", "libibverbs.so.1",
+         "the libibverbs that ibverbs opens (dlopen) when a transport list names it: a file name the loader looks "
+         "up, or a path; the first one opened serves the whole process"),
     text("BRAID_IB_HCA", "",
          "RDMA device and optional port for ibverbs, e.g. mlx5_0:1 (default: the first device with an active port)"),
     integer("BRAID_IB_GID_INDEX", "", 0, 1023,

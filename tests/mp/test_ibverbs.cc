@@ -1,9 +1,10 @@
 // The ibverbs transport as a communicator sees it, with real processes. What needs no RDMA device
 // runs everywhere: without one, `BRAID_TRANSPORTS=ibverbs,tcp` falls back to tcp and
 // `BRAID_TRANSPORTS=ibverbs` alone fails init saying "no RDMA device"; bad ibverbs settings fail
-// init naming the variable. With a device the same tests check that ibverbs carries the links (the
-// Link contract, tests/mp/test_links.cc, and the collective sweep, tests/mp/test_collectives.cc,
-// pick it up through transportsUnderTest()).
+// init naming the variable; without libibverbs itself (BRAID_IB_LIBRARY naming a missing file) the
+// same happens, in words naming the library. With a device the same tests check that ibverbs
+// carries the links (the Link contract, tests/mp/test_links.cc, and the collective sweep,
+// tests/mp/test_collectives.cc, pick it up through transportsUnderTest()).
 #include "braid_build_config.h"
 
 #if BRAID_HAVE_IBVERBS
@@ -70,6 +71,44 @@ TEST_CASE("BRAID_TRANSPORTS=ibverbs without a device fails init saying so, and c
   INFO(describe(res));
   REQUIRE(allOk(res));
   WARN(none << ": checked the refusal; the data path needs a device");
+}
+
+TEST_CASE("without libibverbs, ibverbs refuses every pair as without a device, naming the library", "[mp][ibverbs]") {
+  // libbraid opens libibverbs when a transport list names ibverbs (transports/ibverbs/ib_api.h); a
+  // missing one must not fail the process or a list with a fallback.
+  const char* kMissing = "libbraid-no-such-verbs.so.1";
+  auto res =
+      runComm(2, {{"BRAID_TRANSPORTS", "ibverbs,tcp"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_IB_LIBRARY", kMissing}},
+              [&](braidComm_t comm, int rank, int n) {
+                const std::string got = carrier(comm, 1 - rank);
+                if (got != "tcp") return fail(rank, "the link is carried by %s, not tcp", got.c_str());
+                std::vector<float> x(1000, static_cast<float>(rank + 1));
+                CHECK_BRAID(rank, braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, nullptr));
+                for (float v : x)
+                  if (v != 3.0f) return fail(rank, "AllReduce gave %g", static_cast<double>(v));
+                return 0;
+              });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  res = forkRanks(2, {{"BRAID_TRANSPORTS", "ibverbs"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_IB_LIBRARY", kMissing}},
+                  [&](int rank, int n) {
+                    braidComm_t comm = reinterpret_cast<braidComm_t>(0x5eed);
+                    braidResult_t r = braidCommInitRank(&comm, n, id, rank);
+                    const std::string msg = braidGetLastError();
+                    if (r != braidInvalidUsage)
+                      return fail(rank, "init over ibverbs without libibverbs gave %s: %s", braidGetErrorString(r),
+                                  msg.c_str());
+                    if (comm != reinterpret_cast<braidComm_t>(0x5eed))
+                      return fail(rank, "the failed init wrote the handle");
+                    if (msg.find(std::string("ibverbs: cannot load ") + kMissing) == std::string::npos)
+                      return fail(rank, "the error does not say ibverbs cannot load %s: %s", kMissing, msg.c_str());
+                    return 0;
+                  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }
 
 TEST_CASE("bad ibverbs settings fail init on every rank naming the variable", "[mp][ibverbs][errors]") {

@@ -8,6 +8,7 @@
 
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "transports/ibverbs/ib_api.h"
 
 namespace braid::ib {
 
@@ -41,7 +42,7 @@ bool zeroGid(const ibv_gid& g) {
 void forkInitOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
-    int rc = ibv_fork_init();
+    int rc = ibv().fork_init();
     if (rc != 0) BRAID_INFO(kLogNet, "ibverbs: ibv_fork_init: %s (fork after init is unsafe)", strerror(rc));
   });
 }
@@ -50,7 +51,7 @@ struct DeviceList {
   ibv_device** list = nullptr;
   int n = 0;
   ~DeviceList() {
-    if (list != nullptr) ibv_free_device_list(list);
+    if (list != nullptr) ibv().free_device_list(list);
   }
 };
 
@@ -62,7 +63,7 @@ Status pickGid(IbDevice* d) {
     if (forced >= d->portAttr.gid_tbl_len)
       return errorf(braidInvalidArgument, "BRAID_IB_GID_INDEX=%lld: %s port %u has %d GIDs",
                     static_cast<long long>(forced), d->name.c_str(), d->port, d->portAttr.gid_tbl_len);
-    if (ibv_query_gid(d->ctx, d->port, static_cast<int>(forced), &d->gid) != 0)
+    if (ibv().query_gid(d->ctx, d->port, static_cast<int>(forced), &d->gid) != 0)
       return systemError(errno, "ibverbs: ibv_query_gid(%s port %u index %lld)", d->name.c_str(), d->port,
                          static_cast<long long>(forced));
     d->gidIndex = static_cast<int>(forced);
@@ -71,14 +72,14 @@ Status pickGid(IbDevice* d) {
   // InfiniBand routes by LID inside a subnet; GID 0 (the port GID) names the port.
   if (d->portAttr.link_layer != IBV_LINK_LAYER_ETHERNET) {
     d->gidIndex = 0;
-    if (ibv_query_gid(d->ctx, d->port, 0, &d->gid) != 0)
+    if (ibv().query_gid(d->ctx, d->port, 0, &d->gid) != 0)
       return systemError(errno, "ibverbs: ibv_query_gid(%s port %u index 0)", d->name.c_str(), d->port);
     return okStatus();
   }
   // RoCE: the table lists RoCE v1 and v2 GIDs for every address of the netdev.
   const size_t cap = static_cast<size_t>(std::clamp(d->attr.phys_port_cnt * d->portAttr.gid_tbl_len, 1, kMaxGids));
   std::vector<ibv_gid_entry> entries(cap);
-  ssize_t n = ibv_query_gid_table(d->ctx, entries.data(), entries.size(), 0);
+  ssize_t n = queryGidTable(d->ctx, entries.data(), entries.size(), 0);
   if (n < 0) return systemError(static_cast<int>(-n), "ibverbs: ibv_query_gid_table(%s)", d->name.c_str());
   // The table covers every port: keep ours.
   std::vector<ibv_gid_entry> mine;
@@ -99,12 +100,12 @@ Status pickPort(IbDevice* d, int wantPort) {
   for (int p = 1; p <= d->attr.phys_port_cnt; ++p) {
     if (wantPort != 0 && p != wantPort) continue;
     ibv_port_attr pa{};
-    if (ibv_query_port(d->ctx, static_cast<uint8_t>(p), &pa) != 0)
+    if (queryPort(d->ctx, static_cast<uint8_t>(p), &pa) != 0)
       return systemError(errno, "ibverbs: ibv_query_port(%s port %d)", d->name.c_str(), p);
     if (pa.state != IBV_PORT_ACTIVE) {
       if (wantPort != 0)
         return errorf(braidSystemError, "ibverbs: %s port %d is %s, not active", d->name.c_str(), p,
-                      ibv_port_state_str(pa.state));
+                      ibv().port_state_str(pa.state));
       continue;
     }
     d->port = static_cast<uint8_t>(p);
@@ -119,10 +120,10 @@ Status pickPort(IbDevice* d, int wantPort) {
 
 // Opens `dev` and fills everything but the protection domain.
 Status openOne(ibv_device* dev, int wantPort, IbDevice* d) {
-  d->name = ibv_get_device_name(dev);
-  d->ctx = ibv_open_device(dev);
+  d->name = ibv().get_device_name(dev);
+  d->ctx = ibv().open_device(dev);
   if (d->ctx == nullptr) return systemError(errno, "ibverbs: ibv_open_device(%s)", d->name.c_str());
-  if (ibv_query_device(d->ctx, &d->attr) != 0)
+  if (ibv().query_device(d->ctx, &d->attr) != 0)
     return systemError(errno, "ibverbs: ibv_query_device(%s)", d->name.c_str());
   BRAID_TRY(pickPort(d, wantPort));
   BRAID_TRY(pickGid(d));
@@ -136,8 +137,8 @@ Status openOne(ibv_device* dev, int wantPort, IbDevice* d) {
 }  // namespace
 
 IbDevice::~IbDevice() {
-  if (pd != nullptr) ibv_dealloc_pd(pd);
-  if (ctx != nullptr) ibv_close_device(ctx);
+  if (pd != nullptr) ibv().dealloc_pd(pd);
+  if (ctx != nullptr) ibv().close_device(ctx);
 }
 
 bool parseHca(const std::string& text, std::string* name, int* port) {
@@ -175,6 +176,9 @@ int chooseGid(const ibv_gid_entry* entries, int n) {
 }
 
 Status openDevice(std::shared_ptr<IbDevice>* out) {
+  // libibverbs itself first (ib_api.h): without it there is no device to find, and the probe's
+  // answer says so as "no RDMA device" would.
+  BRAID_TRY(loadIbverbs(paramString("BRAID_IB_LIBRARY")));
   forkInitOnce();
   std::string wantName;
   int wantPort = 0;
@@ -183,7 +187,7 @@ Status openDevice(std::shared_ptr<IbDevice>* out) {
   if (!hca.empty()) (void)parseHca(hca, &wantName, &wantPort);
   DeviceList devs;
   errno = 0;
-  devs.list = ibv_get_device_list(&devs.n);
+  devs.list = ibv().get_device_list(&devs.n);
   if (devs.list == nullptr)
     return errorf(braidSystemError, "no RDMA device (ibv_get_device_list: %s)",
                   errno != 0 ? strerror(errno) : "no devices");
@@ -191,13 +195,13 @@ Status openDevice(std::shared_ptr<IbDevice>* out) {
   std::string names;
   Status last;
   for (int i = 0; i < devs.n; ++i) {
-    const char* name = ibv_get_device_name(devs.list[i]);
+    const char* name = ibv().get_device_name(devs.list[i]);
     names.append(names.empty() ? "" : ", ").append(name);
     if (!wantName.empty() && wantName != name) continue;
     auto d = std::make_shared<IbDevice>();
     last = openOne(devs.list[i], wantPort, d.get());
     if (last.ok()) {
-      d->pd = ibv_alloc_pd(d->ctx);
+      d->pd = ibv().alloc_pd(d->ctx);
       if (d->pd == nullptr) return systemError(errno, "ibverbs: ibv_alloc_pd(%s)", d->name.c_str());
       *out = std::move(d);
       return okStatus();

@@ -1,8 +1,9 @@
 // The RDMA device the ibverbs transport runs on: which device and port (BRAID_IB_HCA), which GID
 // (BRAID_IB_GID_INDEX, else a RoCE v2 one), which MTU (the port's active one, capped by
 // BRAID_IB_MTU), and the record that tells the other ranks about it. Opened once per transport, at
-// construction; without a usable device the probe's answer (ibv_get_device_list's, or why the
-// named device or port does not do) is kept and published, so canConnect can refuse and say why.
+// construction; without a usable device the probe's answer (why libibverbs did not load,
+// ibv_get_device_list's, or why the named device or port does not do) is kept and published, so
+// canConnect can refuse and say why.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -30,7 +31,7 @@ struct IbRecord {
   uint32_t reserved = 0;  // keeps nodeGuid aligned, explicitly
   uint64_t nodeGuid = 0;
   char device[20] = {};  // the device's name (truncated), for messages
-  char why[68] = {};     // when not usable: "no RDMA device (ibv_get_device_list: ...)"
+  char why[68] = {};     // when not usable: "no RDMA device (ibv_get_device_list: ...)", truncated
 };
 static_assert(sizeof(IbRecord) == TransportRecord::kBytes, "the ibverbs record fills a transport record");
 
@@ -50,8 +51,10 @@ class IbDevice {
   std::string name;
 };
 
-// Opens the device and port the settings ask for. On failure *dev stays null and the status says
-// why in words a user can act on (its message starts with "no RDMA device" when there is none).
+// Loads libibverbs (BRAID_IB_LIBRARY, once per process: ib_api.h), then opens the device and port
+// the settings ask for. On failure *dev stays null and the status says why in words a user can act
+// on (its message starts with "no RDMA device" when there is none, "cannot load" when the library
+// is missing).
 Status openDevice(std::shared_ptr<IbDevice>* dev);
 
 // The record of an opened device, or of a failed probe (`why` from its status).

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "src/base/log.h"
+#include "transports/ibverbs/ib_api.h"
 
 namespace braid::ib {
 
@@ -35,7 +36,7 @@ Status IbLink::makeRing(size_t bytes, int access, Ring* r) {
   r->mem = std::aligned_alloc(kRingAlign, rounded);
   if (r->mem == nullptr) return errorf(braidSystemError, "ibverbs: cannot allocate a %zu-byte ring", rounded);
   memset(r->mem, 0, rounded);
-  r->mr = ibv_reg_mr(dev_->pd, r->mem, rounded, access);
+  r->mr = ibv().reg_mr(dev_->pd, r->mem, rounded, access);
   if (r->mr == nullptr)
     return systemError(errno,
                        "ibverbs: ibv_reg_mr of a %zu-byte ring for %s (is the locked-memory limit, ulimit -l, "
@@ -66,11 +67,11 @@ Status IbLink::create(std::shared_ptr<IbDevice> dev, ibv_cq* cq, const IbLinkCon
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
   init.cap.max_inline_data = cfg.maxInline;
-  l->qp_ = ibv_create_qp(l->dev_->pd, &init);
+  l->qp_ = ibv().create_qp(l->dev_->pd, &init);
   if (l->qp_ == nullptr && init.cap.max_inline_data > 0) {
     // Some providers refuse any inline room (EFA, some iWARP): inline is an optimization only.
     init.cap.max_inline_data = 0;
-    l->qp_ = ibv_create_qp(l->dev_->pd, &init);
+    l->qp_ = ibv().create_qp(l->dev_->pd, &init);
   }
   if (l->qp_ == nullptr)
     return systemError(errno, "ibverbs: ibv_create_qp for %s (%u send, %u receive entries)", l->peerName_.c_str(),
@@ -83,7 +84,7 @@ Status IbLink::create(std::shared_ptr<IbDevice> dev, ibv_cq* cq, const IbLinkCon
   a.pkey_index = 0;
   a.port_num = l->dev_->port;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (ibv_modify_qp(l->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+  if (ibv().modify_qp(l->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
     return systemError(errno, "ibverbs: queue pair to %s: RESET -> INIT", l->peerName_.c_str());
 
   uint32_t r = 0;
@@ -98,9 +99,9 @@ Status IbLink::create(std::shared_ptr<IbDevice> dev, ibv_cq* cq, const IbLinkCon
 
 IbLink::~IbLink() {
   // The queue pair first: it may still reference the rings' memory regions.
-  if (qp_ != nullptr) ibv_destroy_qp(qp_);
+  if (qp_ != nullptr) ibv().destroy_qp(qp_);
   for (Ring* r : {&recvRing_, &staging_}) {
-    if (r->mr != nullptr) ibv_dereg_mr(r->mr);
+    if (r->mr != nullptr) ibv().dereg_mr(r->mr);
     std::free(r->mem);
   }
 }
@@ -145,9 +146,9 @@ Status IbLink::connect(const IbAddr& peerAddr, const IbConn& peerConn) {
     a.ah_attr.grh.sgid_index = static_cast<uint8_t>(dev_->gidIndex);
     a.ah_attr.grh.hop_limit = kHopLimit;
   }
-  if (ibv_modify_qp(qp_, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+  if (ibv().modify_qp(qp_, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
     return systemError(errno, "ibverbs: queue pair to %s: INIT -> RTR (MTU %d, dest qp %u)", peerName_.c_str(),
                        mtuBytes(a.path_mtu), peerConn.qpn);
   // Receives before the peer can write: nobody writes before the transport's second exchange,
@@ -161,9 +162,9 @@ Status IbLink::connect(const IbAddr& peerAddr, const IbConn& peerConn) {
   a.rnr_retry = kRnrRetry;
   a.sq_psn = psn_;
   a.max_rd_atomic = 1;
-  if (ibv_modify_qp(qp_, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                        IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+  if (ibv().modify_qp(qp_, &a,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC) != 0)
     return systemError(errno, "ibverbs: queue pair to %s: RTR -> RTS", peerName_.c_str());
   return okStatus();
 }
@@ -227,7 +228,7 @@ Status IbLink::failWc(const ibv_wc& wc) {
   const char* hint = wc.status == IBV_WC_RETRY_EXC_ERR ? " (the peer stopped answering: dead, or unreachable)" : "";
   return proto_->fail(errorf(braidRemoteError, "ibverbs: %s with %s failed: %s (vendor error 0x%x)%s",
                              isRecv(wc.wr_id) ? "a receive" : "a write", peerName_.c_str(),
-                             ibv_wc_status_str(wc.status), wc.vendor_err, hint));
+                             ibv().wc_status_str(wc.status), wc.vendor_err, hint));
 }
 
 Status IbLink::onCompletion(const ibv_wc& wc) {

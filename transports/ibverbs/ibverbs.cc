@@ -1,8 +1,8 @@
 // The ibverbs transport: one RC queue pair per peer over an RDMA device (InfiniBand or RoCE),
 // carrying the chunk/credit protocol of transports/net/ (RDMA writes with immediate into the
-// peer's slot ring, credits returned in batches). The verbs part is thin: device and port choice
-// (ib_device.cc), the queue pair and its rings (ib_link.cc), and here the setup exchange, the one
-// completion queue and its wait descriptor.
+// peer's slot ring, credits returned in batches). The verbs part is thin: libibverbs opened at run
+// time (ib_api.cc), device and port choice (ib_device.cc), the queue pair and its rings
+// (ib_link.cc), and here the setup exchange, the one completion queue and its wait descriptor.
 //
 // Connection setup (collective; exactly two ctx.allGather calls on every rank, also on ranks with
 // no ibverbs peer or no device, so that every rank stays in step):
@@ -24,6 +24,7 @@
 
 #include "src/base/config.h"
 #include "src/base/log.h"
+#include "transports/ibverbs/ib_api.h"
 #include "transports/ibverbs/ib_device.h"
 #include "transports/ibverbs/ib_link.h"
 #include "transports/transport.h"
@@ -93,10 +94,11 @@ class IbTransport final : public Transport {
     probe_ = settings_.ok() ? ib::openDevice(&dev_) : settings_;
     if (!probe_.ok()) {
       dev_.reset();
-      // Explicit device settings that do not work deserve a warning; a machine without RDMA
-      // devices is the common case and falls back quietly.
+      // Explicit device or library settings that do not work deserve a warning; a machine without
+      // RDMA devices (or without libibverbs) is the common case and falls back quietly.
       // (A bad setting is reported by connect, as the init error.)
-      if (settings_.ok() && (paramIsSet("BRAID_IB_HCA") || paramIsSet("BRAID_IB_GID_INDEX")))
+      if (settings_.ok() &&
+          (paramIsSet("BRAID_IB_HCA") || paramIsSet("BRAID_IB_GID_INDEX") || paramIsSet("BRAID_IB_LIBRARY")))
         BRAID_WARN(kLogNet, "ibverbs: %s", probe_.message().c_str());
       else if (settings_.ok())
         BRAID_INFO(kLogNet, "ibverbs: %s", probe_.message().c_str());
@@ -168,8 +170,8 @@ class IbTransport final : public Transport {
 IbTransport::~IbTransport() {
   // The communicator destroyed the links (and their queue pairs) already.
   releaseRegions();
-  if (cq_ != nullptr) ibv_destroy_cq(cq_);
-  if (channel_ != nullptr) ibv_destroy_comp_channel(channel_);
+  if (cq_ != nullptr) ib::ibv().destroy_cq(cq_);
+  if (channel_ != nullptr) ib::ibv().destroy_comp_channel(channel_);
 }
 
 Status IbTransport::prepare(const TransportContext& ctx, const std::vector<int>& peers,
@@ -188,13 +190,13 @@ Status IbTransport::prepare(const TransportContext& ctx, const std::vector<int>&
     return errorf(braidInvalidArgument,
                   "ibverbs: %zu peers need a completion queue of %llu entries, %s allows %d (lower BRAID_IB_SLOTS)",
                   peers.size(), static_cast<unsigned long long>(cqe), dev_->name.c_str(), dev_->attr.max_cqe);
-  channel_ = ibv_create_comp_channel(dev_->ctx);
+  channel_ = ib::ibv().create_comp_channel(dev_->ctx);
   if (channel_ == nullptr) return systemError(errno, "ibverbs: ibv_create_comp_channel");
   // progress() reads the channel without waiting.
   const int fl = fcntl(channel_->fd, F_GETFL);
   if (fl < 0 || fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK) != 0)
     return systemError(errno, "ibverbs: making the completion channel nonblocking");
-  cq_ = ibv_create_cq(dev_->ctx, static_cast<int>(cqe), nullptr, channel_, 0);
+  cq_ = ib::ibv().create_cq(dev_->ctx, static_cast<int>(cqe), nullptr, channel_, 0);
   if (cq_ == nullptr)
     return systemError(errno, "ibverbs: ibv_create_cq of %llu entries", static_cast<unsigned long long>(cqe));
   ib::IbLinkConfig cfg = cfg_;
@@ -307,10 +309,10 @@ Status IbTransport::rearm() {
   int events = 0;
   ibv_cq* evCq = nullptr;
   void* evCtx = nullptr;
-  while (ibv_get_cq_event(channel_, &evCq, &evCtx) == 0) ++events;
+  while (ib::ibv().get_cq_event(channel_, &evCq, &evCtx) == 0) ++events;
   if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     return systemError(errno, "ibverbs: reading the completion channel");
-  if (events > 0) ibv_ack_cq_events(cq_, static_cast<unsigned>(events));
+  if (events > 0) ib::ibv().ack_cq_events(cq_, static_cast<unsigned>(events));
   int rc = ibv_req_notify_cq(cq_, 0);
   if (rc != 0) return systemError(rc, "ibverbs: ibv_req_notify_cq");
   armed_ = true;
@@ -340,8 +342,8 @@ Status IbTransport::progress(int* failedPeer) {
 
 Status IbTransport::registerRegion(Region* region) {
   if (dev_ == nullptr) return probe_;
-  ibv_mr* mr = ibv_reg_mr(dev_->pd, region->base, region->bytes,
-                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  ibv_mr* mr = ib::ibv().reg_mr(dev_->pd, region->base, region->bytes,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr == nullptr)
     return systemError(errno,
                        "ibverbs: ibv_reg_mr of %zu bytes at %p (is the locked-memory limit, ulimit -l, too low?)",
@@ -355,7 +357,7 @@ Status IbTransport::registerRegion(Region* region) {
 void IbTransport::deregisterRegion(Region* region) {
   auto* mr = reinterpret_cast<ibv_mr*>(region->key[0]);
   if (mr == nullptr) return;
-  ibv_dereg_mr(mr);
+  ib::ibv().dereg_mr(mr);
   region->key[0] = 0;
 }
 
