@@ -28,22 +28,45 @@ std::string carrier(braidComm_t comm, int peer) {
   return t < 0 ? "none" : c->transports[t]->name();
 }
 
+// The link to the other rank is carried by `want`, and a small AllReduce over it is right.
+int carriedAndSums(braidComm_t comm, int rank, const std::string& want) {
+  const std::string got = carrier(comm, 1 - rank);
+  if (got != want) return fail(rank, "the link is carried by %s, not %s", got.c_str(), want.c_str());
+  std::vector<float> x(1000, static_cast<float>(rank + 1));
+  CHECK_BRAID(rank, braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, nullptr));
+  for (float v : x)
+    if (v != 3.0f) return fail(rank, "AllReduce gave %g", static_cast<double>(v));
+  return 0;
+}
+
+// Init with BRAID_TRANSPORTS=ibverbs alone (in `env`) fails with braidInvalidUsage on both ranks,
+// leaves the handle as it was, and says `why` after naming ibverbs.
+std::vector<RankResult> initRefused(Env env, const std::string& why) {
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) return {};
+  env["BRAID_TRANSPORTS"] = "ibverbs";
+  env["BRAID_TIMEOUT"] = "60";
+  return forkRanks(2, env, [&](int rank, int n) {
+    braidComm_t comm = reinterpret_cast<braidComm_t>(0x5eed);
+    braidResult_t r = braidCommInitRank(&comm, n, id, rank);
+    const std::string msg = braidGetLastError();
+    if (r != braidInvalidUsage)
+      return fail(rank, "init over ibverbs alone gave %s: %s", braidGetErrorString(r), msg.c_str());
+    if (comm != reinterpret_cast<braidComm_t>(0x5eed)) return fail(rank, "the failed init wrote the handle");
+    if (msg.find("ibverbs: " + why) == std::string::npos)
+      return fail(rank, "the error does not say 'ibverbs: %s': %s", why.c_str(), msg.c_str());
+    return 0;
+  });
+}
+
 }  // namespace
 
 TEST_CASE("BRAID_TRANSPORTS=ibverbs,tcp: ibverbs where there is a device, else tcp", "[mp][ibverbs]") {
   const std::string none = rdmaAbsence();
   const std::string want = none.empty() ? "ibverbs" : "tcp";
   INFO("expecting " << want << (none.empty() ? "" : ": " + none));
-  auto res = runComm(
-      2, {{"BRAID_TRANSPORTS", "ibverbs,tcp"}, {"BRAID_TIMEOUT", "60"}}, [&](braidComm_t comm, int rank, int n) {
-        const std::string got = carrier(comm, 1 - rank);
-        if (got != want) return fail(rank, "the link is carried by %s, not %s", got.c_str(), want.c_str());
-        std::vector<float> x(1000, static_cast<float>(rank + 1));
-        CHECK_BRAID(rank, braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, nullptr));
-        for (float v : x)
-          if (v != 3.0f) return fail(rank, "AllReduce gave %g", static_cast<double>(v));
-        return 0;
-      });
+  auto res = runComm(2, {{"BRAID_TRANSPORTS", "ibverbs,tcp"}, {"BRAID_TIMEOUT", "60"}},
+                     [&](braidComm_t comm, int rank, int) { return carriedAndSums(comm, rank, want); });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
@@ -54,20 +77,8 @@ TEST_CASE("BRAID_TRANSPORTS=ibverbs without a device fails init saying so, and c
     WARN("this machine has an RDMA device: the no-device refusal cannot be checked here");
     return;
   }
-  braidUniqueId id;
-  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
-  auto res = forkRanks(2, {{"BRAID_TRANSPORTS", "ibverbs"}, {"BRAID_TIMEOUT", "60"}}, [&](int rank, int n) {
-    // A handle the failed init must leave as it was.
-    braidComm_t comm = reinterpret_cast<braidComm_t>(0x5eed);
-    braidResult_t r = braidCommInitRank(&comm, n, id, rank);
-    const std::string msg = braidGetLastError();
-    if (r == braidSuccess) return fail(rank, "init over ibverbs without a device succeeded");
-    if (comm != reinterpret_cast<braidComm_t>(0x5eed)) return fail(rank, "the failed init wrote the handle");
-    if (msg.find(none) == std::string::npos)
-      return fail(rank, "the error does not say '%s': %s", none.c_str(), msg.c_str());
-    if (msg.find("ibverbs") == std::string::npos) return fail(rank, "the error does not name ibverbs: %s", msg.c_str());
-    return 0;
-  });
+  const auto res = initRefused({}, none);
+  REQUIRE(res.size() == 2);
   INFO(describe(res));
   REQUIRE(allOk(res));
   WARN(none << ": checked the refusal; the data path needs a device");
@@ -77,36 +88,13 @@ TEST_CASE("without libibverbs, ibverbs refuses every pair as without a device, n
   // libbraid opens libibverbs when a transport list names ibverbs (transports/ibverbs/ib_api.h); a
   // missing one must not fail the process or a list with a fallback.
   const char* kMissing = "libbraid-no-such-verbs.so.1";
-  auto res =
-      runComm(2, {{"BRAID_TRANSPORTS", "ibverbs,tcp"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_IB_LIBRARY", kMissing}},
-              [&](braidComm_t comm, int rank, int n) {
-                const std::string got = carrier(comm, 1 - rank);
-                if (got != "tcp") return fail(rank, "the link is carried by %s, not tcp", got.c_str());
-                std::vector<float> x(1000, static_cast<float>(rank + 1));
-                CHECK_BRAID(rank, braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, nullptr));
-                for (float v : x)
-                  if (v != 3.0f) return fail(rank, "AllReduce gave %g", static_cast<double>(v));
-                return 0;
-              });
+  auto res = runComm(2, {{"BRAID_TRANSPORTS", "ibverbs,tcp"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_IB_LIBRARY", kMissing}},
+                     [&](braidComm_t comm, int rank, int) { return carriedAndSums(comm, rank, "tcp"); });
   INFO(describe(res));
   REQUIRE(allOk(res));
 
-  braidUniqueId id;
-  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
-  res = forkRanks(2, {{"BRAID_TRANSPORTS", "ibverbs"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_IB_LIBRARY", kMissing}},
-                  [&](int rank, int n) {
-                    braidComm_t comm = reinterpret_cast<braidComm_t>(0x5eed);
-                    braidResult_t r = braidCommInitRank(&comm, n, id, rank);
-                    const std::string msg = braidGetLastError();
-                    if (r != braidInvalidUsage)
-                      return fail(rank, "init over ibverbs without libibverbs gave %s: %s", braidGetErrorString(r),
-                                  msg.c_str());
-                    if (comm != reinterpret_cast<braidComm_t>(0x5eed))
-                      return fail(rank, "the failed init wrote the handle");
-                    if (msg.find(std::string("ibverbs: cannot load ") + kMissing) == std::string::npos)
-                      return fail(rank, "the error does not say ibverbs cannot load %s: %s", kMissing, msg.c_str());
-                    return 0;
-                  });
+  res = initRefused({{"BRAID_IB_LIBRARY", kMissing}}, std::string("cannot load ") + kMissing);
+  REQUIRE(res.size() == 2);
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
