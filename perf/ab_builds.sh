@@ -31,7 +31,13 @@ times = {}
 for line in sys.stdin:
     tag, size, us = line.split()
     times.setdefault((int(size), tag), []).append(float(us))
+if not times:
+    sys.exit("no rows: did the runs fail? (run one by hand: its stderr is not shown here)")
 for size in sorted({s for s, _ in times}):
+    if (size, "base") not in times or (size, "new") not in times:
+        print(f"{size:>10} B  only one build printed this size")
+        continue
     b, n = statistics.median(times[(size, "base")]), statistics.median(times[(size, "new")])
-    print(f"{size:>10} B  base {b:9.2f} us  new {n:9.2f} us  base/new {b / n:5.2f}")
+    rounds = len(times[(size, "base")])
+    print(f"{size:>10} B  base {b:9.2f} us  new {n:9.2f} us  base/new {b / n:5.2f}  ({rounds} rounds)")
 '
