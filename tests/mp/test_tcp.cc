@@ -280,3 +280,57 @@ TEST_CASE("tcp: a size mismatch found in read-ahead bytes is an error naming the
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+// A tcp lane whose recvmsg keeps finding nothing is not read again until a poll() over the starved
+// lanes says data came (transports/tcp/tcp_link.h, starvedLanes). Rank 0 sleeps before each send,
+// so rank 1's receives wait on empty sockets for 50 ms each (every lane of a striped message with
+// BRAID_NSOCKS 3, and the receives of Reduces folded on arrival): each must still get its message,
+// byte-exact; and a peer that exits while a receive waits is an error naming it, not a hang.
+TEST_CASE(
+    "tcp: receives that wait on empty sockets get every message when it comes, and a peer that exits meanwhile "
+    "is an error naming it",
+    "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  const int lanes = GENERATE(1, 3);
+  INFO("BRAID_NSOCKS " << lanes);
+  const Env env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_NSOCKS", std::to_string(lanes)}};
+  const std::vector<size_t> sizes = {300003, 5, 0, 131072, 8200};
+  auto res = runComm(2, env, [&](braidComm_t comm, int rank, int) {
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      std::vector<uint8_t> buf(sizes[m], 0xEE);
+      if (rank == 0) {
+        for (size_t i = 0; i < sizes[m]; ++i) buf[i] = pattern(rank, m, i);
+        usleep(50 * 1000);
+        CHECK_BRAID(rank, braidSend(buf.data(), sizes[m], braidUint8, 1, comm, nullptr));
+        continue;
+      }
+      CHECK_BRAID(rank, braidRecv(buf.data(), sizes[m], braidUint8, 0, comm, nullptr));
+      for (size_t i = 0; i < sizes[m]; ++i)
+        if (buf[i] != pattern(0, m, i))
+          return fail(rank, "message %zu (%zu bytes): byte %zu is %u, expected %u", m, sizes[m], i, buf[i],
+                      pattern(0, m, i));
+    }
+    for (size_t count : {size_t{3}, size_t{200001}}) {
+      std::vector<float> v(count), out(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(i % 977 + rank * 1000);
+      if (rank == 0) usleep(50 * 1000);
+      CHECK_BRAID(rank, braidReduce(v.data(), out.data(), count, braidFloat32, braidSum, 1, comm, nullptr));
+      if (rank != 1) continue;
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != static_cast<float>(2 * (i % 977) + 1000))
+          return fail(rank, "Reduce of %zu: element %zu is %g", count, i, double(out[i]));
+    }
+    if (rank == 0) {
+      usleep(100 * 1000);
+      _exit(0);  // gone without a goodbye while rank 1 waits
+    }
+    uint8_t b = 0;
+    const braidResult_t r = braidRecv(&b, 1, braidUint8, 0, comm, nullptr);
+    const std::string msg = braidGetLastError();
+    if (r == braidSuccess || msg.find("rank 0") == std::string::npos)
+      return fail(rank, "a receive from a rank that exited gave %s: %s", braidGetErrorString(r), msg.c_str());
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
