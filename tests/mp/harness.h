@@ -40,7 +40,9 @@ std::vector<RankResult> runComm(int n, const Env& env,
 
 // The transports every test runs on: each one compiled into this build (braid's registry, in its
 // order) that connects two local processes here, checked once per test process. One compiled in
-// but unusable here is left out with a line on stderr saying why, so it is visibly skipped.
+// but unusable here is left out with a line on stderr saying why, so it is visibly skipped; except
+// shm and tcp, which work on any Linux host: one of those failing its probe ends the test process
+// with status 1, so a broken build cannot pass by skipping their tests.
 // BRAIDTEST_TRANSPORTS (a comma-separated list, for the harness only) keeps just those: meson's
 // mp-ucx-rma runs the Link contract over ucx alone that way, saying so on stderr.
 const std::vector<std::string>& transportsUnderTest();
