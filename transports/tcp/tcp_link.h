@@ -73,8 +73,8 @@ class TcpLink final : public Link {
   Status progress() override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
 
-  // Readiness of the receiving lanes. A lane whose last recvmsg found its socket empty is
-  // "starved": progress() does not read it again until the transport's poll() over every starved
+  // Readiness of the receiving lanes. A lane whose last kDryBeforePoll recvmsg calls found its
+  // socket empty is "starved": progress() does not read it again until the transport's poll() over every starved
   // lane of every link (one system call a pass, which takes no socket lock) says data or an error
   // came, and calls unstarve. A receiver waiting on a peer then spins on that poll instead of on
   // recvmsg, whose socket lock held the sender's delivery of the next message back, and many idle
@@ -176,7 +176,7 @@ class TcpLink final : public Link {
   double tokens_ = 0;      // rate limit: bytes the bucket allows now
   int64_t tokensAtNs_ = 0;
   Status error_;          // sticky: set once the link is broken
-  uint64_t starved_ = 0;  // bit l: lane l's last recvmsg found nothing (see starvedLanes)
+  uint64_t starved_ = 0;  // bit l: lane l is starved (see starvedLanes)
 
   // Send queue. sendHdrDone_ is how much of lane 0's current header the socket has taken; the
   // header bytes themselves are the transfer's Xfer::bytes (little-endian size_t, see the
