@@ -74,12 +74,12 @@ class TcpLink final : public Link {
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
 
   // Readiness of the receiving lanes. A lane whose last kDryBeforePoll recvmsg calls found its
-  // socket empty is "starved": progress() does not read it again until the transport's poll() over every starved
-  // lane of every link (one system call a pass, which takes no socket lock) says data or an error
-  // came, and calls unstarve. A receiver waiting on a peer then spins on that poll instead of on
-  // recvmsg, whose socket lock held the sender's delivery of the next message back, and many idle
-  // links cost one call a pass instead of one each. Appends the lanes progress() would read now
-  // and that are starved to `fds`, their lane numbers to `lanes`.
+  // socket empty is "starved": progress() does not read it again until the transport's poll() over
+  // every starved lane of every link (one system call a pass, which takes no socket lock) says data
+  // or an error came, and calls unstarve. A receiver waiting on a peer then spins on that poll
+  // instead of on recvmsg, whose socket lock competes with the sender's delivery of the next
+  // message, and many idle links cost one call a pass instead of one each. Appends the lanes
+  // progress() would read now and that are starved to `fds`, their lane numbers to `lanes`.
   void starvedLanes(std::vector<pollfd>* fds, std::vector<int>* lanes) const;
   void unstarve(int lane) { starved_ &= ~(1ull << lane); }
 
