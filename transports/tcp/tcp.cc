@@ -354,38 +354,14 @@ class TcpTransport final : public Transport {
   bool canConnect(const Endpoint& a, const Endpoint& b) const override { return a.info->rank != b.info->rank; }
   Status connect(const TransportContext& ctx, const std::vector<int>& peers,
                  std::vector<std::unique_ptr<Link>>* out) override;
-  Status progress(int* failedPeer) override {
-    pollStarved();
-    return progressLinks(links_, failedPeer);
-  }
+  Status progress(int* failedPeer) override { return progressLinks(links_, failedPeer); }
   int waitFd() const override { return epoll_.get(); }
   void dropLink(int peer) override {
     std::erase_if(links_, [peer](const LinkEntry<TcpLink>& e) { return e.peer == peer; });
   }
 
  private:
-  // One poll() over the starved receiving lanes of the busy links (TcpLink::starvedLanes); those
-  // with data, an error or a hangup go back to being read.
-  void pollStarved() {
-    pollFds_.clear();
-    pollLanes_.clear();
-    pollLinks_.clear();
-    for (const LinkEntry<TcpLink>& e : links_) {
-      if (e.link == nullptr || !e.link->busy()) continue;
-      e.link->starvedLanes(&pollFds_, &pollLanes_);
-      pollLinks_.resize(pollFds_.size(), e.link);
-    }
-    if (pollFds_.empty()) return;
-    const int rc = poll(pollFds_.data(), pollFds_.size(), 0);
-    for (size_t i = 0; i < pollFds_.size(); ++i)
-      if (rc < 0 || pollFds_[i].revents != 0) pollLinks_[i]->unstarve(pollLanes_[i]);  // rc < 0: read them all
-  }
-
   std::vector<LinkEntry<TcpLink>> links_;  // owned by the communicator, which destroys them first
-  // pollStarved's lists, kept to reuse their memory.
-  std::vector<pollfd> pollFds_;
-  std::vector<int> pollLanes_;
-  std::vector<TcpLink*> pollLinks_;
   // Readable when any link's socket got data (its sockets are edge-triggered in it: new data makes
   // it readable again, data nobody asked for yet does not keep a sleeper spinning); invalid
   // without links.

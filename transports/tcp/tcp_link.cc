@@ -361,23 +361,10 @@ Status TcpLink::sendOnce(int l, bool* more) {
   return okStatus();
 }
 
-void TcpLink::starvedLanes(std::vector<pollfd>* fds, std::vector<int>* lanes) const {
-  if (starved_ == 0 || recvs_.empty()) return;
-  const int recvLanes = recvStriped_ > 0 ? nlanes_ : 1;
-  for (int l = 0; l < recvLanes; ++l) {
-    if ((starved_ & (1ull << l)) == 0) continue;
-    fds->push_back({lanes_[l].fd.get(), POLLIN, 0});
-    lanes->push_back(l);
-  }
-}
-
 Status TcpLink::recvOnce(int l, bool* more) {
   *more = false;
   Lane& ln = lanes_[l];
   const uint64_t bit = 1ull << l;
-  // Starved: wait for the transport's poll (the read-ahead buffer is only filled by a recvmsg that
-  // got data, so a starved lane 0 never has bytes waiting there).
-  if ((starved_ & bit) != 0) return okStatus();
   // Ask for this lane's remainder of the first pending receive and, behind it, the headers (lane 0)
   // and parts of further queued receives: with the sizes agreed, each lane's stream splits exactly
   // at part boundaries, so a burst of small messages arrives in one recvmsg. When a header turns
@@ -435,13 +422,9 @@ Status TcpLink::recvOnce(int l, bool* more) {
     } while (got < 0 && errno == EINTR);
     if (got == 0) return closedError();
     if (got < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (++ln.dry >= kDryBeforePoll) starved_ |= bit;
-        return okStatus();
-      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return okStatus();
       return socketError(errno, "recv from");
     }
-    ln.dry = 0;
     n = std::min(static_cast<size_t>(got), want);
     if (readAhead) {
       aheadAt_ = 0;

@@ -8,7 +8,6 @@
 // Threading: a TcpLink is driven by one thread at a time (the executor's lock); nothing here locks.
 #pragma once
 
-#include <poll.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -73,16 +72,6 @@ class TcpLink final : public Link {
   Status progress() override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
 
-  // Readiness of the receiving lanes. A lane whose last kDryBeforePoll recvmsg calls found its
-  // socket empty is "starved": progress() does not read it again until the transport's poll() over
-  // every starved lane of every link (one system call a pass, which takes no socket lock) says data
-  // or an error came, and calls unstarve. A receiver waiting on a peer then spins on that poll
-  // instead of on recvmsg, whose socket lock competes with the sender's delivery of the next
-  // message, and many idle links cost one call a pass instead of one each. Appends the lanes
-  // progress() would read now and that are starved to `fds`, their lane numbers to `lanes`.
-  void starvedLanes(std::vector<pollfd>* fds, std::vector<int>* lanes) const;
-  void unstarve(int lane) { starved_ &= ~(1ull << lane); }
-
   // The smallest BRAID_TCP_CHUNK accepted: larger than any element size, and small enough that
   // tests can force many pieces per message.
   static constexpr size_t kMinChunk = 4096;
@@ -107,11 +96,6 @@ class TcpLink final : public Link {
   // stream of small messages (the leaves of back-to-back Broadcasts) then takes several with one
   // call, as Open MPI's tcp transport does.
   static constexpr size_t kAheadBytes = 8192;
-  // A lane is starved (see starvedLanes) after this many recvmsg calls in a row found nothing:
-  // one message that arrives a moment late (the peer's half of an exchange) is still read
-  // without the poll's extra system call; a receiver that waits longer (a root behind a stream
-  // of senders) polls. 1 cost small 4-rank tcp AllReduce 3-7% here, 4 kept half of the gains.
-  static constexpr int kDryBeforePoll = 2;
 
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
@@ -134,7 +118,6 @@ class TcpLink final : public Link {
     int nheld = 0;
     Held held[kMaxHeld] = {};
     size_t recvDone = 0;
-    int dry = 0;                                      // recvmsg calls in a row that found nothing
     size_t carry = 0;                                 // bytes in staging waiting for the rest of an element
     std::unique_ptr<uint8_t[], FreeDeleter> staging;  // chunk_ bytes, 64-byte aligned
   };
@@ -175,8 +158,7 @@ class TcpLink final : public Link {
   uint64_t zcCopied_ = 0;  // always does): logged at INFO when the link closes
   double tokens_ = 0;      // rate limit: bytes the bucket allows now
   int64_t tokensAtNs_ = 0;
-  Status error_;          // sticky: set once the link is broken
-  uint64_t starved_ = 0;  // bit l: lane l is starved (see starvedLanes)
+  Status error_;  // sticky: set once the link is broken
 
   // Send queue. sendHdrDone_ is how much of lane 0's current header the socket has taken; the
   // header bytes themselves are the transfer's Xfer::bytes (little-endian size_t, see the
