@@ -281,11 +281,11 @@ TEST_CASE("tcp: a size mismatch found in read-ahead bytes is an error naming the
   REQUIRE(allOk(res));
 }
 
-// A tcp lane whose recvmsg keeps finding nothing is not read again until a poll() over the starved
-// lanes says data came (transports/tcp/tcp_link.h, starvedLanes). Rank 0 sleeps before each send,
-// so rank 1's receives wait on empty sockets for 50 ms each (every lane of a striped message with
-// BRAID_NSOCKS 3, and the receives of Reduces folded on arrival): each must still get its message,
-// byte-exact; and a peer that exits while a receive waits is an error naming it, not a hang.
+// Receives posted long before their messages come: rank 0 sleeps before each send, so rank 1's
+// receives find empty sockets for 50 ms each (every lane of a striped message with BRAID_NSOCKS 3,
+// and the receives of Reduces folded on arrival): each must still get its message, byte-exact; and
+// a peer that exits while a receive waits is an error naming it, not a hang. (Written for a
+// starved-lane poll() that was measured and not kept: perf/results/2026-12-05-tcp-poll.md.)
 TEST_CASE(
     "tcp: receives that wait on empty sockets get every message when it comes, and a peer that exits meanwhile "
     "is an error naming it",
