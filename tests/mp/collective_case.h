@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "braid/braid.h"
@@ -30,6 +31,28 @@ class DeviceCopies {
   virtual bool upload(const Buffers& b, const char** send, char** recv, braidStream_t* stream) = 0;
   virtual bool download(Buffers* b) = 0;
 };
+
+// One call's shape; root matters for Reduce and Broadcast only.
+struct Case {
+  C c;
+  braidDataType_t dt;
+  braidRedOp_t op;
+  size_t count;
+  bool inPlace;
+  int root;
+};
+// The elements the call reads from its send buffer and writes into its receive buffer on n ranks
+// (in place, the receive allocation must hold the larger of the two).
+void caseSizes(const Case& k, int n, size_t* sendElems, size_t* recvElems);
+// Writes sentinels over the recvAlloc elements of recv, then this rank's inputs where the call
+// reads them (recv itself in place).
+void fillCase(const Case& k, int rank, int n, char* send, char* recv, size_t recvAlloc);
+// Posts the call: blocking, or nonblocking when req is given.
+braidResult_t postCase(const Case& k, int rank, braidComm_t comm, const char* send, char* recv, braidStream_t stream,
+                       braidRequest_t* req);
+// Checks every element of the receive allocation after the call; 0, or 1 after printing what differed.
+int checkCase(const Case& k, int rank, int n, const char* recv, size_t recvAlloc);
+std::string describeCase(const Case& k);
 
 // Runs one call (on the host buffers, or on their device copies when dev is given) and checks the
 // whole receive buffer; returns 0, or 1 after printing what differed.

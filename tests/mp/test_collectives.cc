@@ -1,6 +1,7 @@
 // Every collective x datatype x op x count x placement, on real processes over each transport.
 // Values are small integers, so every result is exact (avg of floats within rounding).
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -24,118 +25,148 @@ const char* cname(C c) {
   return k[static_cast<int>(c)];
 }
 
-int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRedOp_t op, size_t count, bool inPlace,
-            int root, Buffers& b, DeviceCopies* dev) {
-  const size_t es = elemSize(dt);
-  size_t sendElems = count, recvElems = count;
-  if (c == C::kReduceScatter) sendElems = count * n;
-  if (c == C::kAllGather) recvElems = count * n;
-  if (c == C::kAllToAll) sendElems = recvElems = count * n;
-  b.send.assign(std::max<size_t>(sendElems, 1) * es, 0);
-  b.recv.assign(std::max<size_t>(std::max(sendElems, recvElems), 1) * es, 0);
-  for (size_t i = 0; i < b.recv.size() / es; ++i) storeElem(dt, b.recv.data(), i, kSentinel);
+void caseSizes(const Case& k, int n, size_t* sendElems, size_t* recvElems) {
+  size_t send = k.count, recv = k.count;
+  if (k.c == C::kReduceScatter) send = k.count * n;
+  if (k.c == C::kAllGather) recv = k.count * n;
+  if (k.c == C::kAllToAll) send = recv = k.count * n;
+  *sendElems = send;
+  *recvElems = recv;
+}
+
+void fillCase(const Case& k, int rank, int n, char* send, char* recv, size_t recvAlloc) {
+  size_t sendElems = 0, recvElems = 0;
+  caseSizes(k, n, &sendElems, &recvElems);
+  for (size_t i = 0; i < recvAlloc; ++i) storeElem(k.dt, recv, i, kSentinel);
   // Inputs, written where the call reads them.
-  char* in = inPlace ? b.recv.data() : b.send.data();
-  size_t inOffset = 0;  // elements
-  if (inPlace && c == C::kAllGather) inOffset = rank * count;
+  char* in = k.inPlace ? recv : send;
+  const size_t inOffset = k.inPlace && k.c == C::kAllGather ? rank * k.count : 0;  // elements
   for (size_t i = 0; i < sendElems; ++i) {
     double v = 0;
-    switch (c) {
+    switch (k.c) {
       case C::kAllReduce:
       case C::kReduce:
       case C::kReduceScatter:
-        v = inputValue(op, rank, i, n);
+        v = inputValue(k.op, rank, i, n);
         break;
       case C::kAllGather:
-        v = moveValue(rank, 0, i);
-        break;
       case C::kBroadcast:
         v = moveValue(rank, 0, i);
         break;
       case C::kAllToAll:
-        v = moveValue(rank, static_cast<int>(i / count), i % count);
+        v = moveValue(rank, static_cast<int>(i / k.count), i % k.count);
         break;
     }
-    storeElem(dt, in, inOffset + i, v);
+    storeElem(k.dt, in, inOffset + i, v);
   }
-  // Where the call's buffers are: the host vectors, or their device copies on a stream.
-  const char* sendBase = b.send.data();
-  char* recvBase = b.recv.data();
-  braidStream_t stream = nullptr;
-  if (dev != nullptr && !dev->upload(b, &sendBase, &recvBase, &stream))
-    return fail(rank, "%s: copying the buffers to the device failed", cname(c));
-  const void* sp = inPlace ? (c == C::kAllGather ? recvBase + rank * count * es : recvBase) : sendBase;
-  void* rp = inPlace && c == C::kReduceScatter ? recvBase + rank * count * es : recvBase;
-  braidResult_t r = braidSuccess;
-  switch (c) {
+}
+
+braidResult_t postCase(const Case& k, int rank, braidComm_t comm, const char* sendBase, char* recvBase,
+                       braidStream_t stream, braidRequest_t* req) {
+  const size_t es = elemSize(k.dt);
+  const size_t count = k.count;
+  const void* sp = k.inPlace ? (k.c == C::kAllGather ? recvBase + rank * count * es : recvBase) : sendBase;
+  void* rp = k.inPlace && k.c == C::kReduceScatter ? recvBase + rank * count * es : recvBase;
+  const bool nb = req != nullptr;
+  switch (k.c) {
     case C::kAllReduce:
-      r = braidAllReduce(sp, rp, count, dt, op, comm, stream);
-      break;
+      return nb ? braidIAllReduce(sp, rp, count, k.dt, k.op, comm, stream, req)
+                : braidAllReduce(sp, rp, count, k.dt, k.op, comm, stream);
     case C::kReduce:
-      r = braidReduce(sp, rp, count, dt, op, root, comm, stream);
-      break;
+      return nb ? braidIReduce(sp, rp, count, k.dt, k.op, k.root, comm, stream, req)
+                : braidReduce(sp, rp, count, k.dt, k.op, k.root, comm, stream);
     case C::kReduceScatter:
-      r = braidReduceScatter(sp, rp, count, dt, op, comm, stream);
-      break;
+      return nb ? braidIReduceScatter(sp, rp, count, k.dt, k.op, comm, stream, req)
+                : braidReduceScatter(sp, rp, count, k.dt, k.op, comm, stream);
     case C::kAllGather:
-      r = braidAllGather(sp, rp, count, dt, comm, stream);
-      break;
+      return nb ? braidIAllGather(sp, rp, count, k.dt, comm, stream, req)
+                : braidAllGather(sp, rp, count, k.dt, comm, stream);
     case C::kBroadcast:
-      r = braidBroadcast(sp, rp, count, dt, root, comm, stream);
-      break;
+      return nb ? braidIBroadcast(sp, rp, count, k.dt, k.root, comm, stream, req)
+                : braidBroadcast(sp, rp, count, k.dt, k.root, comm, stream);
     case C::kAllToAll:
-      r = braidAllToAll(sp, rp, count, dt, comm, stream);
-      break;
+      return nb ? braidIAllToAll(sp, rp, count, k.dt, comm, stream, req)
+                : braidAllToAll(sp, rp, count, k.dt, comm, stream);
   }
-  if (r != braidSuccess)
-    return fail(rank, "%s %s %s count %zu %s: %s: %s", cname(c), typeName(dt), opName(op), count,
-                inPlace ? "in-place" : "out-of-place", braidGetErrorString(r), braidGetLastError());
-  if (dev != nullptr && !dev->download(&b))
-    return fail(rank, "%s: waiting for the stream or copying the result back failed", cname(c));
+  return braidInternalError;
+}
+
+std::string describeCase(const Case& k) {
+  char buf[160];
+  snprintf(buf, sizeof(buf), "%s %s %s count %zu %s root %d", cname(k.c), typeName(k.dt), opName(k.op), k.count,
+           k.inPlace ? "in-place" : "out-of-place", k.root);
+  return buf;
+}
+
+int checkCase(const Case& k, int rank, int n, const char* out, size_t recvAlloc) {
+  size_t sendElems = 0, recvElems = 0;
+  caseSizes(k, n, &sendElems, &recvElems);
+  const size_t count = k.count;
   // Expected output over the whole receive allocation (sentinels where nothing may be written).
-  const char* out = b.recv.data();
-  const size_t outBase = inPlace && c == C::kReduceScatter ? rank * count : 0;
+  const size_t outBase = k.inPlace && k.c == C::kReduceScatter ? rank * count : 0;
   for (size_t i = 0; i < recvElems; ++i) {
     double want = 0;
     bool exactOp = true;
-    switch (c) {
+    switch (k.c) {
       case C::kAllReduce:
-        want = expectedValue(dt, op, i, n);
+        want = expectedValue(k.dt, k.op, i, n);
         exactOp = false;
         break;
       case C::kReduce:
-        if (rank != root) {
-          want = inPlace ? inputValue(op, rank, i, n) : kSentinel;  // untouched off the root
+        if (rank != k.root) {
+          want = k.inPlace ? inputValue(k.op, rank, i, n) : kSentinel;  // untouched off the root
         } else {
-          want = expectedValue(dt, op, i, n);
+          want = expectedValue(k.dt, k.op, i, n);
           exactOp = false;
         }
         break;
       case C::kReduceScatter:
-        want = expectedValue(dt, op, rank * count + i, n);
+        want = expectedValue(k.dt, k.op, rank * count + i, n);
         exactOp = false;
         break;
       case C::kAllGather:
         want = moveValue(static_cast<int>(i / count), 0, i % count);
         break;
       case C::kBroadcast:
-        want = moveValue(root, 0, i);
+        want = moveValue(k.root, 0, i);
         break;
       case C::kAllToAll:
         want = moveValue(static_cast<int>(i / count), rank, i % count);
         break;
     }
-    double got = loadElem(dt, out, outBase + i);
-    bool ok = exactOp ? got == want : matches(dt, op, got, want);
-    if (!ok)
-      return fail(rank, "%s %s %s count %zu %s root %d: element %zu is %g, expected %g", cname(c), typeName(dt),
-                  opName(op), count, inPlace ? "in-place" : "out-of-place", root, i, got, want);
+    const double got = loadElem(k.dt, out, outBase + i);
+    const bool ok = exactOp ? got == want : matches(k.dt, k.op, got, want);
+    if (!ok) return fail(rank, "%s: element %zu is %g, expected %g", describeCase(k).c_str(), i, got, want);
   }
   // Out-of-place: nothing beyond the output was written.
-  if (!inPlace)
-    for (size_t i = recvElems; i < b.recv.size() / es; ++i)
-      if (loadElem(dt, out, i) != kSentinel) return fail(rank, "%s wrote past its output at %zu", cname(c), i);
+  if (!k.inPlace)
+    for (size_t i = recvElems; i < recvAlloc; ++i)
+      if (loadElem(k.dt, out, i) != kSentinel)
+        return fail(rank, "%s wrote past its output at %zu", describeCase(k).c_str(), i);
   return 0;
+}
+
+int runCase(braidComm_t comm, int rank, int n, C c, braidDataType_t dt, braidRedOp_t op, size_t count, bool inPlace,
+            int root, Buffers& b, DeviceCopies* dev) {
+  const Case k{c, dt, op, count, inPlace, root};
+  const size_t es = elemSize(dt);
+  size_t sendElems = 0, recvElems = 0;
+  caseSizes(k, n, &sendElems, &recvElems);
+  b.send.assign(std::max<size_t>(sendElems, 1) * es, 0);
+  b.recv.assign(std::max<size_t>(std::max(sendElems, recvElems), 1) * es, 0);
+  fillCase(k, rank, n, b.send.data(), b.recv.data(), b.recv.size() / es);
+  // Where the call's buffers are: the host vectors, or their device copies on a stream.
+  const char* sendBase = b.send.data();
+  char* recvBase = b.recv.data();
+  braidStream_t stream = nullptr;
+  if (dev != nullptr && !dev->upload(b, &sendBase, &recvBase, &stream))
+    return fail(rank, "%s: copying the buffers to the device failed", cname(c));
+  const braidResult_t r = postCase(k, rank, comm, sendBase, recvBase, stream, nullptr);
+  if (r != braidSuccess)
+    return fail(rank, "%s: %s: %s", describeCase(k).c_str(), braidGetErrorString(r), braidGetLastError());
+  if (dev != nullptr && !dev->download(&b))
+    return fail(rank, "%s: waiting for the stream or copying the result back failed", cname(c));
+  return checkCase(k, rank, n, b.recv.data(), b.recv.size() / es);
 }
 
 }  // namespace braidtest
