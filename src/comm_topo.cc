@@ -93,16 +93,35 @@ Status setupTopology(braidComm* comm, Deadline deadline) {
   for (int h : c.hostOf) c.hostSize[h]++;
 
   BRAID_TRY(comm->selector.init(c, local.cost, paramString("BRAID_ALGO"), comm->approximate));
+  // The table, and the settings that cut device calls, must be the same everywhere: a rank that
+  // staged a call in other pieces, or sent it to cuda_ipc where the others staged it, would wait
+  // for calls its peers never make.
+  struct Agreed {
+    uint64_t table;
+    uint64_t stagingPiece;  // BRAID_CUDA_STAGING_PIECE
+    uint64_t cudaIpcMin;    // BRAID_CUDA_IPC_MIN
+  };
   const std::string table = comm->selector.describe();
-  uint64_t mine = fnv1a(table, 0);
-  std::vector<uint64_t> all(n);
+  const Agreed mine{fnv1a(table, 0), comm->settings.stagingPiece, comm->settings.cudaIpcMin};
+  std::vector<Agreed> all(n);
   BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
-  for (int r = 0; r < n; ++r)
-    if (all[r] != mine)
+  for (int r = 0; r < n; ++r) {
+    if (all[r].table != mine.table)
       return errorf(braidInvalidUsage,
                     "rank %d chose a different algorithm table than rank %d: BRAID_ALGO, BRAID_COST_*, "
                     "BRAID_TOPO_FILE and BRAID_CHUNK_SIZE must be the same on every rank",
                     r, comm->rank);
+    const struct {
+      const char* name;
+      uint64_t theirs, ours;
+    } values[] = {{"BRAID_CUDA_STAGING_PIECE", all[r].stagingPiece, mine.stagingPiece},
+                  {"BRAID_CUDA_IPC_MIN", all[r].cudaIpcMin, mine.cudaIpcMin}};
+    for (const auto& v : values)
+      if (v.theirs != v.ours)
+        return errorf(braidInvalidUsage, "%s differs: %llu on %s, %llu on rank %d; it must be the same on every rank",
+                      v.name, static_cast<unsigned long long>(v.theirs), comm->describeRank(r).c_str(),
+                      static_cast<unsigned long long>(v.ours), comm->rank);
+  }
   if (comm->rank == 0)
     BRAID_INFO(kLogTune, "algorithm table for %d ranks on %d hosts%s:\n%s", n, c.nhosts,
                c.oversubscribed() ? " (more ranks than cores)" : "", table.c_str());

@@ -177,6 +177,29 @@ TEST_CASE("ranks whose configs name different transports are refused", "[mp][con
   CHECK(allOk(res));
 }
 
+// Both decide how a call on device buffers is cut and where it runs, so a difference would leave
+// ranks waiting for pieces their peers never post; checked at init also where no GPU is present.
+TEST_CASE(
+    "BRAID_CUDA_STAGING_PIECE or BRAID_CUDA_IPC_MIN that differs between ranks fails init on every rank naming it",
+    "[mp][config]") {
+  const char* name = GENERATE("BRAID_CUDA_STAGING_PIECE", "BRAID_CUDA_IPC_MIN");
+  INFO(name);
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(3, {{"BRAID_TIMEOUT", "30"}}, [&](int rank, int size) {
+    setenv(name, rank == 2 ? "4M" : "2M", 1);
+    braidComm_t comm = nullptr;
+    const braidResult_t r = braidCommInitRank(&comm, size, id, rank);
+    if (r != braidInvalidUsage) return fail(rank, "got %s: %s", braidGetErrorString(r), braidGetLastError());
+    const std::string want = std::string(name) + " differs: " + (rank == 2 ? "2097152 on rank 0" : "4194304 on rank 2");
+    if (strstr(braidGetLastError(), want.c_str()) == nullptr)
+      return fail(rank, "message lacks \"%s\": %s", want.c_str(), braidGetLastError());
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
+}
+
 TEST_CASE("registrations: counted, per communicator, refused when stale or foreign", "[mp][config]") {
   auto res = forkRanks(1, {}, [](int rank, int) {
     braidUniqueId a, b;
