@@ -7,6 +7,7 @@
 
 #include "src/base/log.h"
 #include "src/comm.h"
+#include "src/cuda/runtime.h"
 #include "src/executor.h"
 
 namespace braid {
@@ -170,6 +171,15 @@ Status Engine::drain() {
 
 void Engine::bgLoop() {
   setLogRank(comm_->rank);
+  // The communicator's device, current on this thread for good: its CUDA calls (event queries,
+  // cuda_ipc launches under a DeviceScope) would otherwise run with device 0 current, which makes
+  // a context there for every process whose communicator uses another GPU.
+  if (comm_->cudaDevice >= 0) {
+    const Status s = gpuSetDevice(comm_->cudaDevice);
+    if (!s.ok())
+      BRAID_WARN(kLogInit, "the background thread cannot use CUDA device %d: %s", comm_->cudaDevice,
+                 s.message().c_str());
+  }
   int64_t idleSince = nowNs();
   int64_t lastControl = 0;
   bool justWoke = false;

@@ -58,9 +58,10 @@ bool deviceFree(void* ptr, Status* status) {
     size = it->second;
     allocations().bytes.erase(it);
   }
-  // The address may come back as another kind of memory: no cached answer may outlive it.
-  forgetPointerKinds(ptr, size);
   *status = cudaStatus(cudaFree(ptr), "cudaFree");
+  // The address may come back as another kind of memory: no cached answer may outlive it (dropped
+  // after the free, so that no other thread's lookup caches the range again in between).
+  forgetPointerKinds(ptr, size);
   return true;
 }
 

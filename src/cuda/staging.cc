@@ -208,6 +208,7 @@ class Slot final : public OpGate {
     (void)cudaGetLastError();
   }
 
+  bool lost() const { return lost_; }
   char* buf() const { return buf_; }
   char* dev() const { return dev_; }
   const IpcHandle& devHandle() const { return devHandle_; }
@@ -239,9 +240,25 @@ class Pool final : public DeviceStaging {
 
   ~Pool() override {
     DeviceScope on(device_);
-    for (auto& s : slots_) s->drainForDestroy();
+    size_t lost = 0;
+    for (auto& s : slots_) {
+      s->drainForDestroy();
+      if (s->lost()) {
+        // Its stream may still reach the flag wait (a kernel queued before the call outlasted the
+        // drain) or CUDA's callback thread still read the Slot (waitOnHost): neither may be freed.
+        (void)s.release();
+        ++lost;
+      }
+    }
     slots_.clear();
-    if (flags_ != nullptr) (void)cudaFreeHost(flags_);
+    if (lost > 0) {
+      BRAID_WARN(kLogColl,
+                 "destroy: %zu device calls' streams may still wait on their flags: their staging "
+                 "and the flags stay allocated",
+                 lost);
+    } else if (flags_ != nullptr) {
+      (void)cudaFreeHost(flags_);
+    }
     (void)cudaGetLastError();
   }
 
