@@ -82,6 +82,7 @@ class Slot final : public OpGate {
     if (in_ != nullptr) (void)cudaEventDestroy(in_);
     if (out_ != nullptr) (void)cudaEventDestroy(out_);
     if (buf_ != nullptr && !lost_) (void)cudaFreeHost(buf_);
+    for (char* old : bufRetired_) (void)cudaFreeHost(old);
     if (dev_ != nullptr && !lost_) (void)cudaFree(dev_);
     for (char* old : devRetired_) (void)cudaFree(old);
     (void)cudaGetLastError();
@@ -107,7 +108,10 @@ class Slot final : public OpGate {
   Status reserve(size_t bytes) {
     if (buf_ != nullptr && cap_ >= bytes) return okStatus();
     const size_t cap = alignUp(std::max({bytes, kMinStagingBytes, cap_ * 2}), kMinStagingBytes);
-    if (buf_ != nullptr) BRAID_CUDA_TRY(cudaFreeHost(buf_));
+    // The outgrown buffer is freed with the slot, not now: cudaFreeHost may wait for the device's
+    // streams, and one of them may be waiting for a call of a communicator this thread also drives
+    // (ranks of one process, ncclCommInitAll's).
+    if (buf_ != nullptr) bufRetired_.push_back(buf_);
     buf_ = nullptr;
     cap_ = 0;
     void* p = nullptr;
@@ -224,6 +228,7 @@ class Slot final : public OpGate {
   std::atomic<bool> retired_{true};  // the engine is done with the current use (or there is none)
   bool lost_ = false;
   char* buf_ = nullptr;
+  std::vector<char*> bufRetired_;  // outgrown ones, freed with the slot
   size_t cap_ = 0;
   char* dev_ = nullptr;            // direct calls' copies (reserveDevice)
   std::vector<char*> devRetired_;  // outgrown ones, freed with the slot
