@@ -1,11 +1,12 @@
 // Random streams of collectives with several in flight at once, across every path a transport has:
-// over shm the mailboxes (up to BRAID_SHM_SMALL_BYTES a peer), the FIFOs, single copy where it is
-// fast enough, and calls in place on braidMemAlloc memory, on every rank or on some only. Every
-// rank draws the same calls from one seed (the call, type, op, count, placement, root and how many
-// go in flight together) and, alone, where its buffers lie, at what offset, and in which order it
-// waits for them; every element of every output is checked (tests/mp/collective_case.h).
-// BRAIDTEST_STRESS_SEED picks the seed (else a fixed one) and BRAIDTEST_STRESS_CALLS how many calls
-// each run makes: a failure prints both, so it can be replayed.
+// over shm (2, 3 and 4 ranks) the mailboxes (up to BRAID_SHM_SMALL_BYTES a peer), the FIFOs,
+// single copy where it is fast enough, and calls in place on braidMemAlloc memory, on every rank or
+// on some only; tcp and ucx with 3 ranks. Every rank draws the same calls from one seed (the call,
+// type, op, count, placement, root and how many go in flight together) and, alone, where its
+// buffers lie, at what offset, and in which order it waits for them; every element of every output
+// is checked (tests/mp/collective_case.h). BRAIDTEST_STRESS_SEED picks the seed (else a fixed one)
+// and BRAIDTEST_STRESS_CALLS how many calls each run makes: a failure prints both, so it can be
+// replayed.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -145,7 +146,8 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls) {
 TEST_CASE("random streams of collectives, several in flight, on every path: every output exact", "[mp][stress]") {
   const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 20261205);
   const uint64_t calls = envNumber("BRAIDTEST_STRESS_CALLS", 300);
-  const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 3));
+  const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 3),
+                            std::make_pair("shm", 2), std::make_pair("ucx", 3));
   if (!underTest(run.first)) return;
   INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed
                            << " BRAIDTEST_STRESS_CALLS=" << calls);
