@@ -57,6 +57,7 @@ namespace braid::ib {
   X(query_gid_table, _ibv_query_gid_table)          \
   X(query_port, ibv_query_port)                     \
   X(reg_mr, ibv_reg_mr)                             \
+  X(resize_cq, ibv_resize_cq)                       \
   X(wc_status_str, ibv_wc_status_str)
 
 struct IbvApi {

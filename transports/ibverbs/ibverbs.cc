@@ -184,30 +184,39 @@ Status IbTransport::prepare(const TransportContext& ctx, const std::vector<int>&
                     ctx.nranks);
     seen[p] = true;
   }
-  // Every send and receive entry of every link may complete at once: the queue holds them all.
-  const uint64_t cqe = static_cast<uint64_t>(peers.size()) * (cfg_.proto.maxWrites + 2ull * cfg_.proto.slots);
+  // Every send and receive entry of every link may complete at once: the queue holds them all,
+  // those of the links of earlier connects (the self-test's fallback rounds) too.
+  const size_t total = links_.size() + peers.size();
+  const uint64_t cqe = static_cast<uint64_t>(total) * (cfg_.proto.maxWrites + 2ull * cfg_.proto.slots);
   if (cqe > static_cast<uint64_t>(dev_->attr.max_cqe))
     return errorf(braidInvalidArgument,
                   "ibverbs: %zu peers need a completion queue of %llu entries, %s allows %d (lower BRAID_IB_SLOTS)",
-                  peers.size(), static_cast<unsigned long long>(cqe), dev_->name.c_str(), dev_->attr.max_cqe);
-  channel_ = ib::ibv().create_comp_channel(dev_->ctx);
-  if (channel_ == nullptr) return systemError(errno, "ibverbs: ibv_create_comp_channel");
-  // progress() reads the channel without waiting.
-  const int fl = fcntl(channel_->fd, F_GETFL);
-  if (fl < 0 || fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK) != 0)
-    return systemError(errno, "ibverbs: making the completion channel nonblocking");
-  cq_ = ib::ibv().create_cq(dev_->ctx, static_cast<int>(cqe), nullptr, channel_, 0);
-  if (cq_ == nullptr)
-    return systemError(errno, "ibverbs: ibv_create_cq of %llu entries", static_cast<unsigned long long>(cqe));
+                  total, static_cast<unsigned long long>(cqe), dev_->name.c_str(), dev_->attr.max_cqe);
+  if (cq_ != nullptr) {
+    // A later connect: one queue and channel serve every link (progress polls one), grown to fit.
+    const int rc = ib::ibv().resize_cq(cq_, static_cast<int>(cqe));
+    if (rc != 0) return systemError(rc, "ibverbs: ibv_resize_cq to %llu entries", static_cast<unsigned long long>(cqe));
+  } else {
+    channel_ = ib::ibv().create_comp_channel(dev_->ctx);
+    if (channel_ == nullptr) return systemError(errno, "ibverbs: ibv_create_comp_channel");
+    // progress() reads the channel without waiting.
+    const int fl = fcntl(channel_->fd, F_GETFL);
+    if (fl < 0 || fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK) != 0)
+      return systemError(errno, "ibverbs: making the completion channel nonblocking");
+    cq_ = ib::ibv().create_cq(dev_->ctx, static_cast<int>(cqe), nullptr, channel_, 0);
+    if (cq_ == nullptr)
+      return systemError(errno, "ibverbs: ibv_create_cq of %llu entries", static_cast<unsigned long long>(cqe));
+  }
   ib::IbLinkConfig cfg = cfg_;
   cfg.timeout = fitTimeout(cfg_.timeout, cfg_.retryCnt, ctx.deadline);
   if (cfg.timeout != cfg_.timeout)
     BRAID_INFO(kLogNet, "ibverbs: ACK timeout exponent %u instead of %u, to report a dead peer within the timeout",
                cfg.timeout, cfg_.timeout);
+  // A link's index (in its work requests' ids) is its place in links_, where connect() appends it.
   links->resize(peers.size());
   for (size_t i = 0; i < peers.size(); ++i)
-    BRAID_TRY(
-        IbLink::create(dev_, cq_, cfg, peers[i], peerNameOf(ctx, peers[i]), static_cast<uint32_t>(i), &(*links)[i]));
+    BRAID_TRY(IbLink::create(dev_, cq_, cfg, peers[i], peerNameOf(ctx, peers[i]),
+                             static_cast<uint32_t>(links_.size() + i), &(*links)[i]));
   return okStatus();
 }
 
@@ -287,20 +296,27 @@ Status IbTransport::pollCq(int* failedPeer, int* got) {
     *failedPeer = links_.empty() ? -1 : links_.front().peer;
     return errorf(braidSystemError, "ibverbs: polling the completion queue failed (%d)", n);
   }
+  // Every completion polled reaches its link, also after one failed: those of other links would
+  // otherwise be lost (a receive never reposted, a write never counted back). The first failure is
+  // returned; a failed link keeps its error for later passes.
+  Status first;
   for (int i = 0; i < n; ++i) {
     const uint32_t idx = IbLink::indexOf(wc[i].wr_id);
     if (idx >= links_.size()) {
-      *failedPeer = links_.empty() ? -1 : links_.front().peer;
-      return errorf(braidInternalError, "ibverbs: a completion for link %u of %zu", idx, links_.size());
+      if (first.ok()) {
+        *failedPeer = links_.empty() ? -1 : links_.front().peer;
+        first = errorf(braidInternalError, "ibverbs: a completion for link %u of %zu", idx, links_.size());
+      }
+      continue;
     }
     if (links_[idx].link == nullptr) continue;  // dropped (dropLink)
     Status s = links_[idx].link->onCompletion(wc[i]);
-    if (!s.ok()) {
+    if (!s.ok() && first.ok()) {
       *failedPeer = links_[idx].peer;
-      return s;
+      first = std::move(s);
     }
   }
-  return okStatus();
+  return first;
 }
 
 Status IbTransport::rearm() {
