@@ -66,6 +66,10 @@ Status readSettings(ib::IbLinkConfig* cfg) {
   cfg->proto.slots = static_cast<uint32_t>(slots);
   cfg->proto.slotBytes = slotBytes;
   cfg->proto.maxWrites = cfg->proto.slots + kExtraWrites;
+  // A send completes once the peer acknowledged its writes, not when they are posted: a rank whose
+  // last operation sent leaves (destroying its queue pairs, whose unacknowledged work is dropped,
+  // never retransmitted) only after the peer has the bytes. NCCL's net sends complete the same way.
+  cfg->proto.sendsAwaitWrites = true;
   cfg->timeout = static_cast<uint8_t>(timeout);
   cfg->retryCnt = static_cast<uint8_t>(retry);
   std::string name;
