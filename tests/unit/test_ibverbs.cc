@@ -13,12 +13,14 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "src/base/config.h"
+#include "tests/scratch_dir.h"
 #include "transports/ibverbs/ib_api.h"
 #include "transports/ibverbs/ib_device.h"
 #include "transports/transport.h"
@@ -146,6 +148,21 @@ TEST_CASE("GID choice: RoCE v2 IPv4-mapped first, then any v2, then any non-zero
   CHECK(chooseGid(zeros, 1) == -1);
   CHECK(chooseGid(zeros, 2) == 5);
   CHECK(chooseGid(nullptr, 0) == -1);
+}
+
+// Where libibverbs lacks _ibv_query_gid_table (rdma-core before v32), the GIDs' types come from
+// sysfs: a tree laid out as the kernel's, with both words it writes, a word it does not, and none.
+TEST_CASE("GID types from sysfs where libibverbs has no GID table call", "[unit][ibverbs]") {
+  braidtest::ScratchDir root("gid-types");
+  const std::string dir = root.path() + "/class/infiniband/mlx5_0/ports/1/gid_attrs/types";
+  std::filesystem::create_directories(dir);
+  const std::pair<int, const char*> files[] = {{0, "IB/RoCE v1\n"}, {1, "RoCE v2\n"}, {2, "RoCE v3\n"}};
+  for (const auto& [index, text] : files) std::ofstream(dir + "/" + std::to_string(index)) << text;
+  CHECK(gidTypeFromSysfs(root.path(), "mlx5_0", 1, 0) == IBV_GID_TYPE_ROCE_V1);
+  CHECK(gidTypeFromSysfs(root.path(), "mlx5_0", 1, 1) == IBV_GID_TYPE_ROCE_V2);
+  CHECK(gidTypeFromSysfs(root.path(), "mlx5_0", 1, 2) == -1);
+  CHECK(gidTypeFromSysfs(root.path(), "mlx5_0", 1, 3) == -1);  // no file: an unused entry
+  CHECK(gidTypeFromSysfs(root.path(), "mlx5_0", 2, 0) == -1);  // another port
 }
 
 TEST_CASE("MTU: bytes to the verbs enum and back, rounding down", "[unit][ibverbs]") {

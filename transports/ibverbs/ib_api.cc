@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <mutex>
@@ -43,6 +44,7 @@ Status openIbverbs(const std::string& library, IbvApi* out) {
     return errorf(braidSystemError, "cannot use %s: it has no %s (rdma-core too old?)", library.c_str(), #symbol);
   BRAID_IBV_FUNCTIONS(BRAID_IBV_RESOLVE)
 #undef BRAID_IBV_RESOLVE
+  api.query_gid_table = reinterpret_cast<decltype(api.query_gid_table)>(dlsym(lib, "_ibv_query_gid_table"));
   *out = api;  // the library stays open (see ib_api.h)
   return okStatus();
 }
@@ -71,6 +73,7 @@ int queryPort(ibv_context* ctx, uint8_t port, ibv_port_attr* attr) {
 }
 
 ssize_t queryGidTable(ibv_context* ctx, ibv_gid_entry* entries, size_t maxEntries, uint32_t flags) {
+  if (ibv().query_gid_table == nullptr) return -ENOSYS;
   return ibv().query_gid_table(ctx, entries, maxEntries, flags, sizeof(*entries));
 }
 

@@ -54,7 +54,6 @@ namespace braid::ib {
   X(port_state_str, ibv_port_state_str)             \
   X(query_device, ibv_query_device)                 \
   X(query_gid, ibv_query_gid)                       \
-  X(query_gid_table, _ibv_query_gid_table)          \
   X(query_port, ibv_query_port)                     \
   X(reg_mr, ibv_reg_mr)                             \
   X(resize_cq, ibv_resize_cq)                       \
@@ -64,6 +63,9 @@ struct IbvApi {
 #define BRAID_IBV_MEMBER(member, symbol) decltype(&::symbol) member = nullptr;
   BRAID_IBV_FUNCTIONS(BRAID_IBV_MEMBER)
 #undef BRAID_IBV_MEMBER
+  // Optional (rdma-core v32 and later): null where the library lacks it; queryGidTable then reads
+  // the table through ibv_query_gid and sysfs.
+  decltype(&::_ibv_query_gid_table) query_gid_table = nullptr;
 };
 
 // BRAID_IB_LIBRARY's default: libibverbs' soname.
@@ -86,7 +88,8 @@ inline const IbvApi& ibv() { return gIbvApi; }
 
 // verbs.h's inlines, over the table. queryPort: the context's query_port op where the provider has
 // one (it fills every field of ibv_port_attr), else the exported compat call. queryGidTable:
-// _ibv_query_gid_table with the entry size of this build. (ibv_reg_mr's inline also picks
+// _ibv_query_gid_table with the entry size of this build; -ENOSYS where the library lacks it (see
+// gidTableFromSysfs in ib_device.h). (ibv_reg_mr's inline also picks
 // ibv_reg_mr_iova2 for IBV_ACCESS_OPTIONAL_RANGE flags, which braid never passes: the table's
 // reg_mr is called directly, and rdma-core older than that symbol still loads.)
 int queryPort(ibv_context* ctx, uint8_t port, ibv_port_attr* attr);

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "src/base/config.h"
@@ -80,6 +83,23 @@ Status pickGid(IbDevice* d) {
   const size_t cap = static_cast<size_t>(std::clamp(d->attr.phys_port_cnt * d->portAttr.gid_tbl_len, 1, kMaxGids));
   std::vector<ibv_gid_entry> entries(cap);
   ssize_t n = queryGidTable(d->ctx, entries.data(), entries.size(), 0);
+  if (n == -ENOSYS) {
+    // An rdma-core without the table call: this port's GIDs one by one, their types from sysfs
+    // (the zero entries are unused slots).
+    n = 0;
+    for (int i = 0; i < d->portAttr.gid_tbl_len && static_cast<size_t>(n) < entries.size(); ++i) {
+      ibv_gid gid{};
+      if (ibv().query_gid(d->ctx, d->port, i, &gid) != 0) continue;
+      const int type = gidTypeFromSysfs("/sys", d->name, d->port, i);
+      if (type < 0 || std::all_of(std::begin(gid.raw), std::end(gid.raw), [](uint8_t b) { return b == 0; })) continue;
+      ibv_gid_entry& e = entries[static_cast<size_t>(n++)];
+      e = ibv_gid_entry{};
+      e.gid = gid;
+      e.gid_index = static_cast<uint32_t>(i);
+      e.port_num = d->port;
+      e.gid_type = static_cast<uint32_t>(type);
+    }
+  }
   if (n < 0) return systemError(static_cast<int>(-n), "ibverbs: ibv_query_gid_table(%s)", d->name.c_str());
   // The table covers every port: keep ours.
   std::vector<ibv_gid_entry> mine;
@@ -162,6 +182,18 @@ ibv_mtu mtuFromBytes(int bytes) {
 }
 
 int mtuBytes(ibv_mtu mtu) { return 128 << static_cast<int>(mtu); }
+
+int gidTypeFromSysfs(const std::string& root, const std::string& dev, int port, int index) {
+  const std::string path = root + "/class/infiniband/" + dev + "/ports/" + std::to_string(port) + "/gid_attrs/types/" +
+                           std::to_string(index);
+  std::ifstream in(path);
+  std::string text;
+  if (!in || !std::getline(in, text)) return -1;
+  // The kernel writes "RoCE v2" or "IB/RoCE v1", one line.
+  if (text == "RoCE v2") return IBV_GID_TYPE_ROCE_V2;
+  if (text == "IB/RoCE v1") return IBV_GID_TYPE_ROCE_V1;
+  return -1;
+}
 
 int chooseGid(const ibv_gid_entry* entries, int n) {
   int v2 = -1, any = -1;

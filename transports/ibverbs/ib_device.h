@@ -73,6 +73,12 @@ int mtuBytes(ibv_mtu mtu);
 // reach each other by in most clusters.
 int chooseGid(const ibv_gid_entry* entries, int n);
 
+// The type of GID `index` of `dev`'s `port` as sysfs says it
+// (<root>/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<index>: "RoCE v2", "IB/RoCE v1"):
+// IBV_GID_TYPE_ROCE_V2 or IBV_GID_TYPE_ROCE_V1; -1 where the file is missing or says neither. The
+// GID table's types where libibverbs lacks _ibv_query_gid_table (rdma-core before v32).
+int gidTypeFromSysfs(const std::string& root, const std::string& dev, int port, int index);
+
 // Whether two ranks' records let them connect, and if not why (for the init error): both usable,
 // the same link layer and, on InfiniBand, the same subnet prefix (no routing between subnets).
 bool recordsConnect(const IbRecord& a, const IbRecord& b, std::string* why);
