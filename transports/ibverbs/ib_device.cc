@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -85,13 +84,13 @@ Status pickGid(IbDevice* d) {
   ssize_t n = queryGidTable(d->ctx, entries.data(), entries.size(), 0);
   if (n == -ENOSYS) {
     // An rdma-core without the table call: this port's GIDs one by one, their types from sysfs
-    // (the zero entries are unused slots).
+    // (unused slots have no type file, or a zero GID that chooseGid skips).
     n = 0;
     for (int i = 0; i < d->portAttr.gid_tbl_len && static_cast<size_t>(n) < entries.size(); ++i) {
       ibv_gid gid{};
       if (ibv().query_gid(d->ctx, d->port, i, &gid) != 0) continue;
       const int type = gidTypeFromSysfs("/sys", d->name, d->port, i);
-      if (type < 0 || std::all_of(std::begin(gid.raw), std::end(gid.raw), [](uint8_t b) { return b == 0; })) continue;
+      if (type < 0) continue;
       ibv_gid_entry& e = entries[static_cast<size_t>(n++)];
       e = ibv_gid_entry{};
       e.gid = gid;
