@@ -209,8 +209,30 @@ graph::Topology liveSide(const braidGraph* g, uint32_t t) {
   return live;
 }
 
+// Renumbers the graph's ranks for `from`'s successor (without the sorted `failed`) and runs it there.
+void moveGraph(braidGraph* g, braidComm* from, const std::vector<int>& failed) {
+  for (int& r : g->toRun) {
+    if (r < 0) continue;
+    const auto below = std::lower_bound(failed.begin(), failed.end(), r);
+    r = (below != failed.end() && *below == r) ? -1 : r - static_cast<int>(below - failed.begin());
+  }
+  g->runOn = from->successor;
+  g->plans.clear();  // built for the old numbering; running ops keep theirs
+  std::string gone;
+  for (int r : failed) {
+    gone += ' ';
+    gone += std::to_string(r);
+  }
+  BRAID_WARN(kLogColl, "gossip: graph continues on %d survivors (this rank is now %d), without failed rank(s)%s",
+             g->runOn->nranks, g->runOn->rank, gone.c_str());
+}
+
 // Before a call: when the communicator the graph runs on has failed because ranks failed, moves
 // the graph onto its successor of survivors (shrinking once per communicator). Graph lock held.
+// The failure is returned once on every rank: by the call it failed, or, where it came while this
+// rank had nothing in flight (a rank that is not the failed one's neighbour, between two calls), by
+// this call, after the shrink and without posting: then every survivor has one failed call, and
+// their calls on the survivors pair up as they would have.
 Status moveToSurvivors(braidGraph* g) {
   while (g->runOn->control->failed()) {
     braidComm* from = g->runOn;
@@ -218,29 +240,25 @@ Status moveToSurvivors(braidGraph* g) {
     if (failed.empty()) return from->control->failure();  // not a peer failure (abort, misuse)
     std::lock_guard<std::mutex> hold(from->successorMu);
     if (from->successor == nullptr) {
+      const bool met = from->engine->failureMet();
       braidComm* next = nullptr;
       Status s = commShrink(from, failed.data(), static_cast<int>(failed.size()), &next);
       if (!s.ok()) return s.withContext("gossip: moving onto the survivors of the failed ranks");
       from->successor = next;
       from->successorExcludes = failed;
+      if (!met) {
+        const Status f = from->control->failure();
+        moveGraph(g, from, failed);
+        ++g->calls;  // it stands for the call the others had fail: rotations stay in step
+        return Status(f.code(), f.message() +
+                                    " [came while this rank had no call in flight: this call did not run; "
+                                    "the next runs on the survivors]");
+      }
     } else if (from->successorExcludes != failed) {
       return errorf(braidRemoteError,
                     "gossip: more ranks failed while moving onto the survivors; shrink the communicator yourself");
     }
-    for (int& r : g->toRun) {
-      if (r < 0) continue;
-      const auto below = std::lower_bound(failed.begin(), failed.end(), r);
-      r = (below != failed.end() && *below == r) ? -1 : r - static_cast<int>(below - failed.begin());
-    }
-    g->runOn = from->successor;
-    g->plans.clear();  // built for the old numbering; running ops keep theirs
-    std::string gone;
-    for (int r : failed) {
-      gone += ' ';
-      gone += std::to_string(r);
-    }
-    BRAID_WARN(kLogColl, "gossip: graph continues on %d survivors (this rank is now %d), without failed rank(s)%s",
-               g->runOn->nranks, g->runOn->rank, gone.c_str());
+    moveGraph(g, from, failed);
   }
   return okStatus();
 }

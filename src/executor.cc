@@ -218,6 +218,7 @@ void Engine::prepare(Op* op, bool userOwned) {
 
 // A call posted after the communicator failed: the failure, and which call it refused.
 Status Engine::refused(Coll coll) const {
+  failureMet_ = true;
   Status f = control_.failure();
   char ctx[128];
   snprintf(ctx, sizeof(ctx), " [%s #%llu on rank %d: not started, the communicator had failed]", collName(coll),
@@ -533,6 +534,7 @@ void Engine::markDone(Op* op) {
 
 void Engine::failAll() {
   Status f = control_.failure();
+  if (head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0) failureMet_ = true;
   for (size_t i = head_; i < active_.size(); ++i) {
     Op* op = active_[i];
     // A device call's stream must not wait forever for a result that will not come.
@@ -550,6 +552,15 @@ void Engine::failAll() {
   active_.clear();
   head_ = 0;
   if (!tagActive_.empty() || byesPending_ != 0) failTagged(f);
+}
+
+bool Engine::failureMet() {
+  if (!control_.failed()) return false;
+  lock();
+  failAll();  // pending operations meet it here if no pass got to them yet
+  const bool met = failureMet_;
+  unlock();
+  return met;
 }
 
 // The oldest operation's deadline, checked every few dozen passes (a clock read is cheap, but

@@ -211,6 +211,11 @@ class Engine {
   // call it between calls.
   size_t peerMappings() const { return small_ != nullptr ? small_->mappedFiles() : 0; }
 
+  // Whether the communicator's failure reached one of this rank's calls: an operation it failed
+  // (pending ones are failed here first) or a post it refused. False while it has not failed, and
+  // when it came while this rank had nothing in flight (gossip then reports it on the next call).
+  bool failureMet();
+
  private:
   bool tryLock() { return !lock_.exchange(true, std::memory_order_acquire); }
   void lock();
@@ -314,6 +319,7 @@ class Engine {
   SmallCall runCall_;                                // lock_: the call runSmall runs
   Plan smallPlans_[kNumColls];                       // by collective: the plan of a small op
   std::atomic<uint64_t> directCalls_{0};
+  mutable bool failureMet_ = false;  // engine lock: see failureMet()
   uint64_t seq_ = 0;
   Status linkFailure_;  // a link's error, held back briefly (see progressOnce)
   int linkFailedPeer_ = -1;

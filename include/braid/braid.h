@@ -491,7 +491,9 @@ braidResult_t braidGraphDestroy(braidGraph_t graph);
  * passes the same count. The graph must belong to comm (braidInvalidArgument otherwise). Calls with
  * one graph must be issued in the same order on every rank and not from two threads at once.
  * Blocking and nonblocking forms as for the other collectives; not part of groups: between
- * braidGroupStart and braidGroupEnd it is issued at once, not at braidGroupEnd. */
+ * braidGroupStart and braidGroupEnd it is issued at once, not at braidGroupEnd. When ranks fail, the
+ * failure is returned once on every rank (by the call in flight, else by the next call, which then
+ * does not run) and later calls run on the survivors (README, "When ranks fail"). */
 braidResult_t braidNeighborAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
                                      braidGraph_t graph, braidComm_t comm, braidStream_t stream);
 braidResult_t braidINeighborAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
