@@ -156,27 +156,60 @@ Status canAccessPeer(int device, int peerDevice, bool* reachable) {
 
 }  // namespace
 
+namespace {
+
+// The peer allocations this process has open, shared by all its IpcImports (every communicator's):
+// CUDA maps an allocation's handle once per process and device, and a second cudaIpcOpenMemHandle
+// of it fails (cudaErrorAlreadyMapped) while the first mapping stands; a process with two
+// communicators whose calls use one peer allocation (two process groups on tensors of one segment
+// of PyTorch's caching allocator) asks for that. Counted by holder, closed when the last lets go.
+struct Mapping {
+  void* base = nullptr;
+  int holders = 0;
+};
+std::mutex gMappingsMu;
+std::unordered_map<std::string, Mapping>& mappings() {
+  static auto* m = new std::unordered_map<std::string, Mapping>;  // never destroyed: used at exit
+  return *m;
+}
+
+}  // namespace
+
 Status IpcImports::openChecked(const IpcHandle& h, int device, void** ptr) {
-  // The allocation: its handle, and its process and buffer id, which no later allocation shares.
+  // The allocation: its handle, and its process and buffer id, which no later allocation shares;
+  // and the device it is mapped into here (each device's context maps it once).
   std::string key(reinterpret_cast<const char*>(h.handle), sizeof(h.handle));
   key.append(reinterpret_cast<const char*>(&h.pid), sizeof(h.pid));
   key.append(reinterpret_cast<const char*>(&h.bufferId), sizeof(h.bufferId));
+  key.append(reinterpret_cast<const char*>(&device), sizeof(device));
   auto it = open_.find(key);
-  if (it != open_.end() && it->second.device != device)
-    return errorf(braidInvalidUsage, "peer memory already opened on CUDA device %d is asked for on device %d",
-                  it->second.device, device);
   if (it == open_.end()) {
-    DeviceScope scope(device);
-    BRAID_TRY(scope.status());
-    cudaIpcMemHandle_t ch;
-    memcpy(&ch, h.handle, sizeof(ch));
-    void* base = nullptr;
-    const cudaError_t e = cudaIpcOpenMemHandle(&base, ch, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess)
-      return cudaStatus(e, "cudaIpcOpenMemHandle")
-          .withContext("opening device memory of process " + std::to_string(h.pid) + " (its CUDA device " +
-                       std::to_string(h.device) + ") on CUDA device " + std::to_string(device));
-    it = open_.emplace(key, Opened{base, device}).first;
+    std::lock_guard<std::mutex> g(gMappingsMu);
+    Mapping& m = mappings()[key];
+    if (m.holders == 0) {
+      DeviceScope scope(device);
+      Status s = scope.status();
+      cudaIpcMemHandle_t ch;
+      memcpy(&ch, h.handle, sizeof(ch));
+      void* base = nullptr;
+      const cudaError_t e = s.ok() ? cudaIpcOpenMemHandle(&base, ch, cudaIpcMemLazyEnablePeerAccess) : cudaSuccess;
+      if (s.ok() && e != cudaSuccess) {
+        s = cudaStatus(e, "cudaIpcOpenMemHandle")
+                .withContext("opening device memory of process " + std::to_string(h.pid) + " (its CUDA device " +
+                             std::to_string(h.device) + ") on CUDA device " + std::to_string(device));
+        if (e == cudaErrorAlreadyMapped)
+          s = s.withContext(
+              "this process still maps an allocation of that process which it freed since, and CUDA gave the "
+              "new one the same handle; mappings are let go when the communicators that opened them end");
+      }
+      if (!s.ok()) {
+        mappings().erase(key);
+        return s;
+      }
+      m.base = base;
+    }
+    ++m.holders;
+    it = open_.emplace(key, Opened{m.base, device}).first;
   }
   *ptr = static_cast<char*>(it->second.base) + h.offset;
   return okStatus();
@@ -184,7 +217,11 @@ Status IpcImports::openChecked(const IpcHandle& h, int device, void** ptr) {
 
 Status IpcImports::closeAll() {
   Status first;
+  std::lock_guard<std::mutex> g(gMappingsMu);
   for (auto& [key, o] : open_) {
+    auto m = mappings().find(key);
+    if (m == mappings().end() || --m->second.holders > 0) continue;
+    mappings().erase(m);
     DeviceScope scope(o.device);
     keepFirst(&first, scope.status());
     if (scope.status().ok()) keepFirst(&first, cudaStatus(cudaIpcCloseMemHandle(o.base), "cudaIpcCloseMemHandle"));

@@ -59,9 +59,12 @@ Status ipcLocalDevice(const IpcHandle& h, int* device);
 // success only.
 Status ipcReachable(int device, int peerDevice, bool* reachable);
 
-// The peers' allocations this process opened, each once however many of its ranges are asked for,
-// closed when the IpcImports ends (or by closeAll). The transport keeps one per communicator
-// (src/cuda/ipc_coll.h says why it closes nothing before the communicator ends).
+// The peers' allocations this holder opened, each once however many of its ranges are asked for,
+// let go when the IpcImports ends (or by closeAll). The mappings themselves are the process's, shared
+// by every holder (CUDA maps a handle once per process and device) and closed when the last holder
+// lets go. The transport keeps one holder per communicator (src/cuda/ipc_coll.h says why it closes
+// nothing before the communicator ends). Threads: one holder is used by one thread at a time;
+// different holders may be used at once.
 class IpcImports {
  public:
   IpcImports() = default;
@@ -84,8 +87,9 @@ class IpcImports {
     void* base = nullptr;
     int device = -1;  // the importer's device it was opened on
   };
-  // By the handle's bytes, the exporter's pid and the allocation's buffer id: an allocation made
-  // where a freed one was is another entry, whatever CUDA's handle bytes for it are.
+  // By the handle's bytes, the exporter's pid, the allocation's buffer id and the importer's device:
+  // an allocation made where a freed one was is another entry, whatever CUDA's handle bytes for it
+  // are. The process's mappings (src/cuda/ipc.cc) have the same keys.
   std::unordered_map<std::string, Opened> open_;
 };
 

@@ -6,7 +6,8 @@
 //
 // A peer allocation, once opened, stays open until the communicator ends (src/cuda/ipc.h:
 // IpcImports, keyed by the allocation's handle, process and buffer id, so an allocation made where
-// a freed one was is opened as itself), as UCX's cuda_ipc cache does. Two things decided that:
+// a freed one was is opened as itself; the mapping is shared with the process's other
+// communicators and closed after the last), as UCX's cuda_ipc cache does. Two things decided that:
 //   - closing during a call is out: unmapping may wait for the process's streams, and the caller's
 //     stream waits for this very call (it would never end);
 //   - opening and closing per call would cost a cudaIpcOpenMemHandle per peer allocation and call.

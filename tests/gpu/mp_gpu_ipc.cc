@@ -80,6 +80,17 @@ TEST_CASE("CUDA IPC: a peer process opens a range of device memory, reads and wr
     if (!s.ok() || again != p || imports.openCount() != 1)
       return fail(rank, "the second open gave %p (first %p), %zu open: %s", again, p, imports.openCount(),
                   s.message().c_str());
+    // A second holder in this process (another communicator's) shares the mapping: CUDA would
+    // refuse a second open of the handle (cudaErrorAlreadyMapped). Letting it go keeps the first's.
+    {
+      braid::IpcImports other;
+      void* shared = nullptr;
+      s = other.open(h, device, &shared);
+      if (!s.ok() || shared != p)
+        return fail(rank, "a second holder got %p (first %p): %s", shared, p, s.message().c_str());
+      s = other.closeAll();
+      if (!s.ok()) return fail(rank, "the second holder's closeAll: %s", s.message().c_str());
+    }
     if (!deviceBytesAre(static_cast<char*>(p), bytes, 0x5a, &wrong))
       return fail(rank, "byte %zu of rank 0's range does not read 0x5a", wrong);
     CUDA_OK(rank, cudaMemset(p, 0x33, bytes));
