@@ -17,25 +17,21 @@ Status cudaStatus(cudaError_t err, const char* what);
 // when the driver lacks it. Callers cache the answer.
 void* driverEntryPoint(const char* name);
 
-// Makes `device` current for the calling thread, and puts the previous one back when it ends.
+// Makes `device` current for the calling thread, and puts the thread's previous CUDA context back
+// when it ends: the very context (a user's own from cuCtxCreate included), through the driver's
+// cuCtxGetCurrent / cuCtxSetCurrent. A thread that had none (cudaGetDevice still says 0 there) is
+// left on `device`: putting "device 0" back would create a context on GPU 0 in a process that
+// never used it (hundreds of MB of that GPU's memory).
 class DeviceScope {
  public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ != device) {
-      status_ = cudaStatus(cudaSetDevice(device), "cudaSetDevice");
-      switched_ = status_.ok();
-    }
-  }
-  ~DeviceScope() {
-    if (switched_ && previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
   const Status& status() const { return status_; }
 
  private:
+  void* previousCtx_ = nullptr;  // CUcontext; null: the thread had none, or the driver cannot say
   int previous_ = -1;
   bool switched_ = false;
   Status status_;

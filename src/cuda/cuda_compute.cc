@@ -55,9 +55,9 @@ class CudaCompute final : public Compute {
     const Step& s = *w.step;
     *ticket = 0;
     if (s.kind == StepKind::kJoin) return okStatus();  // nothing to compute
-    // The executor's progress thread never chose a device; kernels go to the current one.
-    int current = -1;
-    if (cudaGetDevice(&current) != cudaSuccess || current != device_) BRAID_CUDA_TRY(cudaSetDevice(device_));
+    // Progress may run on the caller's thread (a wait drives it), whose device stays its own.
+    DeviceScope on(device_);
+    BRAID_TRY(on.status());
     BRAID_TRY(makeRoom());
     BRAID_TRY(enqueue(w));
     const uint64_t t = issued_ + 1;

@@ -181,9 +181,15 @@ Status launchMap(const F& f, void* out, void* out2, const void* a, const void* b
     sp.tail = count;
   }
   const int blocks = gpuBlocksFor(sp.packs > 0 ? sp.packs * (16 / sizeof(T)) : count, sizeof(T), launch);
-  mapKernel<T, F><<<blocks, kGpuThreads, 0, reinterpret_cast<cudaStream_t>(launch.stream)>>>(
-      f, static_cast<T*>(out), static_cast<T*>(out2), static_cast<const T*>(a), static_cast<const T*>(b), sp);
-  return cudaStatus(cudaGetLastError(), "kernel launch");
+  // cudaLaunchKernelEx returns this launch's own error; reading cudaGetLastError after a <<<>>>
+  // launch would also report (and clear) an unrelated earlier error of the caller's.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kGpuThreads);
+  config.stream = reinterpret_cast<cudaStream_t>(launch.stream);
+  return cudaStatus(cudaLaunchKernelEx(&config, mapKernel<T, F>, f, static_cast<T*>(out), static_cast<T*>(out2),
+                                       static_cast<const T*>(a), static_cast<const T*>(b), sp),
+                    "kernel launch");
 }
 
 // Calls fn(TypeTag<...>{}) for the datatype: one switch for every operation.
