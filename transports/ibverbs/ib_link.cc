@@ -223,17 +223,29 @@ Status IbLink::postCredit(uint32_t imm, uint64_t wrId) {
   return postWr(&wr, wrId);
 }
 
-Status IbLink::failWc(const ibv_wc& wc) {
-  // A flush follows the first error on a queue pair; the first one says what happened.
+Status IbLink::describeWc(const ibv_wc& wc) const {
   const char* hint = wc.status == IBV_WC_RETRY_EXC_ERR ? " (the peer stopped answering: dead, or unreachable)" : "";
-  return proto_->fail(errorf(braidRemoteError, "ibverbs: %s with %s failed: %s (vendor error 0x%x)%s",
-                             isRecv(wc.wr_id) ? "a receive" : "a write", peerName_.c_str(),
-                             ibv().wc_status_str(wc.status), wc.vendor_err, hint));
+  return errorf(braidRemoteError, "ibverbs: %s with %s failed: %s (vendor error 0x%x)%s",
+                isRecv(wc.wr_id) ? "a receive" : "a write", peerName_.c_str(), ibv().wc_status_str(wc.status),
+                wc.vendor_err, hint);
+}
+
+Status IbLink::progress() {
+  if (wireError_.ok()) return proto_->progress();
+  // The chunks that arrived before the wire broke still complete receives; a transfer left after
+  // them (now, or posted later) fails with the wire's error.
+  bool left = true;
+  BRAID_TRY(proto_->deliverArrived(&left));
+  return left ? proto_->fail(wireError_) : okStatus();
 }
 
 Status IbLink::onCompletion(const ibv_wc& wc) {
   if (!proto_->error().ok()) return proto_->error();
-  if (wc.status != IBV_WC_SUCCESS) return failWc(wc);
+  if (wc.status != IBV_WC_SUCCESS) {
+    // Flushes follow the first error on a queue pair; the first one says what happened.
+    if (wireError_.ok()) wireError_ = describeWc(wc);
+    return okStatus();
+  }
   if (isRecv(wc.wr_id)) {
     if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || (wc.wc_flags & IBV_WC_WITH_IMM) == 0)
       return proto_->fail(errorf(braidRemoteError, "ibverbs: %s sent a message without an immediate (opcode %d)",

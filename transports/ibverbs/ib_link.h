@@ -67,8 +67,9 @@ class IbLink final : public Link, public net::Wire {
   // The Link contract.
   Status postSend(Xfer* x) override { return proto_->postSend(x); }
   Status postRecv(Xfer* x) override { return proto_->postRecv(x); }
-  Status progress() override { return proto_->progress(); }
-  bool busy() const override { return proto_->busy(); }
+  Status progress() override;
+  // A broken wire returns no credits: only transfers make it worth a pass (they fail there).
+  bool busy() const override { return wireError_.ok() ? proto_->busy() : proto_->hasTransfers(); }
 
   // The wire.
   Status postWrite(const void* src, const Region* srcRegion, size_t bytes, uint32_t slot, uint32_t imm,
@@ -88,7 +89,7 @@ class IbLink final : public Link, public net::Wire {
   IbLink() = default;
   Status postWr(ibv_send_wr* wr, uint64_t wrId);
   Status postRecvs(uint32_t n);
-  Status failWc(const ibv_wc& wc);
+  Status describeWc(const ibv_wc& wc) const;
 
   struct Ring {
     void* mem = nullptr;
@@ -107,6 +108,11 @@ class IbLink final : public Link, public net::Wire {
   uint64_t remoteRing_ = 0;
   uint32_t remoteKey_ = 0;
   std::unique_ptr<net::ChunkLink> proto_;
+  // The queue pair's first failed completion (its later requests are flushed). Not the link's
+  // failure by itself: a peer that finished and left destroyed its end, and our credit return to it
+  // then fails too; progress() fails the link only if a transfer is left (as ucx does for a closed
+  // endpoint).
+  Status wireError_;
 
   // The protocol's wrIds of the posted sends, oldest first: an RC queue pair completes its sends in
   // posting order, so each send completion is the oldest entry.
