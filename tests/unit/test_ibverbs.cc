@@ -186,6 +186,17 @@ TEST_CASE("records: both usable, one link layer, one InfiniBand subnet", "[unit]
   CHECK_FALSE(
       recordsConnect(usableRecord(IBV_LINK_LAYER_ETHERNET, 1), usableRecord(IBV_LINK_LAYER_INFINIBAND, 1), &why));
   CHECK_THAT(why, Catch::Contains("InfiniBand"));
+  // RoCE v1 and v2 GIDs do not meet; a side that does not know its type is taken at its word.
+  IbRecord v1 = usableRecord(IBV_LINK_LAYER_ETHERNET, 1), v2 = usableRecord(IBV_LINK_LAYER_ETHERNET, 1);
+  v1.gidType = IBV_GID_TYPE_ROCE_V1 + 1;
+  v1.gidIndex = 0;
+  v2.gidType = IBV_GID_TYPE_ROCE_V2 + 1;
+  v2.gidIndex = 3;
+  CHECK(recordsConnect(v2, v2, &why));
+  CHECK_FALSE(recordsConnect(v1, v2, &why));
+  CHECK_THAT(why, Catch::Contains("RoCE v1 (GID index 0)") && Catch::Contains("RoCE v2 (GID index 3)") &&
+                      Catch::Contains("BRAID_IB_GID_INDEX"));
+  CHECK(recordsConnect(usableRecord(IBV_LINK_LAYER_ETHERNET, 1), v2, &why));
   IbRecord none;
   fillRecord(nullptr, errorf(braidSystemError, "no RDMA device (ibv_get_device_list: Function not implemented)"),
              &none);

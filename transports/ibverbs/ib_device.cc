@@ -69,6 +69,8 @@ Status pickGid(IbDevice* d) {
       return systemError(errno, "ibverbs: ibv_query_gid(%s port %u index %lld)", d->name.c_str(), d->port,
                          static_cast<long long>(forced));
     d->gidIndex = static_cast<int>(forced);
+    if (d->portAttr.link_layer == IBV_LINK_LAYER_ETHERNET)
+      d->gidType = gidTypeFromSysfs("/sys", d->name, d->port, d->gidIndex);
     return okStatus();
   }
   // InfiniBand routes by LID inside a subnet; GID 0 (the port GID) names the port.
@@ -110,7 +112,10 @@ Status pickGid(IbDevice* d) {
                   d->name.c_str(), d->port);
   d->gidIndex = index;
   for (const ibv_gid_entry& e : mine)
-    if (static_cast<int>(e.gid_index) == index) d->gid = e.gid;
+    if (static_cast<int>(e.gid_index) == index) {
+      d->gid = e.gid;
+      d->gidType = static_cast<int>(e.gid_type);
+    }
   return okStatus();
 }
 
@@ -261,6 +266,7 @@ void fillRecord(const IbDevice* dev, const Status& probe, IbRecord* out) {
   out->lid = dev->portAttr.lid;
   out->gidIndex = static_cast<uint16_t>(dev->gidIndex);
   memcpy(out->gid, dev->gid.raw, sizeof(out->gid));
+  out->gidType = dev->gidType >= 0 && dev->gidType < 255 ? static_cast<uint8_t>(dev->gidType + 1) : 0;
   out->nodeGuid = dev->attr.node_guid;
   copyText(out->device, sizeof(out->device), dev->name);
 }
@@ -283,6 +289,15 @@ bool recordsConnect(const IbRecord& a, const IbRecord& b, std::string* why) {
   // On InfiniBand, queue pairs address each other by LID within one subnet.
   if (a.linkLayer != IBV_LINK_LAYER_ETHERNET && memcmp(a.gid, b.gid, 8) != 0) {
     *why = "different InfiniBand subnets";
+    return false;
+  }
+  if (a.linkLayer == IBV_LINK_LAYER_ETHERNET && a.gidType != 0 && b.gidType != 0 && a.gidType != b.gidType) {
+    auto name = [](const IbRecord& r) {
+      return std::string(r.gidType - 1 == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2" : "RoCE v1") + " (GID index " +
+             std::to_string(r.gidIndex) + ")";
+    };
+    *why = "one side uses a " + name(a) + " GID, the other a " + name(b) +
+           " one (BRAID_IB_GID_INDEX can pick GIDs of one type)";
     return false;
   }
   return true;

@@ -27,8 +27,9 @@ struct IbRecord {
   uint8_t mtu = 0;  // enum ibv_mtu, already capped by BRAID_IB_MTU
   uint16_t lid = 0;
   uint16_t gidIndex = 0;
-  uint8_t gid[16] = {};   // its first 8 bytes are the subnet prefix on InfiniBand
-  uint32_t reserved = 0;  // keeps nodeGuid aligned, explicitly
+  uint8_t gid[16] = {};      // its first 8 bytes are the subnet prefix on InfiniBand
+  uint8_t gidType = 0;       // RoCE: IBV_GID_TYPE_ROCE_V1 or _V2, plus 1; 0 when unknown (or InfiniBand)
+  uint8_t reserved[3] = {};  // keeps nodeGuid aligned, explicitly
   uint64_t nodeGuid = 0;
   char device[20] = {};  // the device's name (truncated), for messages
   char why[68] = {};     // when not usable: "no RDMA device (ibv_get_device_list: ...)", truncated
@@ -47,6 +48,7 @@ class IbDevice {
   uint8_t port = 0;
   int gidIndex = 0;
   ibv_gid gid{};
+  int gidType = -1;  // RoCE: the chosen GID's IBV_GID_TYPE_ROCE_V1 or _V2; -1 when unknown
   ibv_mtu mtu = IBV_MTU_1024;
   std::string name;
 };
@@ -80,7 +82,8 @@ int chooseGid(const ibv_gid_entry* entries, int n);
 int gidTypeFromSysfs(const std::string& root, const std::string& dev, int port, int index);
 
 // Whether two ranks' records let them connect, and if not why (for the init error): both usable,
-// the same link layer and, on InfiniBand, the same subnet prefix (no routing between subnets).
+// the same link layer and, on InfiniBand, the same subnet prefix (no routing between subnets); on
+// RoCE, GIDs of one type where both sides know theirs (v1 frames and v2 UDP packets do not meet).
 bool recordsConnect(const IbRecord& a, const IbRecord& b, std::string* why);
 
 }  // namespace braid::ib
