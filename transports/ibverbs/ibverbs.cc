@@ -362,13 +362,15 @@ Status IbTransport::progress(int* failedPeer) {
 
 Status IbTransport::registerRegion(Region* region) {
   if (dev_ == nullptr) return probe_;
-  ibv_mr* mr = ib::ibv().reg_mr(dev_->pd, region->base, region->bytes,
-                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  // Local access only: registered buffers are the sources of direct writes (their lkey); no peer
+  // writes or reads them, so none gets the right to (a stray rkey cannot reach the user's memory).
+  ibv_mr* mr = ib::ibv().reg_mr(dev_->pd, region->base, region->bytes, IBV_ACCESS_LOCAL_WRITE);
   if (mr == nullptr)
     return systemError(errno,
                        "ibverbs: ibv_reg_mr of %zu bytes at %p (is the locked-memory limit, ulimit -l, too low?)",
                        region->bytes, region->base);
-  // key[0] finds the registration again; key[1] holds lkey (low half) and rkey (high half).
+  // key[0] finds the registration again; key[1] holds lkey (low half) and rkey (high half, with no
+  // remote rights yet).
   region->key[0] = reinterpret_cast<uint64_t>(mr);
   region->key[1] = static_cast<uint64_t>(mr->lkey) | (static_cast<uint64_t>(mr->rkey) << 32);
   return okStatus();
