@@ -395,6 +395,24 @@ int allReduceChecked(braidComm_t comm, int rank, int n, char* send, char* recv, 
   return 0;
 }
 
+int shrinkWithoutChecked(braidComm_t comm, int rank, int size, int victim) {
+  int failed[8] = {}, nFailed = 0;
+  CHECK_BRAID(rank, braidCommGetFailedRanks(comm, failed, 8, &nFailed));
+  if (nFailed != 1 || failed[0] != victim) return fail(rank, "failed ranks: %d listed, first %d", nFailed, failed[0]);
+  braidComm_t small = nullptr;
+  CHECK_BRAID(rank, braidCommShrink(comm, &victim, 1, &small));
+  int newRank = -1, newSize = 0;
+  CHECK_BRAID(rank, braidCommUserRank(small, &newRank));
+  CHECK_BRAID(rank, braidCommCount(small, &newSize));
+  if (newSize != size - 1 || newRank != rank - (rank > victim ? 1 : 0))
+    return fail(rank, "shrunk to rank %d of %d", newRank, newSize);
+  std::vector<int32_t> v(4099);
+  const int bad = allReduceChecked(small, newRank, newSize, nullptr, reinterpret_cast<char*>(v.data()), v.size(),
+                                   braidInt32, braidSum, true);
+  CHECK_BRAID(rank, braidCommDestroy(small));
+  return bad;
+}
+
 // One Reduce (root: the last rank, past rank 1, whose output in place is an input the fold must
 // not overwrite early) or ReduceScatter of `count` elements (per rank) on buffers at send/recv,
 // checked. Returns 0 or fail().

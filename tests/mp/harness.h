@@ -90,6 +90,9 @@ int fail(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 // checked against expectedValue(). Returns 0 or fail().
 int allReduceChecked(braidComm_t comm, int rank, int n, char* send, char* recv, size_t count, braidDataType_t dt,
                      braidRedOp_t op, bool inPlace);
+// After `victim` failed: this rank's failed-rank list is exactly {victim}, and the communicator
+// shrunk without it renumbers this rank and reduces correctly (then it is destroyed). 0 or fail().
+int shrinkWithoutChecked(braidComm_t comm, int rank, int size, int victim);
 // One Reduce (root: the last rank, past rank 1, whose output in place is an input a fold must not
 // overwrite early) or ReduceScatter (`count` elements per rank) on send/recv, checked. 0 or fail().
 int rootedOrScatteredChecked(braidComm_t comm, int rank, int n, bool scatter, char* send, char* recv, size_t count,

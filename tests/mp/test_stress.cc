@@ -6,7 +6,11 @@
 // buffers lie, at what offset, and in which order it waits for them; every element of every output
 // is checked (tests/mp/collective_case.h). BRAIDTEST_STRESS_SEED picks the seed (else a fixed one)
 // and BRAIDTEST_STRESS_CALLS how many calls each run makes: a failure prints both, so it can be
-// replayed.
+// replayed. The same streams with one rank killed at a random point check that every survivor
+// gets an error naming it, that nothing completed before is wrong, and that the survivors shrink.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -70,15 +74,37 @@ size_t drawCount(std::mt19937_64& rng, C c, int n, size_t es) {
   return count < most ? count : most;
 }
 
-int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls) {
+// A rank killed mid-stream: `victim` dies (SIGKILL) right after posting call `at`, maybe after a
+// pause of its own; the others go on until a call fails, and keep that call's error.
+struct Kill {
+  int victim = -1;  // none
+  uint64_t at = 0;
+};
+struct Failure {
+  braidResult_t code = braidSuccess;
+  std::string message;
+};
+
+// Runs `calls` calls; 0, or 1 after printing what went wrong. With a kill, a failed call is not
+// wrong in itself: the stream stops after the batch it happened in (whose other calls are still
+// waited for, and checked where they succeeded) and *failure says what it was.
+int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, const Kill& kill = {},
+           Failure* failure = nullptr) {
   std::mt19937_64 shared(seed);                              // every rank draws the same from this
   std::mt19937_64 own(seed * 0x9E3779B97F4A7C15ull + rank);  // and this rank's own choices from this
   const C colls[] = {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll};
+  auto note = [&](braidResult_t r, const InFlight& f, const char* what) {
+    if (failure == nullptr || failure->code != braidSuccess) return;
+    failure->code = r;
+    failure->message = std::string(what) + " " + describeCase(f.k) + ": " + braidGetLastError();
+  };
   uint64_t made = 0;
   while (made < calls) {
     const size_t batch = 1 + shared() % 6;
     std::vector<InFlight> flight;
-    for (size_t b = 0; b < batch && made < calls; ++b, ++made) {
+    std::vector<bool> succeeded;
+    bool postFailed = false;
+    for (size_t b = 0; b < batch && made < calls && !postFailed; ++b, ++made) {
       InFlight f;
       const C c = colls[shared() % 6];
       const braidDataType_t dt = kTypes[shared() % (sizeof(kTypes) / sizeof(kTypes[0]))];
@@ -110,7 +136,15 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls) {
       const bool blocking = batch == 1 && shared() % 2 == 0;
       const braidResult_t r = postCase(f.k, rank, comm, send, recv, nullptr, blocking ? nullptr : &f.req);
       flight.push_back(f);
-      if (r != braidSuccess) {
+      succeeded.push_back(r == braidSuccess && blocking);
+      if (rank == kill.victim && made == kill.at) {
+        if (own() % 2 == 0) usleep(static_cast<useconds_t>(own() % 3000));
+        raise(SIGKILL);
+      }
+      if (r != braidSuccess && failure != nullptr) {
+        note(r, f, "posting");
+        postFailed = true;
+      } else if (r != braidSuccess) {
         for (InFlight& g : flight) {
           if (g.req != nullptr) (void)braidWait(g.req);
           release(g);
@@ -128,15 +162,20 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls) {
       InFlight& f = flight[i];
       if (f.req == nullptr) continue;
       const braidResult_t r = braidWait(f.req);
-      if (r != braidSuccess && bad == 0)
+      succeeded[i] = r == braidSuccess;
+      if (r != braidSuccess && failure != nullptr)
+        note(r, f, "waiting for");
+      else if (r != braidSuccess && bad == 0)
         bad = fail(rank, "waiting for %s: %s: %s", describeCase(f.k).c_str(), braidGetErrorString(r),
                    braidGetLastError());
     }
-    for (InFlight& f : flight) {
-      if (bad == 0) bad = checkCase(f.k, rank, n, f.recvBase + f.offset, f.recvAlloc);
+    for (size_t i = 0; i < flight.size(); ++i) {
+      InFlight& f = flight[i];
+      if (bad == 0 && succeeded[i]) bad = checkCase(f.k, rank, n, f.recvBase + f.offset, f.recvAlloc);
       release(f);
     }
     if (bad != 0) return fail(rank, "in the batch ending at call %llu", static_cast<unsigned long long>(made));
+    if (failure != nullptr && failure->code != braidSuccess) return 0;
   }
   return 0;
 }
@@ -156,4 +195,37 @@ TEST_CASE("random streams of collectives, several in flight, on every path: ever
       run.second, env, [&](braidComm_t comm, int rank, int n) { return stress(comm, rank, n, seed, calls); }, 600);
   INFO(describe(res));
   REQUIRE(allOk(res));
+}
+
+TEST_CASE(
+    "a rank killed at a random point of a random stream: every survivor's error names it, nothing before it "
+    "is wrong, the survivors shrink and go on",
+    "[mp][stress]") {
+  const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 20261205) + GENERATE(range(0, 3));
+  const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 4),
+                            std::make_pair("shm", 2), std::make_pair("ucx", 3));
+  if (!underTest(run.first)) return;
+  std::mt19937_64 draw(seed ^ 0x6b696c6cull);
+  Kill kill;
+  kill.victim = static_cast<int>(draw() % run.second);
+  kill.at = 10 + draw() % 60;
+  INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
+                           << kill.victim << " killed after posting call " << kill.at);
+  const Env env = {{"BRAID_TRANSPORTS", run.first}, {"BRAID_TIMEOUT", "60"}};
+  auto res = runComm(
+      run.second, env,
+      [&](braidComm_t comm, int rank, int n) {
+        Failure failure;
+        if (stress(comm, rank, n, seed, kill.at + 100000, kill, &failure) != 0) return 1;
+        if (failure.code == braidSuccess) return fail(rank, "no call failed after rank %d was killed", kill.victim);
+        const std::string who = "rank " + std::to_string(kill.victim) + " (host ";
+        if (failure.code != braidRemoteError || failure.message.find(who) == std::string::npos)
+          return fail(rank, "expected braidRemoteError naming %s...): %s, %s", who.c_str(),
+                      braidGetErrorString(failure.code), failure.message.c_str());
+        return shrinkWithoutChecked(comm, rank, n, kill.victim);
+      },
+      300);
+  INFO(describe(res));
+  for (size_t r = 0; r < res.size(); ++r)
+    CHECK(res[r].status == (static_cast<int>(r) == kill.victim ? 128 + SIGKILL : 0));
 }
