@@ -452,6 +452,9 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
         ++finished_;
         return 2;
       }
+      // A peer's buffers that cannot be mapped: the engine holds the blame for a grace (the peer
+      // likely failed, or freed them after failing for the same cause, and a notice says why).
+      if (r == -2) return -2;
       if (r < 0) {  // another call: it never completes here (the engine fails it and the communicator)
         unpin(c);
         return holdMismatch(c, err);

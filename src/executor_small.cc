@@ -181,11 +181,15 @@ bool Engine::stepDirect(Op* op) {
     op->isDirect = false;  // some rank's buffers are not braidMemAlloc memory: the plan runs
     return true;
   }
-  if (r == -2 && linkFailedAtNs_ == 0) {
+  if (r == -2) {
     // Blamed like a link's failure, after a grace: the peer's own failure notice names the cause.
-    linkFailure_ = err;
-    linkFailedPeer_ = c.waitingOn;
-    linkFailedAtNs_ = nowNs();
+    // With a failure held already, that one is judged first (this peer may only have freed its
+    // buffers after failing for the same cause).
+    if (linkFailedAtNs_ == 0) {
+      linkFailure_ = err;
+      linkFailedPeer_ = c.waitingOn;
+      linkFailedAtNs_ = nowNs();
+    }
     return true;
   }
   if (r < 0) {

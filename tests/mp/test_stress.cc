@@ -44,6 +44,7 @@ struct InFlight {
   size_t offset = 0;  // bytes, into both allocations
   size_t recvAlloc = 0;
   braidRequest_t req = nullptr;
+  uint64_t index = 0;  // of the call in the stream, from 0
 };
 
 char* allocate(bool memAlloc, size_t bytes) {
@@ -74,15 +75,18 @@ size_t drawCount(std::mt19937_64& rng, C c, int n, size_t es) {
   return count < most ? count : most;
 }
 
-// A rank killed mid-stream: `victim` dies (SIGKILL) right after posting call `at`, maybe after a
-// pause of its own; the others go on until a call fails, and keep that call's error.
+// A rank that goes mid-stream: `victim` dies (SIGKILL) right after posting call `at`, maybe after
+// a pause of its own, or, with `leave`, waits for its calls up to `at` and leaves (its communicator
+// is destroyed). The others go on until a call fails, and keep that call's error.
 struct Kill {
   int victim = -1;  // none
   uint64_t at = 0;
+  bool leave = false;
 };
 struct Failure {
   braidResult_t code = braidSuccess;
   std::string message;
+  uint64_t firstCall = UINT64_MAX;  // the lowest index of the calls that failed
 };
 
 // Runs `calls` calls; 0, or 1 after printing what went wrong. With a kill, a failed call is not
@@ -94,7 +98,9 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
   std::mt19937_64 own(seed * 0x9E3779B97F4A7C15ull + rank);  // and this rank's own choices from this
   const C colls[] = {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll};
   auto note = [&](braidResult_t r, const InFlight& f, const char* what) {
-    if (failure == nullptr || failure->code != braidSuccess) return;
+    if (failure == nullptr) return;
+    failure->firstCall = std::min(failure->firstCall, f.index);
+    if (failure->code != braidSuccess) return;
     failure->code = r;
     failure->message = std::string(what) + " " + describeCase(f.k) + ": " + braidGetLastError();
   };
@@ -103,9 +109,10 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
     const size_t batch = 1 + shared() % 6;
     std::vector<InFlight> flight;
     std::vector<bool> succeeded;
-    bool postFailed = false;
-    for (size_t b = 0; b < batch && made < calls && !postFailed; ++b, ++made) {
+    bool postFailed = false, leaving = false;
+    for (size_t b = 0; b < batch && made < calls && !postFailed && !leaving; ++b, ++made) {
       InFlight f;
+      f.index = made;
       const C c = colls[shared() % 6];
       const braidDataType_t dt = kTypes[shared() % (sizeof(kTypes) / sizeof(kTypes[0]))];
       const bool reducing = c == C::kAllReduce || c == C::kReduce || c == C::kReduceScatter;
@@ -137,7 +144,9 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
       const braidResult_t r = postCase(f.k, rank, comm, send, recv, nullptr, blocking ? nullptr : &f.req);
       flight.push_back(f);
       succeeded.push_back(r == braidSuccess && blocking);
-      if (rank == kill.victim && made == kill.at) {
+      if (rank == kill.victim && made == kill.at && kill.leave) {
+        leaving = true;
+      } else if (rank == kill.victim && made == kill.at) {
         if (own() % 2 == 0) usleep(static_cast<useconds_t>(own() % 3000));
         raise(SIGKILL);
       }
@@ -175,7 +184,7 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
       release(f);
     }
     if (bad != 0) return fail(rank, "in the batch ending at call %llu", static_cast<unsigned long long>(made));
-    if (failure != nullptr && failure->code != braidSuccess) return 0;
+    if (leaving || (failure != nullptr && failure->code != braidSuccess)) return 0;
   }
   return 0;
 }
@@ -201,7 +210,10 @@ TEST_CASE(
     "a rank killed at a random point of a random stream: every survivor's error names it, nothing before it "
     "is wrong, the survivors shrink and go on",
     "[mp][stress]") {
-  const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 20261205) + GENERATE(range(0, 3));
+  // By default seeds 330-332: 331 with 4 ranks on shm kills rank 2 while the others map its
+  // braidMemAlloc buffers for a direct call, which failed the communicator without naming it (a
+  // mapping failure taken for a mismatch) in about half the runs before that was fixed.
+  const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 330) + GENERATE(range(0, 3));
   const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 4),
                             std::make_pair("shm", 2), std::make_pair("ucx", 3));
   if (!underTest(run.first)) return;
@@ -228,4 +240,43 @@ TEST_CASE(
   INFO(describe(res));
   for (size_t r = 0; r < res.size(); ++r)
     CHECK(res[r].status == (static_cast<int>(r) == kill.victim ? 128 + SIGKILL : 0));
+}
+
+TEST_CASE(
+    "a rank that leaves at a random point of a random stream: the calls it joined complete exactly, the "
+    "first one after fails naming it on every rank",
+    "[mp][stress]") {
+  const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 20261205) + GENERATE(range(0, 3));
+  const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 4),
+                            std::make_pair("shm", 2), std::make_pair("ucx", 3));
+  if (!underTest(run.first)) return;
+  std::mt19937_64 draw(seed ^ 0x6c65617665ull);
+  Kill kill;
+  kill.victim = static_cast<int>(draw() % run.second);
+  kill.at = 10 + draw() % 60;
+  kill.leave = true;
+  INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
+                           << kill.victim << " leaves after call " << kill.at);
+  const Env env = {{"BRAID_TRANSPORTS", run.first}, {"BRAID_TIMEOUT", "60"}};
+  auto res = runComm(
+      run.second, env,
+      [&](braidComm_t comm, int rank, int n) {
+        Failure failure;
+        if (stress(comm, rank, n, seed, kill.at + 100000, kill, &failure) != 0) return 1;
+        if (rank == kill.victim) return 0;
+        if (failure.code == braidSuccess) return fail(rank, "no call failed after rank %d left", kill.victim);
+        const std::string who = "rank " + std::to_string(kill.victim) + " (host ";
+        if (failure.firstCall <= kill.at)
+          return fail(rank, "call %llu failed, before the leaver's last (%llu): %s",
+                      static_cast<unsigned long long>(failure.firstCall), static_cast<unsigned long long>(kill.at),
+                      failure.message.c_str());
+        if (failure.code != braidRemoteError || failure.message.find(who) == std::string::npos ||
+            failure.message.find("left the communicator") == std::string::npos)
+          return fail(rank, "expected braidRemoteError saying %s...) left: %s, %s", who.c_str(),
+                      braidGetErrorString(failure.code), failure.message.c_str());
+        return shrinkWithoutChecked(comm, rank, n, kill.victim);
+      },
+      300);
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }
