@@ -551,6 +551,7 @@ void Engine::failAll() {
   }
   active_.clear();
   head_ = 0;
+  drainStop_ = nullptr;
   if (!tagActive_.empty() || byesPending_ != 0) failTagged(f);
 }
 
@@ -595,6 +596,15 @@ bool Engine::driveTransport(int t, int peer) {
   transportDriven_[t] = epoch_;
   Status st = comm_->transports[t]->progress(&peer);
   if (st.ok()) return true;
+  if (drainStop_ != nullptr && peer >= 0 && control_.left(peer) && leaverFinished(peer)) {
+    // Draining (checkLeavers): the leaver's link ends under the transfers of the operations past
+    // the stop, which fail anyway; those before it have what they needed from it. The transport
+    // lets go of the link (the communicator still owns it) and the others go on.
+    BRAID_INFO(kLogNet, "link to %s, which left, ended (%s); dropped while earlier operations finish",
+               comm_->describeRank(peer).c_str(), st.message().c_str());
+    comm_->transports[t]->dropLink(peer);
+    return true;
+  }
   // A closed link may be a survivor that already gave up because of someone else: hold the
   // blame for kBlameGraceNs so a notice naming the root cause can arrive first.
   linkFailure_ = st;
@@ -606,13 +616,13 @@ bool Engine::driveTransport(int t, int peer) {
 }
 
 bool Engine::progressOnce() {
-  if (control_.failed()) {
+  if (control_.failed() && !draining()) {
     bool any = head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0;
     failAll();
     return any;
   }
   if (head_ >= active_.size() && tagActive_.empty() && byesPending_ == 0) return false;
-  if (leaversToCheck() && checkLeavers()) return true;
+  if (drainStop_ == nullptr && leaversToCheck() && checkLeavers()) return true;
   if (linkFailedAtNs_ != 0 && linkFailedTag_ != 0 && control_.left(linkFailedPeer_)) {
     tagPeerLeft(linkFailedTag_ - 1, linkFailedPeer_);  // its goodbye came after all
     linkFailedAtNs_ = 0;
@@ -648,6 +658,7 @@ bool Engine::progressOnce() {
   bool any = false;
   for (size_t i = head_; i < active_.size(); ++i) {
     Op* op = active_[i];
+    if (op == drainStop_) break;  // it and the later ones fail once the drain ends
     if (op->finished) continue;
     // A gated op not yet started holds back every later one: links get steps in issue order.
     if (!op->started && !startGated(op)) break;
@@ -675,7 +686,7 @@ bool Engine::progressOnce() {
     any |= progressTagged(&linkFailed);
     if (linkFailed) return true;
   }
-  for (size_t i = head_; i < active_.size(); ++i)
+  for (size_t i = head_; i < active_.size() && active_[i] != drainStop_; ++i)
     if (!active_[i]->finished && active_[i]->started && !active_[i]->isSmall && !active_[i]->isDirect)
       any |= reapAndRunLocals(active_[i]);
   // Completion in issue order; a device call's once its result is back on the device too.

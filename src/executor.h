@@ -241,8 +241,11 @@ class Engine {
   // posted since the last look (leaveSeen_ = kLeaveRecheck).
   bool leaversToCheck() const { return control_.leaveGen() != leaveSeen_; }
   // Fails the communicator, naming the leaver, when a running operation needs a rank that left
-  // before it; true when it did.
+  // before it; true when it did. The operations posted before that one finish first (drain).
   bool checkLeavers();
+  // After checkLeavers failed the communicator: whether the operations before drainStop_ still run
+  // (unfinished, for 2 s at most, and no rank failed since). False ends the drain.
+  bool draining();
   // Reads the leave records when a notice came since the last read (or a look was forced).
   void readLeaves();
   // Whether `peer` left with a goodbye that said how far it got (the records read now if news came).
@@ -349,6 +352,11 @@ class Engine {
   uint64_t collSeqLimit_ = UINT64_MAX;
   int collLeaver_ = -1;
   std::vector<uint8_t> tagLeaveSeen_;  // per rank: its leave was told to the tag matcher
+  // The drain: the first operation that needs a leaver (it and later ones are not stepped and fail
+  // when the drain ends), its end at the latest, and the failed ranks known when it began.
+  const Op* drainStop_ = nullptr;
+  int64_t drainUntilNs_ = 0;
+  size_t drainCulprits_ = 0;
 
   std::atomic<int> activeCount_{0};
   // Gated ops posted and not done: their progress waits on the GPU (the copy in, cuda_ipc's kernels,

@@ -15,7 +15,10 @@
 //   here, and those receives fail now. Any-source receives fail once every rank they could match
 //   left, as on the tag link.
 // Everything at or before the counts is left alone: those operations finish with the bytes in
-// flight, or fail as before (a link that breaks, after the blame grace, or the deadline).
+// flight, or fail as before (a link that breaks, after the blame grace, or the deadline), also on a
+// rank whose later operation needs the leaver: that one fails the communicator, but the operations
+// posted before it are run to the end first (Engine::draining, for kDrainMaxNs at most), and
+// only then are it and the rest failed.
 //
 // Why this rank's communicator fails when one op needs a leaver: the op has partners among the
 // ranks still here (a collective always does) that are at other points in it, with transfers
@@ -42,6 +45,15 @@
 #include "src/executor.h"
 
 namespace braid {
+
+namespace {
+
+// How long the operations before one that needs a leaver may take to finish (Engine::draining):
+// their bytes are in flight or about to be, on every rank, so this is a safety net, as long as the
+// longest blame grace (src/executor.cc).
+constexpr int64_t kDrainMaxNs = 2000 * 1000000LL;
+
+}  // namespace
 
 // Engine lock held (postGroup).
 void Engine::countP2p(const Plan& plan) {
@@ -155,8 +167,22 @@ bool Engine::checkLeavers() {
                        comm_->describeRank(leaver).c_str(), after, collName(needy->coll),
                        static_cast<unsigned long long>(needy->seq), comm_->rank),
                 leaver, false);
-  failAll();
+  // The operations before it need no leaver, and every rank still here runs them to the end (each
+  // fails only what needs the leaver, and from the same record): they finish before the rest fails,
+  // so that a call the leaver joined does not fail here while it succeeds elsewhere.
+  drainStop_ = needy;
+  drainUntilNs_ = nowNs() + kDrainMaxNs;
+  drainCulprits_ = control_.failedRanks().size();
+  if (!draining()) failAll();
   return true;
+}
+
+bool Engine::draining() {
+  if (drainStop_ == nullptr) return false;
+  // Completion is in issue order: the stop at the head means everything before it is done.
+  const bool pending = head_ < active_.size() && active_[head_] != drainStop_;
+  if (!pending || nowNs() >= drainUntilNs_ || control_.failedRanks().size() != drainCulprits_) drainStop_ = nullptr;
+  return drainStop_ != nullptr;
 }
 
 }  // namespace braid
