@@ -596,15 +596,7 @@ bool Engine::driveTransport(int t, int peer) {
   transportDriven_[t] = epoch_;
   Status st = comm_->transports[t]->progress(&peer);
   if (st.ok()) return true;
-  if (drainStop_ != nullptr && peer >= 0 && control_.left(peer) && leaverFinished(peer)) {
-    // Draining (checkLeavers): the leaver's link ends under the transfers of the operations past
-    // the stop, which fail anyway; those before it have what they needed from it. The transport
-    // lets go of the link (the communicator still owns it) and the others go on.
-    BRAID_INFO(kLogNet, "link to %s, which left, ended (%s); dropped while earlier operations finish",
-               comm_->describeRank(peer).c_str(), st.message().c_str());
-    comm_->transports[t]->dropLink(peer);
-    return true;
-  }
+  if (dropDrainedLeaver(t, peer, st)) return true;
   // A closed link may be a survivor that already gave up because of someone else: hold the
   // blame for kBlameGraceNs so a notice naming the root cause can arrive first.
   linkFailure_ = st;
@@ -613,6 +605,17 @@ bool Engine::driveTransport(int t, int peer) {
   BRAID_INFO(kLogNet, "link to %s failed (%s); waiting for a failure notice", comm_->describeRank(peer).c_str(),
              st.message().c_str());
   return false;
+}
+
+bool Engine::dropDrainedLeaver(int t, int peer, const Status& st) {
+  if (drainStop_ == nullptr || peer < 0 || t < 0 || !control_.left(peer) || !leaverFinished(peer)) return false;
+  // Draining (checkLeavers): the leaver's link ends under the transfers of the operations past the
+  // stop, which fail anyway; those before it have what they needed from it. The transport lets go
+  // of the link (the communicator still owns it) and the others go on.
+  BRAID_INFO(kLogNet, "link to %s, which left, ended (%s); dropped while earlier operations finish",
+             comm_->describeRank(peer).c_str(), st.message().c_str());
+  comm_->transports[t]->dropLink(peer);
+  return true;
 }
 
 bool Engine::progressOnce() {
@@ -628,6 +631,10 @@ bool Engine::progressOnce() {
     linkFailedAtNs_ = 0;
     linkFailedTag_ = 0;
   }
+  // A failure held since before the drain began may be the leaver's link ending: dropped too.
+  if (linkFailedAtNs_ != 0 && linkFailedTag_ == 0 && linkFailedPeer_ >= 0 &&
+      dropDrainedLeaver(comm_->transportOf[linkFailedPeer_], linkFailedPeer_, linkFailure_))
+    linkFailedAtNs_ = 0;
   if (linkFailedAtNs_ != 0) {
     const int64_t held = nowNs() - linkFailedAtNs_;
     if (held < kBlameGraceNs) return false;

@@ -246,6 +246,9 @@ class Engine {
   // After checkLeavers failed the communicator: whether the operations before drainStop_ still run
   // (unfinished, for 2 s at most, and no rank failed since). False ends the drain.
   bool draining();
+  // While draining: when `peer`, whose link on transport t failed with st, is a leaver that finished,
+  // has the transport drop the link and returns true (not a failure).
+  bool dropDrainedLeaver(int t, int peer, const Status& st);
   // Reads the leave records when a notice came since the last read (or a look was forced).
   void readLeaves();
   // Whether `peer` left with a goodbye that said how far it got (the records read now if news came).

@@ -98,9 +98,9 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
   std::mt19937_64 own(seed * 0x9E3779B97F4A7C15ull + rank);  // and this rank's own choices from this
   const C colls[] = {C::kAllReduce, C::kReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kAllToAll};
   auto note = [&](braidResult_t r, const InFlight& f, const char* what) {
-    if (failure == nullptr) return;
-    failure->firstCall = std::min(failure->firstCall, f.index);
-    if (failure->code != braidSuccess) return;
+    // The earliest call's failure (waits go in an order of this rank's own).
+    if (failure == nullptr || f.index >= failure->firstCall) return;
+    failure->firstCall = f.index;
     failure->code = r;
     failure->message = std::string(what) + " " + describeCase(f.k) + ": " + braidGetLastError();
   };
