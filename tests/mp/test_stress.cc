@@ -9,6 +9,7 @@
 // replayed. The same streams with one rank killed at a random point check that every survivor
 // gets an error naming it, that nothing completed before is wrong, and that the survivors shrink.
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,13 +76,14 @@ size_t drawCount(std::mt19937_64& rng, C c, int n, size_t es) {
   return count < most ? count : most;
 }
 
-// A rank that goes mid-stream: `victim` dies (SIGKILL) right after posting call `at`, maybe after
-// a pause of its own, or, with `leave`, waits for its calls up to `at` and leaves (its communicator
-// is destroyed). The others go on until a call fails, and keep that call's error.
+// A rank that goes mid-stream: `victim` dies (SIGKILL) or stops (SIGSTOP) right after posting call
+// `at`, maybe after a pause of its own, or waits for its calls up to `at` and leaves (its
+// communicator is destroyed). The others go on until a call fails, and keep that call's error.
 struct Kill {
+  enum How { kDie, kStop, kLeave };
   int victim = -1;  // none
   uint64_t at = 0;
-  bool leave = false;
+  How how = kDie;
 };
 struct Failure {
   braidResult_t code = braidSuccess;
@@ -144,11 +146,11 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
       const braidResult_t r = postCase(f.k, rank, comm, send, recv, nullptr, blocking ? nullptr : &f.req);
       flight.push_back(f);
       succeeded.push_back(r == braidSuccess && blocking);
-      if (rank == kill.victim && made == kill.at && kill.leave) {
+      if (rank == kill.victim && made == kill.at && kill.how == Kill::kLeave) {
         leaving = true;
       } else if (rank == kill.victim && made == kill.at) {
         if (own() % 2 == 0) usleep(static_cast<useconds_t>(own() % 3000));
-        raise(SIGKILL);
+        raise(kill.how == Kill::kStop ? SIGSTOP : SIGKILL);
       }
       if (r != braidSuccess && failure != nullptr) {
         note(r, f, "posting");
@@ -207,8 +209,8 @@ TEST_CASE("random streams of collectives, several in flight, on every path: ever
 }
 
 TEST_CASE(
-    "a rank killed at a random point of a random stream: every survivor's error names it, nothing before it "
-    "is wrong, the survivors shrink and go on",
+    "a rank killed or stopped at a random point of a random stream: every survivor's error names it, nothing "
+    "before it is wrong, the survivors shrink and go on",
     "[mp][stress]") {
   // By default seeds 330-332: 331 with 4 ranks on shm kills rank 2 while the others map its
   // braidMemAlloc buffers for a direct call, which failed the communicator without naming it (a
@@ -216,27 +218,44 @@ TEST_CASE(
   const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 330) + GENERATE(range(0, 3));
   const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 4),
                             std::make_pair("shm", 2), std::make_pair("ucx", 3));
+  const Kill::How how = GENERATE(Kill::kDie, Kill::kStop);
   if (!underTest(run.first)) return;
   std::mt19937_64 draw(seed ^ 0x6b696c6cull);
   Kill kill;
   kill.victim = static_cast<int>(draw() % run.second);
   kill.at = 10 + draw() % 60;
+  kill.how = how;
   INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
-                           << kill.victim << " killed after posting call " << kill.at);
-  const Env env = {{"BRAID_TRANSPORTS", run.first}, {"BRAID_TIMEOUT", "60"}};
+                           << kill.victim << (how == Kill::kStop ? " stopped" : " killed") << " after posting call "
+                           << kill.at);
+  // The victim's pid, for the survivor that ends a stopped one (the harness would only at its deadline).
+  auto* victimPid =
+      static_cast<pid_t*>(mmap(nullptr, sizeof(pid_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(victimPid != MAP_FAILED);
+  *victimPid = 0;
+  const Env env = {{"BRAID_TRANSPORTS", run.first},
+                   {"BRAID_TIMEOUT", "60"},
+                   {"BRAID_HEARTBEAT_MS", "100"},
+                   {"BRAID_HEARTBEAT_MISSES", "3"}};
   auto res = runComm(
       run.second, env,
       [&](braidComm_t comm, int rank, int n) {
+        if (rank == kill.victim) __atomic_store_n(victimPid, getpid(), __ATOMIC_SEQ_CST);
         Failure failure;
-        if (stress(comm, rank, n, seed, kill.at + 100000, kill, &failure) != 0) return 1;
-        if (failure.code == braidSuccess) return fail(rank, "no call failed after rank %d was killed", kill.victim);
+        const int rc = stress(comm, rank, n, seed, kill.at + 100000, kill, &failure);
+        const pid_t stopped = __atomic_load_n(victimPid, __ATOMIC_SEQ_CST);
+        if (how == Kill::kStop && rank == (kill.victim == 0 ? 1 : 0) && stopped > 0) ::kill(stopped, SIGKILL);
+        if (rc != 0) return rc;
+        if (failure.code == braidSuccess) return fail(rank, "no call failed after rank %d went", kill.victim);
         const std::string who = "rank " + std::to_string(kill.victim) + " (host ";
-        if (failure.code != braidRemoteError || failure.message.find(who) == std::string::npos)
-          return fail(rank, "expected braidRemoteError naming %s...): %s, %s", who.c_str(),
+        const braidResult_t want = how == Kill::kStop ? braidTimeout : braidRemoteError;
+        if (failure.code != want || failure.message.find(who) == std::string::npos)
+          return fail(rank, "expected %s naming %s...): %s, %s", braidGetErrorString(want), who.c_str(),
                       braidGetErrorString(failure.code), failure.message.c_str());
         return shrinkWithoutChecked(comm, rank, n, kill.victim);
       },
       300);
+  munmap(victimPid, sizeof(pid_t));
   INFO(describe(res));
   for (size_t r = 0; r < res.size(); ++r)
     CHECK(res[r].status == (static_cast<int>(r) == kill.victim ? 128 + SIGKILL : 0));
@@ -254,7 +273,7 @@ TEST_CASE(
   Kill kill;
   kill.victim = static_cast<int>(draw() % run.second);
   kill.at = 10 + draw() % 60;
-  kill.leave = true;
+  kill.how = Kill::kLeave;
   INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
                            << kill.victim << " leaves after call " << kill.at);
   const Env env = {{"BRAID_TRANSPORTS", run.first}, {"BRAID_TIMEOUT", "60"}};
