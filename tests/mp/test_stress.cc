@@ -6,8 +6,9 @@
 // buffers lie, at what offset, and in which order it waits for them; every element of every output
 // is checked (tests/mp/collective_case.h). BRAIDTEST_STRESS_SEED picks the seed (else a fixed one)
 // and BRAIDTEST_STRESS_CALLS how many calls each run makes: a failure prints both, so it can be
-// replayed. The same streams with one rank killed at a random point check that every survivor
-// gets an error naming it, that nothing completed before is wrong, and that the survivors shrink.
+// replayed. The same streams with one rank killed, stopped (SIGSTOP) or leaving at a random point
+// check that every survivor gets an error naming it, that nothing completed before is wrong (nor
+// failed, for a leaver: the calls it joined succeed everywhere), and that the survivors shrink.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
