@@ -229,11 +229,16 @@ TEST_CASE(
   INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
                            << kill.victim << (how == Kill::kStop ? " stopped" : " killed") << " after posting call "
                            << kill.at);
-  // The victim's pid, for the survivor that ends a stopped one (the harness would only at its deadline).
-  auto* victimPid =
-      static_cast<pid_t*>(mmap(nullptr, sizeof(pid_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  REQUIRE(victimPid != MAP_FAILED);
-  *victimPid = 0;
+  // The victim's pid, for the survivor that ends a stopped one once every survivor met the failure
+  // (the harness would only at its deadline; earlier, the others would see a death instead).
+  struct Page {
+    pid_t victim;
+    int done;  // survivors past their stream
+  };
+  auto* page =
+      static_cast<Page*>(mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(page != MAP_FAILED);
+  *page = Page{0, 0};
   const Env env = {{"BRAID_TRANSPORTS", run.first},
                    {"BRAID_TIMEOUT", "60"},
                    {"BRAID_HEARTBEAT_MS", "100"},
@@ -241,11 +246,15 @@ TEST_CASE(
   auto res = runComm(
       run.second, env,
       [&](braidComm_t comm, int rank, int n) {
-        if (rank == kill.victim) __atomic_store_n(victimPid, getpid(), __ATOMIC_SEQ_CST);
+        if (rank == kill.victim) __atomic_store_n(&page->victim, getpid(), __ATOMIC_SEQ_CST);
         Failure failure;
         const int rc = stress(comm, rank, n, seed, kill.at + 100000, kill, &failure);
-        const pid_t stopped = __atomic_load_n(victimPid, __ATOMIC_SEQ_CST);
-        if (how == Kill::kStop && rank == (kill.victim == 0 ? 1 : 0) && stopped > 0) ::kill(stopped, SIGKILL);
+        __atomic_add_fetch(&page->done, 1, __ATOMIC_SEQ_CST);
+        if (how == Kill::kStop && rank == (kill.victim == 0 ? 1 : 0)) {
+          while (__atomic_load_n(&page->done, __ATOMIC_SEQ_CST) < n - 1) usleep(1000);
+          const pid_t stopped = __atomic_load_n(&page->victim, __ATOMIC_SEQ_CST);
+          if (stopped > 0) ::kill(stopped, SIGKILL);
+        }
         if (rc != 0) return rc;
         if (failure.code == braidSuccess) return fail(rank, "no call failed after rank %d went", kill.victim);
         const std::string who = "rank " + std::to_string(kill.victim) + " (host ";
@@ -256,7 +265,7 @@ TEST_CASE(
         return shrinkWithoutChecked(comm, rank, n, kill.victim);
       },
       300);
-  munmap(victimPid, sizeof(pid_t));
+  munmap(page, sizeof(Page));
   INFO(describe(res));
   for (size_t r = 0; r < res.size(); ++r)
     CHECK(res[r].status == (static_cast<int>(r) == kill.victim ? 128 + SIGKILL : 0));
