@@ -192,6 +192,19 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
   return 0;
 }
 
+// Where a rank goes: transports and rank counts.
+constexpr std::pair<const char*, int> kGoneRuns[] = {{"shm", 3}, {"shm", 4}, {"tcp", 4}, {"shm", 2}, {"ucx", 3}};
+
+// The rank that goes and the call after which, drawn from the seed (salted per way of going).
+Kill drawKill(uint64_t seed, int nranks, Kill::How how) {
+  std::mt19937_64 draw(seed ^ (how == Kill::kLeave ? 0x6c65617665ull : 0x6b696c6cull));
+  Kill k;
+  k.victim = static_cast<int>(draw() % nranks);
+  k.at = 10 + draw() % 60;
+  k.how = how;
+  return k;
+}
+
 }  // namespace
 
 TEST_CASE("random streams of collectives, several in flight, on every path: every output exact", "[mp][stress]") {
@@ -217,15 +230,10 @@ TEST_CASE(
   // braidMemAlloc buffers for a direct call, which failed the communicator without naming it (a
   // mapping failure taken for a mismatch) in about half the runs before that was fixed.
   const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 330) + GENERATE(range(0, 3));
-  const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 4),
-                            std::make_pair("shm", 2), std::make_pair("ucx", 3));
+  const auto run = kGoneRuns[GENERATE(range(0, 5))];
   const Kill::How how = GENERATE(Kill::kDie, Kill::kStop);
   if (!underTest(run.first)) return;
-  std::mt19937_64 draw(seed ^ 0x6b696c6cull);
-  Kill kill;
-  kill.victim = static_cast<int>(draw() % run.second);
-  kill.at = 10 + draw() % 60;
-  kill.how = how;
+  const Kill kill = drawKill(seed, run.second, how);
   INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
                            << kill.victim << (how == Kill::kStop ? " stopped" : " killed") << " after posting call "
                            << kill.at);
@@ -276,14 +284,9 @@ TEST_CASE(
     "first one after fails naming it on every rank",
     "[mp][stress]") {
   const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 20261205) + GENERATE(range(0, 3));
-  const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 4),
-                            std::make_pair("shm", 2), std::make_pair("ucx", 3));
+  const auto run = kGoneRuns[GENERATE(range(0, 5))];
   if (!underTest(run.first)) return;
-  std::mt19937_64 draw(seed ^ 0x6c65617665ull);
-  Kill kill;
-  kill.victim = static_cast<int>(draw() % run.second);
-  kill.at = 10 + draw() % 60;
-  kill.how = Kill::kLeave;
+  const Kill kill = drawKill(seed, run.second, Kill::kLeave);
   INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
                            << kill.victim << " leaves after call " << kill.at);
   const Env env = {{"BRAID_TRANSPORTS", run.first}, {"BRAID_TIMEOUT", "60"}};
