@@ -249,8 +249,8 @@ TEST_CASE(
   *page = Page{0, 0};
   const Env env = {{"BRAID_TRANSPORTS", run.first},
                    {"BRAID_TIMEOUT", "60"},
-                   {"BRAID_HEARTBEAT_MS", "100"},
-                   {"BRAID_HEARTBEAT_MISSES", "3"}};
+                   {"BRAID_HEARTBEAT_MS", "250"},     // a stop shows within 1 s; 0.3 s blamed a live rank 0
+                   {"BRAID_HEARTBEAT_MISSES", "4"}};  // that TSan's slowness starved (4 ranks, 2 cores)
   auto res = runComm(
       run.second, env,
       [&](braidComm_t comm, int rank, int n) {
