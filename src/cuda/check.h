@@ -32,6 +32,7 @@ class DeviceScope {
 
  private:
   void* previousCtx_ = nullptr;  // CUcontext; null: the thread had none, or the driver cannot say
+  bool knowCtx_ = false;         // the driver said what the thread had
   int previous_ = -1;
   bool switched_ = false;
   Status status_;

@@ -55,14 +55,14 @@ CtxSet ctxSetFn() {
 
 DeviceScope::DeviceScope(int device) {
   const CtxGet get = ctxGetFn();
-  bool knowCtx = get != nullptr && ctxSetFn() != nullptr && get(&previousCtx_) == 0;
-  if (!knowCtx) previousCtx_ = nullptr;
+  knowCtx_ = get != nullptr && ctxSetFn() != nullptr && get(&previousCtx_) == 0;
+  if (!knowCtx_) previousCtx_ = nullptr;
   if (cudaGetDevice(&previous_) != cudaSuccess) {
     (void)cudaGetLastError();
     previous_ = -1;
   }
   // With no context on the thread, "device 0" is only the runtime's default: switch even to 0.
-  if (previous_ != device || (knowCtx && previousCtx_ == nullptr)) {
+  if (previous_ != device || (knowCtx_ && previousCtx_ == nullptr)) {
     status_ = cudaStatus(cudaSetDevice(device), "cudaSetDevice");
     switched_ = status_.ok();
   }
@@ -72,8 +72,8 @@ DeviceScope::~DeviceScope() {
   if (!switched_) return;
   if (previousCtx_ != nullptr) {
     (void)ctxSetFn()(previousCtx_);
-  } else if (ctxGetFn() == nullptr || ctxSetFn() == nullptr) {
-    // The driver cannot say what the thread had: the runtime's device, as before.
+  } else if (!knowCtx_) {
+    // The driver could not say what the thread had: the runtime's device, as before.
     if (previous_ >= 0) (void)cudaSetDevice(previous_);
   }
   // else: the thread had no context; it keeps `device`'s (see check.h).
