@@ -558,8 +558,8 @@ void Engine::failAll() {
 bool Engine::failureMet() {
   if (!control_.failed()) return false;
   lock();
-  failAll();  // pending operations meet it here if no pass got to them yet
-  const bool met = failureMet_;
+  // Operations still pending meet it on the next pass (failAll), or ran before it (a drain).
+  const bool met = failureMet_ || head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0;
   unlock();
   return met;
 }

@@ -211,8 +211,8 @@ class Engine {
   // call it between calls.
   size_t peerMappings() const { return small_ != nullptr ? small_->mappedFiles() : 0; }
 
-  // Whether the communicator's failure reached one of this rank's calls: an operation it failed
-  // (pending ones are failed here first) or a post it refused. False while it has not failed, and
+  // Whether the communicator's failure reached one of this rank's calls: an operation it failed or
+  // will fail (pending now), or a post it refused. False while it has not failed, and
   // when it came while this rank had nothing in flight (gossip then reports it on the next call).
   bool failureMet();
 
