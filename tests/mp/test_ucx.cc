@@ -46,11 +46,22 @@ bool eagerCompletion() {
   return proto != nullptr && strcmp(proto, "rma") == 0;
 }
 
+// The file that rank `rank` of test process `test`'s run logs into (StderrLog).
+std::string logPath(pid_t test, int rank) {
+  return "/tmp/braid_ucx_test_" + std::to_string(test) + "_" + std::to_string(rank);
+}
+
+// A rank killed before its StderrLog::finish() leaves its file behind: the test process removes
+// its n ranks' files after the run (they used to pile up in /tmp, one per killed rank).
+void removeLogs(int n) {
+  for (int r = 0; r < n; ++r) unlink(logPath(getpid(), r).c_str());
+}
+
 // Sends this process's stdout (where UCX logs by default) and stderr (braid's log) to a file until
-// finish(), which returns its text.
+// finish(), which returns its text. For a rank forked by the test process (forkRanks).
 class StderrLog {
  public:
-  explicit StderrLog(int rank) : path_("/tmp/braid_ucx_test_" + std::to_string(getpid()) + "_" + std::to_string(rank)) {
+  explicit StderrLog(int rank) : path_(logPath(getppid(), rank)) {
     int fd = open(path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
     saved_[0] = dup(1);
     saved_[1] = dup(2);
@@ -138,6 +149,7 @@ void killMidAllReduce(int n, int victim, const char* mode) {
     (void)destroyed;
     return 0;
   });
+  removeLogs(n);
   INFO(describe(res));
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
@@ -196,6 +208,7 @@ TEST_CASE("ucx: a healthy communicator tears down without UCX complaints, in bot
         if (ucxComplained(text, strict)) return fail(rank, "UCX complained at teardown:\n%s", text.c_str());
         return 0;
       });
+  removeLogs(3);  // a rank timed out and killed leaves its file
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
