@@ -334,3 +334,40 @@ TEST_CASE(
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+// BRAID_TCP_ZEROCOPY: a part sent with MSG_ZEROCOPY (or behind one) is held until the kernel says it
+// no longer reads its pages. One socket call finishes up to 16 queued messages; with 7 parts
+// already held, that overflowed the lane's 8 places for held parts: the lane forgot parts it held
+// (a 3-rank Broadcast of 256 KiB pieces hung at its 93rd call) and wrote over its receive state
+// (recvmsg into a bad address, heap corruption). Here: batches of messages of 64K and more with
+// small ones between them, all in one group per round so they queue together, every byte checked;
+// then Broadcasts and AllReduces, as the hang and the corruption were first seen.
+TEST_CASE("tcp: zero-copy sends of many queued messages each arrive byte-exact; none is held forever", "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  const int lanes = GENERATE(1, 2);
+  INFO("BRAID_NSOCKS " << lanes << ", BRAID_TCP_ZEROCOPY=1, BRAID_TCP_CHUNK=4M");
+  const Env env = {{"BRAID_TRANSPORTS", "tcp"},
+                   {"BRAID_TIMEOUT", "30"},
+                   {"BRAID_NSOCKS", std::to_string(lanes)},
+                   {"BRAID_TCP_ZEROCOPY", "1"},
+                   {"BRAID_TCP_CHUNK", "4M"}};
+  std::vector<size_t> sizes;
+  for (int m = 0; m < 24; ++m) sizes.push_back(m % 3 == 2 ? 100 + m : 65536 + 4096 * m);
+  auto res = runComm(3, env, [&](braidComm_t comm, int rank, int size) {
+    for (int round = 0; round < 8; ++round)
+      if (exchangeChecked(comm, rank, size, sizes) != 0) return fail(rank, "in round %d", round);
+    std::vector<float> b(65536);
+    for (int call = 0; call < 150; ++call) {
+      for (size_t i = 0; i < b.size(); ++i) b[i] = rank == 0 ? static_cast<float>(i % 4093 + call) : -1.0f;
+      CHECK_BRAID(rank, braidBroadcast(b.data(), b.data(), b.size(), braidFloat32, 0, comm, nullptr));
+      for (size_t i = 0; i < b.size(); ++i)
+        if (b[i] != static_cast<float>(i % 4093 + call))
+          return fail(rank, "Broadcast %d: element %zu is %g", call, i, double(b[i]));
+    }
+    for (int call = 0; call < 20; ++call)
+      if (allReduceChecked(comm, rank, size, 300007) != 0) return fail(rank, "in AllReduce %d", call);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

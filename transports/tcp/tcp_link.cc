@@ -204,6 +204,8 @@ void TcpLink::partSent(int l, Xfer* x) {
     x->tp[0] |= bit;
     return;
   }
+  // Room: sendOnce sends only while fewer than kMaxHeld are held, and a call finishes at most
+  // kMaxBatch parts of a lane.
   ln.held[ln.nheld++] = {x, ln.zcIssued - 1};
   x->progressed |= bit;
 }
@@ -231,9 +233,8 @@ Status TcpLink::reapZeroCopy(int l) {
         if (e.ee_errno != 0) return socketError(static_cast<int>(e.ee_errno), "send to");
         continue;
       }
-      // [ee_info, ee_data] are the ids of the calls done; TCP reports them in order.
-      const uint32_t next = e.ee_data + 1;
-      if (static_cast<int32_t>(next - ln.zcDone) > 0) ln.zcDone = next;
+      // [ee_info, ee_data] are the ids of the calls done.
+      zeroCopyDone(ln, e.ee_info, e.ee_data);
       if ((e.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) != 0) zcCopied_ += e.ee_data - e.ee_info + 1;
     }
   }
@@ -251,6 +252,25 @@ Status TcpLink::reapZeroCopy(int l) {
   ln.nheld = kept;
   completeDone(sends_, &sendStriped_);
   return okStatus();
+}
+
+void TcpLink::zeroCopyDone(Lane& ln, uint32_t lo, uint32_t hi) {
+  // A range spans no more calls than were unreported (ids wrap around at 2^32, as the kernel's do).
+  const uint32_t n = std::min(hi - lo, 2 * kMaxZeroCopyCalls) + 1;
+  for (uint32_t k = 0; k < n; ++k) {
+    const uint32_t ahead = lo + k - ln.zcDone;  // 0: the next call due
+    // Below zcDone: reported already. Past the window: never issued (sendOnce keeps at most
+    // kMaxZeroCopyCalls unreported), so nothing of ours.
+    if (static_cast<int32_t>(ahead) >= 0 && ahead < kMaxZeroCopyCalls) {
+      if (ahead == 0) {
+        ++ln.zcDone;
+        for (; (ln.zcAhead & 1) != 0; ln.zcAhead >>= 1) ++ln.zcDone;
+        ln.zcAhead >>= 1;
+      } else {
+        ln.zcAhead |= 1ull << (ahead - 1);
+      }
+    }
+  }
 }
 
 size_t TcpLink::shapedAllowance(const Xfer* first) {
@@ -271,7 +291,7 @@ Status TcpLink::sendOnce(int l, bool* more) {
   const uint64_t bit = 1ull << l;
   if (zeroCopy_ && ln.nheld > 0) {
     BRAID_TRY(reapZeroCopy(l));
-    if (ln.nheld == kMaxHeld) return okStatus();  // back-pressure: the kernel still reads our pages
+    if (ln.nheld >= kMaxHeld) return okStatus();  // back-pressure: the kernel still reads our pages
   }
   // Parts done (tp[0]) or on the wire waiting for a notification (progressed) are not ours to send.
   Xfer* first = sends_.front();
@@ -311,7 +331,7 @@ Status TcpLink::sendOnce(int l, bool* more) {
   msg.msg_iov = iov;
   msg.msg_iovlen = static_cast<size_t>(niov);
   int flags = MSG_NOSIGNAL | MSG_DONTWAIT;
-  if (zeroCopy_ && want >= kZeroCopyMin && ln.nheld < kMaxHeld) flags |= MSG_ZEROCOPY;
+  if (zeroCopy_ && want >= kZeroCopyMin && ln.zcIssued - ln.zcDone < kMaxZeroCopyCalls) flags |= MSG_ZEROCOPY;
   ssize_t n;
   for (;;) {
     n = sendmsg(ln.fd.get(), &msg, flags);

@@ -86,10 +86,15 @@ class TcpLink final : public Link {
   // the socket as fast as we drain it, forever). Four 512 KiB chunks are ~0.5 ms on loopback.
   static constexpr size_t kChunksPerProgress = 4;
   // Zero-copy: only send calls of at least this much payload use it (below, pinning the pages
-  // and reading the notification cost more than the copy they save), and at most kMaxHeld parts
-  // per lane wait for their notification before the lane stops sending.
+  // and reading the notification cost more than the copy they save). A lane stops sending while
+  // kMaxHeld parts wait for their notification; one call may still finish a whole batch of parts
+  // (kMaxBatch) after that check, hence the room for kHeldRoom. At most kMaxZeroCopyCalls of a
+  // lane's zero-copy calls are unreported at once (the width of Lane::zcAhead), beyond which it
+  // sends by copy.
   static constexpr size_t kZeroCopyMin = 64 * 1024;
   static constexpr int kMaxHeld = 8;
+  static constexpr int kHeldRoom = kMaxHeld + kMaxBatch;
+  static constexpr uint32_t kMaxZeroCopyCalls = 64;
   // Read-ahead on lane 0: a recvmsg that fills every posted receive to the end of a message also
   // takes up to this much of what follows (later messages' headers and payloads) into ahead_, and
   // the next receives are served from there without a system call. A receiver that fell behind a
@@ -111,12 +116,14 @@ class TcpLink final : public Link {
   struct Lane {
     Fd fd;
     size_t sendDone = 0;
-    // Zero-copy send calls: the kernel numbers them per socket from 0; `zcDone` is one past the
-    // highest it has reported done. Parts on the wire wait in `held` for theirs.
+    // Zero-copy send calls: the kernel numbers them per socket from 0. Every call below `zcDone`
+    // was reported done; bit i of `zcAhead`, call zcDone + 1 + i (reported before an earlier one:
+    // the kernel does not promise order). Parts on the wire wait in `held` for theirs.
     uint32_t zcIssued = 0;
     uint32_t zcDone = 0;
+    uint64_t zcAhead = 0;
     int nheld = 0;
-    Held held[kMaxHeld] = {};
+    Held held[kHeldRoom] = {};
     size_t recvDone = 0;
     size_t carry = 0;                                 // bytes in staging waiting for the rest of an element
     std::unique_ptr<uint8_t[], FreeDeleter> staging;  // chunk_ bytes, 64-byte aligned
@@ -133,6 +140,8 @@ class TcpLink final : public Link {
   void partSent(int l, Xfer* x);
   // Reads lane l's zero-copy notifications and marks the held parts they release.
   Status reapZeroCopy(int l);
+  // Records that the kernel reported lane `ln`'s zero-copy calls [lo, hi] done.
+  static void zeroCopyDone(Lane& ln, uint32_t lo, uint32_t hi);
   // Completes the transfers at the front of q whose parts every lane has finished, in order.
   void completeDone(XferQueue& q, size_t* striped);
   // The part of lane l in a message of `bytes`: [*off, *off + return value).
