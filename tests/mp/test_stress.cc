@@ -1,14 +1,15 @@
 // Random streams of collectives with several in flight at once, across every path a transport has:
 // over shm (2, 3 and 4 ranks) the mailboxes (up to BRAID_SHM_SMALL_BYTES a peer), the FIFOs,
 // single copy where it is fast enough, and calls in place on braidMemAlloc memory, on every rank or
-// on some only; tcp and ucx with 3 ranks. Every rank draws the same calls from one seed (the call,
-// type, op, count, placement, root and how many go in flight together) and, alone, where its
-// buffers lie, at what offset, and in which order it waits for them; every element of every output
-// is checked (tests/mp/collective_case.h). BRAIDTEST_STRESS_SEED picks the seed (else a fixed one)
-// and BRAIDTEST_STRESS_CALLS how many calls each run makes: a failure prints both, so it can be
-// replayed. The same streams with one rank killed, stopped (SIGSTOP) or leaving at a random point
-// check that every survivor gets an error naming it, that nothing completed before is wrong (nor
-// failed, for a leaver: the calls it joined succeed everywhere), and that the survivors shrink.
+// on some only; tcp and ucx with 3 ranks; shm and tcp together with the ranks on 2 emulated hosts.
+// Every rank draws the same calls from one seed (the call, type, op, count, placement, root and how
+// many go in flight together) and, alone, where its buffers lie, at what offset, and in which order
+// it waits for them; every element of every output is checked (tests/mp/collective_case.h).
+// BRAIDTEST_STRESS_SEED picks the seed (else a fixed one) and BRAIDTEST_STRESS_CALLS how many calls
+// each run makes: a failure prints both, so it can be replayed. The same streams with one rank
+// killed, stopped (SIGSTOP) or leaving at a random point check that every survivor gets an error
+// naming it, that nothing completed before is wrong (nor failed, for a leaver: the calls it joined
+// succeed everywhere), and that the survivors shrink.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -192,8 +194,30 @@ int stress(braidComm_t comm, int rank, int n, uint64_t seed, uint64_t calls, con
   return 0;
 }
 
-// Where a rank goes: transports and rank counts.
-constexpr std::pair<const char*, int> kGoneRuns[] = {{"shm", 3}, {"shm", 4}, {"tcp", 4}, {"shm", 2}, {"ucx", 3}};
+// Where the streams run: transports, ranks, and emulated hosts (BRAID_HOSTID: the ranks cut into
+// that many runs of consecutive ranks; shm inside a host, tcp across, and the algorithms that know
+// hosts: hierarchical, per-host leaders).
+struct Run {
+  const char* transports;
+  int ranks;
+  int hosts;
+};
+
+// Whether this machine runs `run`'s transports, and the per-rank setting of its hosts.
+bool runnable(const Run& run) {
+  return run.hosts > 1 ? underTest("shm") && underTest("tcp") : underTest(run.transports);
+}
+std::function<void(int)> hostsOf(const Run& run) {
+  if (run.hosts == 1) return {};
+  return [run](int rank) {
+    setenv("BRAID_HOSTID", ("stresshost" + std::to_string(rank * run.hosts / run.ranks)).c_str(), 1);
+  };
+}
+
+// Where a rank goes.
+constexpr Run kGoneRuns[] = {{"shm", 3, 1}, {"shm", 4, 1}, {"tcp", 4, 1},
+                             {"shm", 2, 1}, {"ucx", 3, 1}, {"shm,tcp", 5, 2}};
+constexpr int kGoneRunCount = static_cast<int>(sizeof(kGoneRuns) / sizeof(kGoneRuns[0]));
 
 // The rank that goes and the call after which, drawn from the seed (salted per way of going).
 Kill drawKill(uint64_t seed, int nranks, Kill::How how) {
@@ -210,14 +234,15 @@ Kill drawKill(uint64_t seed, int nranks, Kill::How how) {
 TEST_CASE("random streams of collectives, several in flight, on every path: every output exact", "[mp][stress]") {
   const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 20261205);
   const uint64_t calls = envNumber("BRAIDTEST_STRESS_CALLS", 300);
-  const auto run = GENERATE(std::make_pair("shm", 3), std::make_pair("shm", 4), std::make_pair("tcp", 3),
-                            std::make_pair("shm", 2), std::make_pair("ucx", 3));
-  if (!underTest(run.first)) return;
-  INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed
-                           << " BRAIDTEST_STRESS_CALLS=" << calls);
-  const Env env = {{"BRAID_TRANSPORTS", run.first}, {"BRAID_TIMEOUT", "120"}};
+  const Run run = GENERATE(Run{"shm", 3, 1}, Run{"shm", 4, 1}, Run{"tcp", 3, 1}, Run{"shm", 2, 1}, Run{"ucx", 3, 1},
+                           Run{"shm,tcp", 4, 2});
+  if (!runnable(run)) return;
+  INFO("BRAID_TRANSPORTS=" << run.transports << ", " << run.ranks << " ranks on " << run.hosts
+                           << " host(s), BRAIDTEST_STRESS_SEED=" << seed << " BRAIDTEST_STRESS_CALLS=" << calls);
+  const Env env = {{"BRAID_TRANSPORTS", run.transports}, {"BRAID_TIMEOUT", "120"}};
   auto res = runComm(
-      run.second, env, [&](braidComm_t comm, int rank, int n) { return stress(comm, rank, n, seed, calls); }, 600);
+      run.ranks, env, [&](braidComm_t comm, int rank, int n) { return stress(comm, rank, n, seed, calls); }, 600,
+      hostsOf(run));
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
@@ -230,13 +255,13 @@ TEST_CASE(
   // braidMemAlloc buffers for a direct call, which failed the communicator without naming it (a
   // mapping failure taken for a mismatch) in about half the runs before that was fixed.
   const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 330) + GENERATE(range(0, 3));
-  const auto run = kGoneRuns[GENERATE(range(0, 5))];
+  const Run run = kGoneRuns[GENERATE(range(0, kGoneRunCount))];
   const Kill::How how = GENERATE(Kill::kDie, Kill::kStop);
-  if (!underTest(run.first)) return;
-  const Kill kill = drawKill(seed, run.second, how);
-  INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
-                           << kill.victim << (how == Kill::kStop ? " stopped" : " killed") << " after posting call "
-                           << kill.at);
+  if (!runnable(run)) return;
+  const Kill kill = drawKill(seed, run.ranks, how);
+  INFO("BRAID_TRANSPORTS=" << run.transports << ", " << run.ranks << " ranks on " << run.hosts
+                           << " host(s), BRAIDTEST_STRESS_SEED=" << seed << ": rank " << kill.victim
+                           << (how == Kill::kStop ? " stopped" : " killed") << " after posting call " << kill.at);
   // The victim's pid, for the survivor that ends a stopped one once every survivor met the failure
   // (the harness would only at its deadline; earlier, the others would see a death instead).
   struct Page {
@@ -247,12 +272,12 @@ TEST_CASE(
       static_cast<Page*>(mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   REQUIRE(page != MAP_FAILED);
   *page = Page{0, 0};
-  const Env env = {{"BRAID_TRANSPORTS", run.first},
+  const Env env = {{"BRAID_TRANSPORTS", run.transports},
                    {"BRAID_TIMEOUT", "60"},
                    {"BRAID_HEARTBEAT_MS", "250"},     // a stop shows within 1 s; 0.3 s blamed a live rank 0
                    {"BRAID_HEARTBEAT_MISSES", "4"}};  // that TSan's slowness starved (4 ranks, 2 cores)
   auto res = runComm(
-      run.second, env,
+      run.ranks, env,
       [&](braidComm_t comm, int rank, int n) {
         if (rank == kill.victim) __atomic_store_n(&page->victim, getpid(), __ATOMIC_SEQ_CST);
         Failure failure;
@@ -272,7 +297,7 @@ TEST_CASE(
                       braidGetErrorString(failure.code), failure.message.c_str());
         return shrinkWithoutChecked(comm, rank, n, kill.victim);
       },
-      300);
+      300, hostsOf(run));
   munmap(page, sizeof(Page));
   INFO(describe(res));
   for (size_t r = 0; r < res.size(); ++r)
@@ -284,14 +309,15 @@ TEST_CASE(
     "first one after fails naming it on every rank",
     "[mp][stress]") {
   const uint64_t seed = envNumber("BRAIDTEST_STRESS_SEED", 20261205) + GENERATE(range(0, 3));
-  const auto run = kGoneRuns[GENERATE(range(0, 5))];
-  if (!underTest(run.first)) return;
-  const Kill kill = drawKill(seed, run.second, Kill::kLeave);
-  INFO("BRAID_TRANSPORTS=" << run.first << ", " << run.second << " ranks, BRAIDTEST_STRESS_SEED=" << seed << ": rank "
-                           << kill.victim << " leaves after call " << kill.at);
-  const Env env = {{"BRAID_TRANSPORTS", run.first}, {"BRAID_TIMEOUT", "60"}};
+  const Run run = kGoneRuns[GENERATE(range(0, kGoneRunCount))];
+  if (!runnable(run)) return;
+  const Kill kill = drawKill(seed, run.ranks, Kill::kLeave);
+  INFO("BRAID_TRANSPORTS=" << run.transports << ", " << run.ranks << " ranks on " << run.hosts
+                           << " host(s), BRAIDTEST_STRESS_SEED=" << seed << ": rank " << kill.victim
+                           << " leaves after call " << kill.at);
+  const Env env = {{"BRAID_TRANSPORTS", run.transports}, {"BRAID_TIMEOUT", "60"}};
   auto res = runComm(
-      run.second, env,
+      run.ranks, env,
       [&](braidComm_t comm, int rank, int n) {
         Failure failure;
         if (stress(comm, rank, n, seed, kill.at + 100000, kill, &failure) != 0) return 1;
@@ -308,7 +334,7 @@ TEST_CASE(
                       braidGetErrorString(failure.code), failure.message.c_str());
         return shrinkWithoutChecked(comm, rank, n, kill.victim);
       },
-      300);
+      300, hostsOf(run));
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
