@@ -206,7 +206,7 @@ TEST_CASE("tagged calls: bad arguments change nothing; a length that differs fai
 }
 
 TEST_CASE("without the tag links (the default) tagged calls are refused; untagged ones still work", "[mp][p2p][tags]") {
-  auto res = runComm(2, {}, [](braidComm_t comm, int rank, int) {
+  auto res = runComm(2, {{"BRAID_P2P_TAGS", "0"}}, [](braidComm_t comm, int rank, int) {
     int32_t v = rank;
     const braidResult_t r = braidSendTagged(&v, 1, braidInt32, 1 - rank, 0, comm, nullptr);
     if (r != braidInvalidUsage || strstr(braidGetLastError(), "BRAID_P2P_TAGS") == nullptr)
