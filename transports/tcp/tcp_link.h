@@ -118,7 +118,8 @@ class TcpLink final : public Link {
     size_t sendDone = 0;
     // Zero-copy send calls: the kernel numbers them per socket from 0. Every call below `zcDone`
     // was reported done; bit i of `zcAhead`, call zcDone + 1 + i (reported before an earlier one:
-    // the kernel does not promise order). Parts on the wire wait in `held` for theirs.
+    // in order is the common case, not a promise, says the kernel's msg_zerocopy.rst, naming
+    // retransmission). Parts on the wire wait in `held` for theirs.
     uint32_t zcIssued = 0;
     uint32_t zcDone = 0;
     uint64_t zcAhead = 0;
