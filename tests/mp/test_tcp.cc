@@ -336,12 +336,14 @@ TEST_CASE(
 }
 
 // BRAID_TCP_ZEROCOPY: a part sent with MSG_ZEROCOPY (or behind one) is held until the kernel says it
-// no longer reads its pages. One socket call finishes up to 16 queued messages; with 7 parts
-// already held, that overflowed the lane's 8 places for held parts: the lane forgot parts it held
+// no longer reads its pages. One socket call finishes up to 16 queued messages (31 when they are
+// empty: headers only); with 7 parts already held, that overflowed the lane's 8 places for held
+// parts (and 24 places, the first fix, with empty messages): the lane forgot parts it held
 // (a 3-rank Broadcast of 256 KiB pieces hung at its 93rd call) and wrote over its receive state
 // (recvmsg into a bad address, heap corruption). Here: batches of messages of 64K and more with
-// small ones between them, all in one group per round so they queue together, every byte checked;
-// then Broadcasts and AllReduces, as the hang and the corruption were first seen.
+// small ones between them, and runs of empty messages behind a zero-copy one, all in one group per
+// round so they queue together, every byte checked; then Broadcasts and AllReduces, as the hang and
+// the corruption were first seen.
 TEST_CASE("tcp: zero-copy sends of many queued messages each arrive byte-exact; none is held forever", "[mp][tcpnet]") {
   if (!underTest("tcp")) return;
   const int lanes = GENERATE(1, 2);
@@ -353,6 +355,8 @@ TEST_CASE("tcp: zero-copy sends of many queued messages each arrive byte-exact; 
                    {"BRAID_TCP_CHUNK", "4M"}};
   std::vector<size_t> sizes;
   for (int m = 0; m < 24; ++m) sizes.push_back(m % 3 == 2 ? 100 + m : 65536 + 4096 * m);
+  // A zero-copy send, then 30 empty messages: one call takes the 30 headers (31 iovec entries).
+  for (int m = 0; m < 64; ++m) sizes.push_back(m % 32 == 0 ? 65536 : 0);
   auto res = runComm(3, env, [&](braidComm_t comm, int rank, int size) {
     for (int round = 0; round < 8; ++round)
       if (exchangeChecked(comm, rank, size, sizes) != 0) return fail(rank, "in round %d", round);

@@ -204,8 +204,8 @@ void TcpLink::partSent(int l, Xfer* x) {
     x->tp[0] |= bit;
     return;
   }
-  // Room: sendOnce sends only while fewer than kMaxHeld are held, and a call finishes at most
-  // kMaxBatch parts of a lane.
+  // Room: sendOnce sends only while fewer than kMaxHeld are held, and a call finishes at most one
+  // part per iovec entry (kMaxIov).
   ln.held[ln.nheld++] = {x, ln.zcIssued - 1};
   x->progressed |= bit;
 }

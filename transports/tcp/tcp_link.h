@@ -87,13 +87,14 @@ class TcpLink final : public Link {
   static constexpr size_t kChunksPerProgress = 4;
   // Zero-copy: only send calls of at least this much payload use it (below, pinning the pages
   // and reading the notification cost more than the copy they save). A lane stops sending while
-  // kMaxHeld parts wait for their notification; one call may still finish a whole batch of parts
-  // (kMaxBatch) after that check, hence the room for kHeldRoom. At most kMaxZeroCopyCalls of a
+  // kMaxHeld parts wait for their notification; one call may still finish as many parts as it has
+  // iovec entries after that check (each part it finishes has at least one: 31 empty messages are
+  // 31 headers), hence the room for kHeldRoom. At most kMaxZeroCopyCalls of a
   // lane's zero-copy calls are unreported at once (the width of Lane::zcAhead), beyond which it
   // sends by copy.
   static constexpr size_t kZeroCopyMin = 64 * 1024;
   static constexpr int kMaxHeld = 8;
-  static constexpr int kHeldRoom = kMaxHeld + kMaxBatch;
+  static constexpr int kHeldRoom = kMaxHeld + kMaxIov;
   static constexpr uint32_t kMaxZeroCopyCalls = 64;
   // Read-ahead on lane 0: a recvmsg that fills every posted receive to the end of a message also
   // takes up to this much of what follows (later messages' headers and payloads) into ahead_, and
