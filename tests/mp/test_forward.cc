@@ -31,10 +31,13 @@ constexpr size_t kCount = (3 << 20) / 4 + 7;
 // The suite also runs with BRAID_FORCE_LOWERING=1 (mp-shm-lowered), which turns forwarding off:
 // these tests say which they test.
 // Single copy regardless of its speed on this machine (BRAID_SHM_CMA=auto still needs the kernel's
-// permission): the tests of that path check it wherever it can run.
+// permission): the tests of that path check it wherever it can run. The cut of BRAID_NT_STORES_MIN
+// (which also bounds single copy) is its default unless a test sets it: a run with it set small in
+// the environment would see no single copy and fail these tests.
 Env shmEnv(Env more) {
   more.emplace("BRAID_FORCE_LOWERING", "0");
   more.emplace("BRAID_SHM_CMA_SPEED", "0");
+  more.emplace("BRAID_NT_STORES_MIN", "0");
   more["BRAID_TRANSPORTS"] = "shm";
   more["BRAID_TIMEOUT"] = "60";
   return more;
