@@ -22,7 +22,12 @@ class [[nodiscard]] Status {
     o.message_ = nullptr;
   }
   Status& operator=(const Status& o) {
-    if (this != &o) *this = Status(o);
+    if (this != &o) {
+      std::string* copy = o.message_ != nullptr ? new std::string(*o.message_) : nullptr;
+      delete message_;
+      code_ = o.code_;
+      message_ = copy;
+    }
     return *this;
   }
   // The source is left a success, as after a move construction.

@@ -278,7 +278,11 @@ std::string ucxLibrariesLoaded() {
   const std::string maps = readFile("/proc/self/maps");
   std::string found;
   for (const char* lib : {"libucp.so", "libuct.so", "libucs.so", "libucm.so"})
-    if (maps.find(std::string("/") + lib) != std::string::npos) found += (found.empty() ? "" : " ") + std::string(lib);
+    if (maps.find(std::string("/") + lib) != std::string::npos) {
+      // Appended in two steps: `" " + std::string(lib)` set off GCC 12's -Wrestrict false positive.
+      if (!found.empty()) found += ' ';
+      found += lib;
+    }
   return found;
 }
 
