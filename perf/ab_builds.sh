@@ -4,11 +4,12 @@
 # prints each size's median time over the rounds (out of place, column 6 of the *_perf output) and
 # the ratio. Used where a change is worth a few percent and the machine's drift is larger than that.
 #
-#   BASE=/tmp/base/build [NEW=build] [SIZES="-b 16 -e 16K -f 4"] [ITERS=2000] \
+#   BASE=/tmp/base/build [NEW=build] [SIZES="-b 16 -e 16K -f 4"] [ITERS=2000] [BLOCKING=1] \
 #     perf/ab_builds.sh ROUNDS NRANKS PROG [VAR=VALUE ...]
 #
 # PROG is a perf/ program (all_reduce_perf, broadcast_perf, ...); VAR=VALUE pairs go into both
-# builds' environment (BRAID_TRANSPORTS=tcp by default). "base/new" > 1: NEW is faster.
+# builds' environment (BRAID_TRANSPORTS=tcp by default). BLOCKING=0: nonblocking calls and a wait
+# (-z 0). "base/new" > 1: NEW is faster.
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n 2,11p "$0"; exit 2; }
 rounds=$1 np=$2 prog=$3
@@ -23,7 +24,7 @@ for r in $(seq 1 "$rounds"); do
     [ "$tag" = new ] && b=$new
     # shellcheck disable=SC2086  # SIZES is a word list
     env BRAID_TRANSPORTS=tcp "$@" "$b/tools/braidrun" -n "$np" "$b/perf/$prog" ${SIZES:--b 16 -e 16K -f 4} \
-      -n "${ITERS:-2000}" -w 200 -z 1 2>/dev/null | awk -v t="$tag" '/^ +[0-9]/ { print t, $1, $6 }'
+      -n "${ITERS:-2000}" -w 200 -z "${BLOCKING:-1}" 2>/dev/null | awk -v t="$tag" '/^ +[0-9]/ { print t, $1, $6 }'
   done
 done | python3 -c '
 import statistics, sys

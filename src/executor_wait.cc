@@ -29,6 +29,9 @@ constexpr int64_t kIdleSleepUs = 10000;
 // for its kernels or its copy back slept up to a millisecond between looks.)
 constexpr int64_t kGatePollUs = 50;
 
+// How long a wait looks again after a single pause before it spaces its looks (see backoff).
+constexpr int64_t kEagerSpinNs = 2000;
+
 // A wait's own deadline, beyond BRAID_TIMEOUT: the operations' deadlines end every wait before it
 // (an op's deadline runs from its post, before the wait began), so this only catches a wait that
 // nothing would ever complete. The slack covers the deadline check's stride and kMaxBlameGraceNs (src/executor.cc).
@@ -37,10 +40,16 @@ constexpr double kBackstopSlackSec = 3.0;
 }  // namespace
 
 // Waiting without progress: spin briefly (a peer's reply is usually microseconds away), then
-// yield the core (more ranks than cores is common).
+// yield the core (more ranks than cores is common). The first kEagerSpinNs of a wait look again
+// after one pause: a small nonblocking call's reply is usually there within a microsecond, and
+// 16 pauses between looks (about 0.2-0.3 us on AMD EPYC) made a 2-rank IAllReduce + Wait of 16 B
+// on shm take 0.68-0.74 us against 0.47-0.52 us with this (perf/results/2026-12-06-wait-backoff.md).
+// Past it, 16 pauses: a long wait polls the peers' flags less often.
 void Engine::backoff(int64_t idleSinceNs) {
-  if (spinNs_ > 0 && nowNs() - idleSinceNs < spinNs_) {
-    for (int i = 0; i < 16; ++i) cpuRelax();
+  const int64_t idleNs = nowNs() - idleSinceNs;
+  if (spinNs_ > 0 && idleNs < spinNs_) {
+    const int pauses = idleNs < kEagerSpinNs ? 1 : 16;
+    for (int i = 0; i < pauses; ++i) cpuRelax();
     return;
   }
   sched_yield();
