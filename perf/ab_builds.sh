@@ -11,7 +11,7 @@
 # builds' environment (BRAID_TRANSPORTS=tcp by default). BLOCKING=0: nonblocking calls and a wait
 # (-z 0). "base/new" > 1: NEW is faster.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,11p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,12p "$0"; exit 2; }
 rounds=$1 np=$2 prog=$3
 shift 3
 top=$(cd "$(dirname "$0")/.." && pwd)

@@ -2,8 +2,9 @@
 # Runs groups of the multi-process tests with one non-default setting at a time in the environment.
 # Run by hand (about 2 minutes per setting and group here; far past CI's budget). CI runs each test
 # under the defaults and a few fixed variants (mp-tcp-zerocopy, mp-*-lowered, mp-*-nsocks, ...);
-# this finds what only a setting a user may choose breaks: BRAID_TCP_ZEROCOPY=1 hung and corrupted
-# memory until 2026-12-05, found this way.
+# this finds what only a setting a user may choose breaks (BRAID_TCP_ZEROCOPY=1 hung and corrupted
+# memory until 2026-12-05: a by-hand loop of settings over the failure stress's cases found it;
+# this script runs whole tag groups instead).
 #
 #   scripts/settings_sweep.sh [OUTDIR]          (default: /tmp/braid-sweep)
 #

@@ -42,8 +42,8 @@ constexpr double kBackstopSlackSec = 3.0;
 // Waiting without progress: spin briefly (a peer's reply is usually microseconds away), then
 // yield the core (more ranks than cores is common). The first kEagerSpinNs of a wait look again
 // after one pause: a small nonblocking call's reply is usually there within a microsecond, and
-// 16 pauses between looks (about 0.2-0.3 us on AMD EPYC) made a 2-rank IAllReduce + Wait of 16 B
-// on shm take 0.68-0.74 us against 0.47-0.52 us with this (perf/results/2026-12-06-wait-backoff.md).
+// 16 pauses between looks made a 2-rank IAllReduce + Wait of 16 B on shm take 0.66-0.74 us against
+// 0.47-0.52 us with this, on an AMD EPYC VM (perf/results/2026-12-06-wait-backoff.md).
 // Past it, 16 pauses: a long wait polls the peers' flags less often.
 void Engine::backoff(int64_t idleSinceNs) {
   const int64_t idleNs = nowNs() - idleSinceNs;
