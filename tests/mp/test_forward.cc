@@ -136,6 +136,27 @@ TEST_CASE("shm FIFOs forward received chunks into the slots that send them on, w
   REQUIRE(allOk(res));
 }
 
+TEST_CASE("slot payloads written with plain, streaming or measured stores give the same results, each kind where asked",
+          "[mp][shm][forward]") {
+  const int n = GENERATE(2, 3);
+  const std::string stores = GENERATE("plain", "stream", "auto");
+  INFO("nranks " << n << ", BRAID_SHM_SLOT_STORES=" << stores);
+  auto res = runComm(n, shmEnv({{"BRAID_SHM_SLOT_STORES", stores}}), [&](braidComm_t comm, int rank, int size) {
+    const uint64_t plain = braid::shm::plainSlotFills(), streamed = braid::shm::streamedSlotFills();
+    if (runChecked(comm, rank, size) != 0) return 1;
+    const auto p = static_cast<unsigned long long>(braid::shm::plainSlotFills() - plain);
+    const auto s = static_cast<unsigned long long>(braid::shm::streamedSlotFills() - streamed);
+    // Every rank sends slots of 256 KiB here (AllReduce's halves and chunks, Reduce's and Broadcast's
+    // chunks), on every link; auto tries the kind it does not use on its second fill of a link.
+    const bool right = stores == "plain" ? p > 0 && s == 0 : stores == "stream" ? s > 0 && p == 0 : p > 0 && s > 0;
+    if (!right)
+      return fail(rank, "%s: %llu slots filled with plain and %llu with streaming stores", stores.c_str(), p, s);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
 TEST_CASE("without forwarding (a link that cannot reduce on arrival), the same calls give the same results",
           "[mp][shm][forward]") {
   auto res = runComm(3, shmEnv({{"BRAID_FORCE_LOWERING", "1"}}), [&](braidComm_t comm, int rank, int size) {

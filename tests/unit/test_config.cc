@@ -205,6 +205,7 @@ TEST_CASE("enums and lists refuse unknown names, naming the variable", "[unit][c
         Case{"BRAID_DEBUG_SUBSYS", "^net,coll", true}, Case{"BRAID_DEBUG_SUBSYS", "P2P", true},
         Case{"BRAID_DEBUG_SUBSYS", "PROXY", false},  // no proxy thread: removed, not silently ignored
         Case{"BRAID_SHM_CMA", "maybe", false}, Case{"BRAID_SHM_CMA", "auto", true},
+        Case{"BRAID_SHM_SLOT_STORES", "nt", false}, Case{"BRAID_SHM_SLOT_STORES", "Stream", true},
         Case{"BRAID_TRANSPORTS", "shm,carrierpigeon", false}}) {
     ScopedEnv env(c.var, c.value);
     Status s = checkParams();

@@ -88,9 +88,10 @@ struct Config {
   uint32_t nslots = 0;
   CmaMode cma = CmaMode::kAuto;
   size_t cmaMin = 0;
-  bool cmaSplit = true;      // BRAID_SHM_CMA_SPLIT
-  uint32_t cmaSpeedMin = 0;  // BRAID_SHM_CMA_SPEED: thousandths of memcpy's rate
-  size_t mailBytes = 0;      // payload bytes per mail slot: BRAID_SHM_SMALL_BYTES rounded up to a cache line
+  bool cmaSplit = true;                       // BRAID_SHM_CMA_SPLIT
+  uint32_t cmaSpeedMin = 0;                   // BRAID_SHM_CMA_SPEED: thousandths of memcpy's rate
+  SlotStores slotStores = SlotStores::kAuto;  // BRAID_SHM_SLOT_STORES
+  size_t mailBytes = 0;  // payload bytes per mail slot: BRAID_SHM_SMALL_BYTES rounded up to a cache line
 };
 
 // nfifos: this rank's shm peers, one FIFO each in its segment.
@@ -129,6 +130,8 @@ Status loadConfig(size_t nfifos, Config* out) {
   int64_t speed = 0;
   BRAID_TRY(paramInt("BRAID_SHM_CMA_SPEED", &speed));  // the table holds it to [0, 100000]
   c.cmaSpeedMin = static_cast<uint32_t>(speed);
+  BRAID_TRY(paramEnum("BRAID_SHM_SLOT_STORES", &mode));  // plain, stream or auto
+  c.slotStores = mode == "plain" ? SlotStores::kPlain : mode == "stream" ? SlotStores::kStream : SlotStores::kAuto;
   *out = c;
   return okStatus();
 }
@@ -554,6 +557,7 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
       break;
     }
     s.cmaRecv = probed;
+    s.slotStores = cfg.slotStores;
     links[i] = std::make_unique<ShmLink>(std::move(s));
     // Read by the peer after allGather #2 (the barrier orders it; release/acquire for the record).
     links[i]->inControl()->cmaAccept.store(links[i]->cmaRecv() ? 1 : 0, std::memory_order_release);

@@ -32,7 +32,7 @@ namespace shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68736469617262ull;  // "braidshm" in memory order
 // Bump on any change of the structs below: peers with another version refuse to attach.
-constexpr uint32_t kSegmentVersion = 2;
+constexpr uint32_t kSegmentVersion = 3;
 constexpr size_t kCacheLine = 64;
 // Payload bytes that fit in a slot's header line after seq and msgBytes.
 constexpr size_t kInlineBytes = 48;
@@ -52,6 +52,9 @@ struct alignas(kCacheLine) SlotHeader {
   // makes them visible. Sequence numbers never repeat, so a stale slot is never mistaken for a new one.
   std::atomic<uint64_t> seq;
   uint64_t msgBytes;  // total bytes of the message (| kCmaFlag for a descriptor)
+  // The message itself up to kInlineBytes, or a CMA descriptor; in a slot with a payload of 16 KiB
+  // and up, inlineData[0] is 1 when the sender wrote the payload with streaming stores (the
+  // receiver's reading cost is kept apart for each kind: FifoControl::readCost).
   unsigned char inlineData[kInlineBytes];
 };
 static_assert(sizeof(SlotHeader) == kCacheLine);
@@ -75,7 +78,11 @@ struct alignas(kCacheLine) FifoControl {
   // 1 when the receiver will accept CMA descriptors (probe passed and BRAID_SHM_CMA allows it).
   // Written at connect before the barrier allGather, read by the sender after it.
   std::atomic<uint64_t> cmaAccept;
-  unsigned char pad[kCacheLine - 3 * sizeof(uint64_t)];
+  // What reading a slot of 16 KiB and up costs the receiver, ns per KiB (a double's bits; 0: not
+  // measured yet), for slots the sender filled with plain [0] and with streaming [1] stores: the
+  // sender's half of the choice is its own (ShmLink::fillSlot). Relaxed: an estimate.
+  std::atomic<uint64_t> readCost[2];
+  unsigned char pad[kCacheLine - 5 * sizeof(uint64_t)];
   // A split single copy (ShmLink::cmaStep): the receiver of CMA message m offers the sender to write
   // some of it into its buffer. coopOffer: m once coopAddr, coopClaim, coopDone and coopLost are set
   // for it (release; the sender's acquire load pairs with it). coopClaim: m in its high 32 bits, the

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,12 @@ SplitCut splitCut(size_t bytes) {
   const size_t piece = std::clamp((bytes / 8 + 4095) & ~size_t{4095}, kSplitMinPiece, kCmaChunk);
   return {piece, (bytes + piece - 1) / piece};
 }
+// Slot fills of at least this many bytes take the stores BRAID_SHM_SLOT_STORES says (and are timed
+// in auto); smaller ones take plain stores, where a clock read would cost a tenth of the copy.
+constexpr size_t kSlotChoiceMin = 16 << 10;
+// Auto: every this many timed fills, one takes the other kind of stores, so that a change of the
+// machine (the reader's core moving nearer or farther) is noticed within a few of them.
+constexpr uint32_t kSlotTrialEvery = 32;
 // Reduce receives by CMA read into a bounce buffer this size first (stays in L2), then reduce.
 constexpr size_t kCmaBounceBytes = 256 << 10;
 constexpr size_t kStreamBlock = ShmLink::kBlockBytes;
@@ -53,10 +60,20 @@ constexpr int64_t kStallNs = 100 * 1000 * 1000;
 // call at a few loads.
 constexpr uint32_t kIdleCallsPerClock = 64;
 
+// A running average (weight 1/8) of a copy's cost in ns per KiB; a copy this thread was descheduled
+// in counts as at most 4x the average, so that one preemption cannot flip a choice made from it.
+void addCost(double* avg, size_t len, int64_t ns) {
+  double cost = static_cast<double>(std::max<int64_t>(ns, 1)) * 1024.0 / static_cast<double>(len);
+  if (*avg != 0) cost = std::min(cost, 4 * *avg);
+  *avg = *avg == 0 ? cost : *avg + (cost - *avg) / 8;
+}
+
 std::atomic<uint64_t> gForwarded{0};
 std::atomic<uint64_t> gSingleCopies{0};
 std::atomic<uint64_t> gSplits{0};
 std::atomic<uint64_t> gSplitPieces{0};
+std::atomic<uint64_t> gPlainFills{0};
+std::atomic<uint64_t> gStreamedFills{0};
 
 int openPidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -73,6 +90,8 @@ uint64_t forwardedPieces() { return gForwarded.load(std::memory_order_relaxed); 
 uint64_t singleCopyReceives() { return gSingleCopies.load(std::memory_order_relaxed); }
 uint64_t splitReceives() { return gSplits.load(std::memory_order_relaxed); }
 uint64_t splitPiecesWritten() { return gSplitPieces.load(std::memory_order_relaxed); }
+uint64_t plainSlotFills() { return gPlainFills.load(std::memory_order_relaxed); }
+uint64_t streamedSlotFills() { return gStreamedFills.load(std::memory_order_relaxed); }
 
 Mapping::~Mapping() {
   if (addr_ != nullptr) munmap(addr_, bytes_);
@@ -82,6 +101,7 @@ ShmLink::ShmLink(LinkSetup setup)
     : out_(std::move(setup.out)),
       in_(std::move(setup.in)),
       mail_(setup.mail),
+      slotStores_(setup.slotStores),
       peerRank_(setup.peerRank),
       peerPid_(setup.peerPid),
       peerHost_(std::move(setup.peerHost)) {
@@ -192,12 +212,59 @@ bool ShmLink::sendStep() {
     s->msgBytes = x->bytes;
   } else {
     const size_t piece = std::min(out_.slotSize, x->bytes - off);
-    memcpy(FifoView::payload(s), static_cast<const unsigned char*>(x->data) + off, piece);
+    s->inlineData[0] = fillSlot(FifoView::payload(s), static_cast<const unsigned char*>(x->data) + off, piece);
     s->msgBytes = x->bytes;
     progressed = off + piece;
   }
   publish(s, x, progressed);
   return true;
+}
+
+// Plain stores leave the payload in this core's cache, from where the reader takes it line by line,
+// after this core took each line back from the reader, who read it last time round. That is the
+// fastest way where the two cores are near (one L3); where they are far (another L3, another socket,
+// or vCPUs the hypervisor placed apart: on the 2-core VM of perf/results/2026-12-06-slot-stores.md,
+// much of the time) every line crosses twice at a high price, and the FIFO ran 3-4x slower than
+// with streaming stores, which write the lines to memory without taking them back first. Nothing at
+// setup says which case holds, and on that VM it changes from second to second, so in auto each
+// link weighs both kinds by what they cost, its own fill plus the receiver's read (running averages
+// per KiB, FifoControl::readCost), keeps the cheaper, and tries the other every kSlotTrialEvery fills.
+bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len) {
+  if (len < kSlotChoiceMin || slotStores_ == SlotStores::kPlain) {
+    memcpy(slot, src, len);
+    if (len >= kSlotChoiceMin) gPlainFills.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  bool stream = slotStores_ == SlotStores::kStream;
+  int64_t start = 0;
+  if (slotStores_ == SlotStores::kAuto) {
+    // A kind never timed is tried at once (the second fill); then one fill in kSlotTrialEvery.
+    const bool trial = fillCost_[!streamSlots_] == 0 ? slotFills_ > 0 : slotFills_ % kSlotTrialEvery == 0;
+    stream = streamSlots_ != trial;
+    ++slotFills_;
+    start = nowNs();
+  }
+  if (stream) {
+    copyStreaming(reinterpret_cast<char*>(slot), reinterpret_cast<const char*>(src), len);
+    storeFence();  // before publish(): the release store of seq does not order streaming stores
+    gStreamedFills.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    memcpy(slot, src, len);
+    gPlainFills.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (slotStores_ != SlotStores::kAuto) return stream;
+  addCost(&fillCost_[stream], len, nowNs() - start);
+  double read[2];
+  for (int k = 0; k < 2; ++k)
+    read[k] = std::bit_cast<double>(out_.control()->readCost[k].load(std::memory_order_relaxed));
+  if (fillCost_[0] != 0 && fillCost_[1] != 0 && read[0] != 0 && read[1] != 0)
+    streamSlots_ = fillCost_[1] + read[1] < fillCost_[0] + read[0];
+  return stream;
+}
+
+void ShmLink::noteRead(bool streamed, size_t len, int64_t ns) {
+  addCost(&readCost_[streamed], len, ns);
+  in_.control()->readCost[streamed].store(std::bit_cast<uint64_t>(readCost_[streamed]), std::memory_order_relaxed);
 }
 
 bool ShmLink::completeSends() {
@@ -268,7 +335,9 @@ int ShmLink::recvStep() {
     x->progressed = x->bytes;
   } else {
     const size_t piece = std::min(in_.slotSize, x->bytes - off);
+    const int64_t start = piece >= kSlotChoiceMin ? nowNs() : 0;
     if (!forward(x, off, FifoView::payload(s), piece)) deliver(x, off, FifoView::payload(s), piece);
+    if (start != 0) noteRead(s->inlineData[0] != 0, piece, nowNs() - start);
     x->progressed = off + piece;
   }
   releaseSlot();
@@ -440,22 +509,28 @@ bool ShmLink::forward(Xfer* x, size_t off, const unsigned char* src, size_t piec
   unsigned char* dst = static_cast<unsigned char*>(x->data) + off;
   const ReduceSpec* r = x->reduce;
   const unsigned char* local = r != nullptr ? static_cast<const unsigned char*>(x->local) + off : nullptr;
+  // Where the outgoing link fills its slots with streaming stores (fillSlot), a block is folded or
+  // copied in our L1 block first and streamed into the slot from there.
+  const bool streamSlot = piece >= kSlotChoiceMin && out->streamsSlots();
   for (size_t o = 0; o < piece; o += kStreamBlock) {
     const size_t len = std::min(kStreamBlock, piece - o);
+    unsigned char* to = streamSlot ? block_ : slot + o;
     if (r != nullptr) {
-      r->fn(slot + o, local + o, src + o, len / r->elemSize, r->ctx);
+      r->fn(to, local + o, src + o, len / r->elemSize, r->ctx);
     } else {
-      memcpy(slot + o, src + o, len);
+      memcpy(to, src + o, len);
     }
+    if (streamSlot) copyStreaming(reinterpret_cast<char*>(slot + o), reinterpret_cast<const char*>(to), len);
     if (x->forwardOnly) continue;
     if (x->stream) {
-      copyStreaming(reinterpret_cast<char*>(dst + o), reinterpret_cast<const char*>(slot + o), len);
+      copyStreaming(reinterpret_cast<char*>(dst + o), reinterpret_cast<const char*>(to), len);
     } else {
-      memcpy(dst + o, slot + o, len);
+      memcpy(dst + o, to, len);
     }
   }
-  if (x->stream) storeFence();
+  if (x->stream || streamSlot) storeFence();
   s->msgBytes = y->bytes;
+  s->inlineData[0] = streamSlot;
   out->publish(s, y, off + piece);
   gForwarded.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -46,6 +46,9 @@ struct FifoView {
   static unsigned char* payload(SlotHeader* s) { return reinterpret_cast<unsigned char*>(s + 1); }
 };
 
+// How a sender writes a slot's payload (BRAID_SHM_SLOT_STORES; ShmLink::fillSlot).
+enum class SlotStores : uint8_t { kPlain, kStream, kAuto };
+
 struct LinkSetup {
   int peerRank = -1;
   pid_t peerPid = 0;
@@ -54,6 +57,7 @@ struct LinkSetup {
   FifoView in;           // we receive: the FIFO lives in the peer's segment
   bool cmaRecv = false;  // we may accept CMA descriptors (probe passed, BRAID_SHM_CMA allows)
   Mailboxes mail;        // beside the FIFOs (capacity 0: none)
+  SlotStores slotStores = SlotStores::kAuto;
 };
 
 // Pieces that receives of this process wrote straight into a forwarded send's slot (tests).
@@ -64,6 +68,10 @@ uint64_t singleCopyReceives();
 // process wrote into its peers' split receives (tests).
 uint64_t splitReceives();
 uint64_t splitPiecesWritten();
+// Slot payloads this process wrote with plain and with streaming stores, of those fillSlot chooses
+// for (tests).
+uint64_t plainSlotFills();
+uint64_t streamedSlotFills();
 
 // Host memory only; a receive folds into its destination as the slots arrive.
 inline constexpr TransportCaps kShmCaps{memTypeBit(MemType::kHost), true, false, false, 0, true};
@@ -107,6 +115,15 @@ class ShmLink final : public Link {
   // Publishes slot s (payload and msgBytes written) as x's next piece: x->progressed becomes
   // `progressed`, and the next send becomes current once x is all out.
   void publish(SlotHeader* s, Xfer* x, size_t progressed);
+  // Whether the slots of this link's sends take streaming stores now (fillSlot's choice).
+  bool streamsSlots() const {
+    return slotStores_ == SlotStores::kStream || (slotStores_ == SlotStores::kAuto && streamSlots_);
+  }
+  // Copies a piece of a send into a slot's payload, with the stores slotStores_ says; true when
+  // they were streaming stores.
+  bool fillSlot(unsigned char* slot, const unsigned char* src, size_t len);
+  // The receiver's side of the choice: what reading a slot filled one way or the other cost.
+  void noteRead(bool streamed, size_t len, int64_t ns);
   int recvStep();
   int cmaStep(Xfer* x);
   // A split single-copy receive (cmaStep): offers the sender its pieces, reads one it claims, and
@@ -163,6 +180,13 @@ class ShmLink final : public Link {
   size_t bounceBytes_ = 0;
   // Streamed reduce receives fold here first (deliver).
   alignas(kCacheLine) unsigned char block_[kBlockBytes];
+
+  // --- slot stores (fillSlot) ---
+  SlotStores slotStores_;
+  bool streamSlots_ = false;  // auto: the kind in use (false: plain)
+  uint32_t slotFills_ = 0;    // auto: fills timed, for the trial of the other kind
+  double fillCost_[2] = {};   // auto: ns per KiB of a plain [0] and a streamed [1] fill (0: none yet)
+  double readCost_[2] = {};   // what reading such slots costs us as a receiver (FifoControl::readCost)
 
   // --- peer death detection ---
   int64_t idleSinceNs_ = 0;
