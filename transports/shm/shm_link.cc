@@ -48,8 +48,11 @@ SplitCut splitCut(size_t bytes) {
 // in auto); smaller ones take plain stores, where a clock read would cost a tenth of the copy.
 constexpr size_t kSlotChoiceMin = 16 << 10;
 // Auto: every this many timed fills, one takes the other kind of stores, so that a change of the
-// machine (the reader's core moving nearer or farther) is noticed within a few of them.
+// machine (the reader's core moving nearer or farther) is noticed within a few of them; where the
+// other kind cost twice as much or more at its last trial, every kSlotTrialSparse fills (a trial
+// costs what the other kind costs more: at 4x, one in 32 added about 10%).
 constexpr uint32_t kSlotTrialEvery = 32;
+constexpr uint32_t kSlotTrialSparse = 128;
 // Reduce receives by CMA read into a bounce buffer this size first (stays in L2), then reduce.
 constexpr size_t kCmaBounceBytes = 256 << 10;
 constexpr size_t kStreamBlock = ShmLink::kBlockBytes;
@@ -228,7 +231,8 @@ bool ShmLink::sendStep() {
 // with streaming stores, which write the lines to memory without taking them back first. Nothing at
 // setup says which case holds, and on that VM it changes from second to second, so in auto each
 // link weighs both kinds by what they cost, its own fill plus the receiver's read (running averages
-// per KiB, FifoControl::readCost), keeps the cheaper, and tries the other every kSlotTrialEvery fills.
+// per KiB, FifoControl::readCost), keeps the cheaper, and tries the other every kSlotTrialEvery fills
+// (kSlotTrialSparse where it cost twice as much).
 bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len) {
   if (len < kSlotChoiceMin || slotStores_ == SlotStores::kPlain) {
     memcpy(slot, src, len);
@@ -239,7 +243,7 @@ bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len
   int64_t start = 0;
   if (slotStores_ == SlotStores::kAuto) {
     // A kind never timed is tried at once (the second fill); then one fill in kSlotTrialEvery.
-    const bool trial = fillCost_[!streamSlots_] == 0 ? slotFills_ > 0 : slotFills_ % kSlotTrialEvery == 0;
+    const bool trial = fillCost_[!streamSlots_] == 0 ? slotFills_ > 0 : slotFills_ % trialEvery_ == 0;
     stream = streamSlots_ != trial;
     ++slotFills_;
     start = nowNs();
@@ -257,8 +261,11 @@ bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len
   double read[2];
   for (int k = 0; k < 2; ++k)
     read[k] = std::bit_cast<double>(out_.control()->readCost[k].load(std::memory_order_relaxed));
-  if (fillCost_[0] != 0 && fillCost_[1] != 0 && read[0] != 0 && read[1] != 0)
-    streamSlots_ = fillCost_[1] + read[1] < fillCost_[0] + read[0];
+  if (fillCost_[0] != 0 && fillCost_[1] != 0 && read[0] != 0 && read[1] != 0) {
+    const double plain = fillCost_[0] + read[0], streamed = fillCost_[1] + read[1];
+    streamSlots_ = streamed < plain;
+    trialEvery_ = std::max(plain, streamed) >= 2 * std::min(plain, streamed) ? kSlotTrialSparse : kSlotTrialEvery;
+  }
   return stream;
 }
 

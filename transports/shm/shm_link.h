@@ -185,6 +185,7 @@ class ShmLink final : public Link {
   SlotStores slotStores_;
   bool streamSlots_ = false;  // auto: the kind in use (false: plain)
   uint32_t slotFills_ = 0;    // auto: fills timed, for the trial of the other kind
+  uint32_t trialEvery_ = 32;  // auto: fills between trials (kSlotTrialEvery or kSlotTrialSparse)
   double fillCost_[2] = {};   // auto: ns per KiB of a plain [0] and a streamed [1] fill (0: none yet)
   double readCost_[2] = {};   // what reading such slots costs us as a receiver (FifoControl::readCost)
 
