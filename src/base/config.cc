@@ -104,8 +104,9 @@ const std::vector<ParamInfo> kParams = {
     // perf/results/2026-12-06-slot-stores.md.
     oneOf("BRAID_SHM_SLOT_STORES", "auto", "plain|stream|auto",
           "how a sender writes a FIFO slot of 16 KiB and up: plain stores (the reader takes the lines from this "
-          "core's cache), streaming (non-temporal) stores (through memory), or auto: each link times its slot "
-          "copies and keeps the faster kind, trying the other every 32 slots"),
+          "core's cache), streaming (non-temporal) stores (through memory), or auto: each link times its fills "
+          "and the reader its reads, keeps the cheaper kind, and tries the other every 32 fills (128 where it "
+          "cost twice as much)"),
     oneOf("BRAID_SHM_CMA", "auto", "0|1|auto",
           "single-copy receives with process_vm_readv for AllGather and AllToAll whose buffers fit under "
           "BRAID_NT_STORES_MIN, and Broadcast and Scatter under a smaller cut (auto: when the kernel allows and "
