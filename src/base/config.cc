@@ -98,9 +98,9 @@ const std::vector<ParamInfo> kParams = {
     bytes("BRAID_SHM_SLOT_SIZE", "256K", 64, 64 * kMi,
           "bytes per shared-memory FIFO slot, a multiple of 64; all FIFOs of a host must fit in half its memory"),
     integer("BRAID_SHM_SLOTS", "8", 1, 4096, "slots per shared-memory FIFO (one FIFO per direction per pair)"),
-    // A sender's plain stores take each slot line back from the reader's core; where that is far (another
-    // L3, or a VM whose vCPUs the host moved apart) the FIFO ran 3-4x slower than with streaming stores,
-    // which hand the line over through memory; where it is near, plain stores were up to 1.6x faster.
+    // A sender's plain stores take each slot line back from the reader's core; on a VM whose vCPUs the
+    // host seemed to move apart, the FIFO ran 3-5x slower then than with streaming stores, which hand the
+    // line over through memory, and at its other times plain stores were up to 1.8x faster.
     // perf/results/2026-12-06-slot-stores.md.
     oneOf("BRAID_SHM_SLOT_STORES", "auto", "plain|stream|auto",
           "how a sender writes a FIFO slot of 16 KiB and up: plain stores (the reader takes the lines from this "

@@ -105,6 +105,8 @@ ShmLink::ShmLink(LinkSetup setup)
       in_(std::move(setup.in)),
       mail_(setup.mail),
       slotStores_(setup.slotStores),
+      streamSlots_(setup.slotStores == SlotStores::kStream),
+      trialEvery_(kSlotTrialEvery),
       peerRank_(setup.peerRank),
       peerPid_(setup.peerPid),
       peerHost_(std::move(setup.peerHost)) {
@@ -225,23 +227,24 @@ bool ShmLink::sendStep() {
 
 // Plain stores leave the payload in this core's cache, from where the reader takes it line by line,
 // after this core took each line back from the reader, who read it last time round. That is the
-// fastest way where the two cores are near (one L3); where they are far (another L3, another socket,
-// or vCPUs the hypervisor placed apart: on the 2-core VM of perf/results/2026-12-06-slot-stores.md,
-// much of the time) every line crosses twice at a high price, and the FIFO ran 3-4x slower than
-// with streaming stores, which write the lines to memory without taking them back first. Nothing at
+// fastest way where the two cores are near; where they are far (measured only on the 2-core VM of
+// perf/results/2026-12-06-slot-stores.md, whose vCPUs the hypervisor seems to place apart much of the
+// time; another L3 or socket should be alike) every line crosses twice at a high price, and the FIFO
+// ran 3-5x slower than with streaming stores, which write the lines to memory without taking them
+// back first. Nothing at
 // setup says which case holds, and on that VM it changes from second to second, so in auto each
 // link weighs both kinds by what they cost, its own fill plus the receiver's read (running averages
 // per KiB, FifoControl::readCost), keeps the cheaper, and tries the other every kSlotTrialEvery fills
 // (kSlotTrialSparse where it cost twice as much).
 bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len) {
-  if (len < kSlotChoiceMin || slotStores_ == SlotStores::kPlain) {
+  if (len < kSlotChoiceMin) {
     memcpy(slot, src, len);
-    if (len >= kSlotChoiceMin) gPlainFills.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  bool stream = slotStores_ == SlotStores::kStream;
+  const bool timed = slotStores_ == SlotStores::kAuto;
+  bool stream = streamSlots_;
   int64_t start = 0;
-  if (slotStores_ == SlotStores::kAuto) {
+  if (timed) {
     // A kind never timed is tried at once (the second fill); then one fill in kSlotTrialEvery.
     const bool trial = fillCost_[!streamSlots_] == 0 ? slotFills_ > 0 : slotFills_ % trialEvery_ == 0;
     stream = streamSlots_ != trial;
@@ -256,7 +259,7 @@ bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len
     memcpy(slot, src, len);
     gPlainFills.fetch_add(1, std::memory_order_relaxed);
   }
-  if (slotStores_ != SlotStores::kAuto) return stream;
+  if (!timed) return stream;
   addCost(&fillCost_[stream], len, nowNs() - start);
   double read[2];
   for (int k = 0; k < 2; ++k)
@@ -518,7 +521,7 @@ bool ShmLink::forward(Xfer* x, size_t off, const unsigned char* src, size_t piec
   const unsigned char* local = r != nullptr ? static_cast<const unsigned char*>(x->local) + off : nullptr;
   // Where the outgoing link fills its slots with streaming stores (fillSlot), a block is folded or
   // copied in our L1 block first and streamed into the slot from there.
-  const bool streamSlot = piece >= kSlotChoiceMin && out->streamsSlots();
+  const bool streamSlot = piece >= kSlotChoiceMin && out->streamSlots_;
   for (size_t o = 0; o < piece; o += kStreamBlock) {
     const size_t len = std::min(kStreamBlock, piece - o);
     unsigned char* to = streamSlot ? block_ : slot + o;

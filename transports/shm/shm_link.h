@@ -115,10 +115,6 @@ class ShmLink final : public Link {
   // Publishes slot s (payload and msgBytes written) as x's next piece: x->progressed becomes
   // `progressed`, and the next send becomes current once x is all out.
   void publish(SlotHeader* s, Xfer* x, size_t progressed);
-  // Whether the slots of this link's sends take streaming stores now (fillSlot's choice).
-  bool streamsSlots() const {
-    return slotStores_ == SlotStores::kStream || (slotStores_ == SlotStores::kAuto && streamSlots_);
-  }
   // Copies a piece of a send into a slot's payload, with the stores slotStores_ says; true when
   // they were streaming stores.
   bool fillSlot(unsigned char* slot, const unsigned char* src, size_t len);
@@ -183,11 +179,11 @@ class ShmLink final : public Link {
 
   // --- slot stores (fillSlot) ---
   SlotStores slotStores_;
-  bool streamSlots_ = false;  // auto: the kind in use (false: plain)
-  uint32_t slotFills_ = 0;    // auto: fills timed, for the trial of the other kind
-  uint32_t trialEvery_ = 32;  // auto: fills between trials (kSlotTrialEvery or kSlotTrialSparse)
-  double fillCost_[2] = {};   // auto: ns per KiB of a plain [0] and a streamed [1] fill (0: none yet)
-  double readCost_[2] = {};   // what reading such slots costs us as a receiver (FifoControl::readCost)
+  bool streamSlots_;         // the kind in use (false: plain; auto chooses, the others fix it)
+  uint32_t slotFills_ = 0;   // auto: fills timed, for the trial of the other kind
+  uint32_t trialEvery_;      // auto: fills between trials (kSlotTrialEvery or kSlotTrialSparse)
+  double fillCost_[2] = {};  // auto: ns per KiB of a plain [0] and a streamed [1] fill (0: none yet)
+  double readCost_[2] = {};  // what reading such slots costs us as a receiver (FifoControl::readCost)
 
   // --- peer death detection ---
   int64_t idleSinceNs_ = 0;
