@@ -92,17 +92,25 @@ TEST_CASE("a forked child cannot use or destroy its parent's communicator, and t
 // before, over tcp and ucx, the peers learned of it only when the child exited or BRAID_TIMEOUT
 // passed (over shm the link's check of the peer's pid finds it either way).
 TEST_CASE("a rank that dies while a forked child of it lives on is named dead on every survivor", "[mp][fork]") {
-  auto* childMayExit = static_cast<std::atomic<int>*>(
-      mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  REQUIRE(childMayExit != MAP_FAILED);
+  // [0]: the child may exit; [1]: ranks whose first AllReduce returned (rank 1 dies only after all
+  // did: dying as soon as its own returned failed rank 0's, still waiting for its last message, 1 CI
+  // run in 4 over tcp).
+  auto* shared = static_cast<std::atomic<int>*>(
+      mmap(nullptr, 2 * sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(shared != MAP_FAILED);
+  std::atomic<int>* childMayExit = &shared[0];
+  std::atomic<int>* firstDone = &shared[1];
   for (const std::string& transports : transportsUnderTest()) {
     INFO("BRAID_TRANSPORTS=" << transports);
     childMayExit->store(0);
+    firstDone->store(0);
     const Env env = {{"BRAID_TRANSPORTS", transports}, {"BRAID_TIMEOUT", "20"}, {"BRAID_HEARTBEAT_MS", "0"}};
     auto res = runComm(3, env, [&](braidComm_t comm, int rank, int) {
       float f = 1.0f;
       CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+      firstDone->fetch_add(1);
       if (rank == 1) {
+        for (int i = 0; i < 100000 && firstDone->load() < 3; ++i) usleep(100);  // 10 s at most
         if (fork() == 0) {  // lives on, holding whatever braid left open in it, until the test ends
           for (int i = 0; i < 6000 && childMayExit->load() == 0; ++i) usleep(10000);
           _exit(0);
@@ -123,5 +131,5 @@ TEST_CASE("a rank that dies while a forked child of it lives on is named dead on
     CHECK(res[1].status == 128 + SIGKILL);
     CHECK(res[2].status == 0);
   }
-  munmap(childMayExit, sizeof(std::atomic<int>));
+  munmap(shared, 2 * sizeof(std::atomic<int>));
 }
