@@ -260,6 +260,9 @@ void Bench::printHeader() const {
       "validation: %d\n",
       opts_.minBytes, opts_.maxBytes, opts_.stepBytes ? opts_.stepBytes : opts_.stepFactor,
       opts_.stepBytes ? "bytes" : "factor", opts_.warmup, opts_.iters, opts_.agg, opts_.check ? 1 : 0);
+  if (opts_.budget > 0)
+    std::printf("# iterations per size from a budget of %zu bytes (-B): the -n and -w above are not used\n",
+                opts_.budget);
   std::printf("# blocking: %d time aggregation: %s algo: %s memory: %s\n#\n# Using devices\n", opts_.blocking ? 1 : 0,
               averageName(opts_.average), opts_.algo.empty() ? "default" : opts_.algo.c_str(),
               opts_.device ? "device" : "host");
@@ -341,16 +344,18 @@ Result Bench::measure(const Ctx& ctx, const Sizes& sizes, bool inPlace, size_t* 
     crecv = inPlace ? dr + sizes.inPlaceRecvOffset * ctx.eltSize : dr;
   }
   Result res;
+  int iters = opts_.iters, warmup = opts_.warmup;
+  if (opts_.budget > 0) budgetIters(opts_.budget, sizes.bytes, &iters, &warmup);
   prepare(ctx, sizes, inPlace, send);
-  for (int i = 0; i < opts_.warmup; ++i) iterate(ctx, csend, crecv, opts_.agg);
+  for (int i = 0; i < warmup; ++i) iterate(ctx, csend, crecv, opts_.agg);
   if (opts_.device) deviceSync(stream_);
   PERF_CHECK(braidBarrier(comm_, nullptr));
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < opts_.iters; ++i) iterate(ctx, csend, crecv, opts_.agg);
+  for (int i = 0; i < iters; ++i) iterate(ctx, csend, crecv, opts_.agg);
   // Device calls return before their data moved: the time ends when the stream has the results.
   if (opts_.device) deviceSync(stream_);
   std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
-  res.timeUs = elapsed.count() / (static_cast<double>(opts_.iters) * opts_.agg);
+  res.timeUs = elapsed.count() / (static_cast<double>(iters) * opts_.agg);
   if (opts_.check) {
     prepare(ctx, sizes, inPlace, send);
     iterate(ctx, csend, crecv, 1);
@@ -416,6 +421,7 @@ void Bench::writeJson(FILE* f, double avgBusbw) const {
                opts_.stepBytes ? "bytes" : "factor");
   std::fprintf(f, "  \"warmup_iters\": %d,\n  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"validation\": %d,\n",
                opts_.warmup, opts_.iters, opts_.agg, opts_.check ? 1 : 0);
+  std::fprintf(f, "  \"budget_bytes\": %zu,\n", opts_.budget);
   std::fprintf(f, "  \"blocking\": %d,\n  \"time_aggregation\": \"%s\",\n  \"algo\": %s,\n", opts_.blocking ? 1 : 0,
                averageName(opts_.average), jsonString(opts_.algo.empty() ? "default" : opts_.algo).c_str());
   std::fprintf(f, "  \"devices\": [");

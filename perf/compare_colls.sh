@@ -9,11 +9,13 @@
 # and, for the 2-rank AllReduce, braid's busbw as a share of the limit; perf/colls_table.py does that.
 # Usage: perf/compare_colls.sh [reps] [outdir]
 #   NPS="2 4"  TRANSPORTS="shm tcp"  COLLS="allreduce allgather reducescatter alltoall bcast reduce"
-#   SIZES="-b 16 -e 256M -f 4"  BRAID_ITERS="-n 50 -w 5"  OMPI_ITERS=""  (Open MPI's programs pick
-#   their iterations per size from a byte budget: min(1000, 1 GiB / size), a tenth more to warm up.
-#   OMPI_ITERS="-n 50 -w 5" caps the AllReduce program's; the other collectives' program
-#   (../shared/peers/mpi_coll_perf.c) reads no -n or -w and ignores them)  NO_LIMIT=1 leaves the
-#   limit program out
+#   SIZES="-b 16 -e 256M -f 4"  BRAID_ITERS="-B 1G"  OMPI_ITERS=""  (Open MPI's programs pick
+#   their iterations per size from a byte budget: min(1000, max(5, 1 GiB / size)), a tenth of that
+#   (at least 5) to warm up; braid's -B 1G does the same, so both sides average as many calls at every
+#   size. A fixed BRAID_ITERS="-n 5 -w 2" averaged 5 calls where Open MPI averaged 64-1000 at 1-16
+#   MiB: perf/results/2026-12-06-iterations.md. OMPI_ITERS="-n 50 -w 5" caps the AllReduce
+#   program's; the other collectives' program (../shared/peers/mpi_coll_perf.c) reads no -n or -w
+#   and ignores them)  NO_LIMIT=1 leaves the limit program out
 #   BUILD=/path/to/build (default: this checkout's build/) is the braid measured;
 #   BASELINE=/path/to/other/build (a build folder of another braid commit, with its perf/ and
 #   tools/braidrun) runs that build too, right before this one each time: the table then shows the
@@ -32,7 +34,7 @@ NPS=${NPS:-"2 4"}
 TRANSPORTS=${TRANSPORTS:-"shm tcp"}
 COLLS=${COLLS:-"allreduce allgather reducescatter alltoall bcast reduce"}
 SIZES=${SIZES:-"-b 16 -e 256M -f 4"}
-BRAID_ITERS=${BRAID_ITERS:-"-n 50 -w 5"}
+BRAID_ITERS=${BRAID_ITERS:-"-B 1G"}
 OMPI_ITERS=${OMPI_ITERS:-}
 BUILD=${BUILD:-$top/build}
 # Folders given relative are the caller's: resolve them before peers_env.sh moves into its copy of

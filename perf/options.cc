@@ -3,6 +3,7 @@
 
 #include <getopt.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -94,6 +95,8 @@ bool parseFlag(int flag, const char* arg, Options* o) {
       return parseInt(arg, 1, 1 << 30, &o->iters);
     case 'w':
       return parseInt(arg, 0, 1 << 30, &o->warmup);
+    case 'B':
+      return parseSize(arg, &o->budget) && o->budget > 0;
     case 'm':  // nccl-tests' aggregation count, or where the buffers live
       if (std::strcmp(arg, "device") == 0 || std::strcmp(arg, "host") == 0) {
         o->device = std::strcmp(arg, "device") == 0;
@@ -143,6 +146,10 @@ void printHelp(const char* prog) {
       "  -i, --stepbytes N       add N bytes from row to row instead\n"
       "  -n, --iters N           timed iterations (default 20)\n"
       "  -w, --warmup_iters N    untimed iterations before them (default 5)\n"
+      "  -B, --budget N          iterations per size from a byte budget instead of -n/-w: min(1000,\n"
+      "                          max(5, N / size)), a tenth of that (at least 5) to warm up: the\n"
+      "                          rule of the Open MPI programs in ../shared/peers, so that both\n"
+      "                          sides of a comparison average as many calls (default: off)\n"
       "  -m, --agg_iters N       operations posted per iteration before waiting (default 1)\n"
       "  -m device|host          buffers in CUDA device memory, calls on a stream (default host)\n"
       "  -g, --gpu DEV           the CUDA device of -m device (default: the current one)\n"
@@ -163,6 +170,12 @@ void printHelp(const char* prog) {
 
 }  // namespace
 
+void budgetIters(size_t budget, size_t bytes, int* iters, int* warmup) {
+  const size_t it = budget / std::max<size_t>(bytes, 1);
+  *iters = static_cast<int>(std::clamp<size_t>(it, 5, 1000));
+  *warmup = std::max(*iters / 10, 5);
+}
+
 Options parseOptions(int argc, char** argv) {
   static const option kLong[] = {{"minbytes", required_argument, nullptr, 'b'},
                                  {"maxbytes", required_argument, nullptr, 'e'},
@@ -170,6 +183,7 @@ Options parseOptions(int argc, char** argv) {
                                  {"stepbytes", required_argument, nullptr, 'i'},
                                  {"iters", required_argument, nullptr, 'n'},
                                  {"warmup_iters", required_argument, nullptr, 'w'},
+                                 {"budget", required_argument, nullptr, 'B'},
                                  {"agg_iters", required_argument, nullptr, 'm'},
                                  {"gpu", required_argument, nullptr, 'g'},
                                  {"check", required_argument, nullptr, 'c'},
@@ -188,7 +202,7 @@ Options parseOptions(int argc, char** argv) {
   Options o;
   opterr = 0;  // one line of our own instead of getopt's
   int flag = 0;
-  while ((flag = getopt_long(argc, argv, ":b:e:f:i:n:w:m:g:c:d:o:r:z:R:a:J:A:h", kLong, nullptr)) != -1) {
+  while ((flag = getopt_long(argc, argv, ":b:e:f:i:n:w:B:m:g:c:d:o:r:z:R:a:J:A:h", kLong, nullptr)) != -1) {
     if (flag == 'h') {
       printHelp(prog);
       std::exit(0);

@@ -17,6 +17,7 @@ struct Options {
   size_t stepBytes = 0;                              // -i; > 0: additive steps instead of the factor
   int iters = 20;                                    // -n
   int warmup = 5;                                    // -w
+  size_t budget = 0;                                 // -B: > 0, iterations per size from a byte budget
   int agg = 1;                                       // -m N
   bool device = false;                               // -m device: buffers in CUDA device memory
   int gpu = -1;                                      // -g: the CUDA device (-1: the current one)
@@ -31,6 +32,10 @@ struct Options {
   std::string json;                                  // -J
   std::string algo;                                  // -A
 };
+
+// -B's rule, the one of the Open MPI programs in ../shared/peers (mpi_coll_perf.c): a row of `bytes`
+// gets clamp(budget / bytes, 5, 1000) timed iterations and a tenth of that (at least 5) to warm up.
+void budgetIters(size_t budget, size_t bytes, int* iters, int* warmup);
 
 // Parses argv. -h prints the help and exits 0; a bad flag prints one line and exits 2.
 Options parseOptions(int argc, char** argv);
