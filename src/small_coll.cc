@@ -1,15 +1,19 @@
 #include "src/small_coll.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <utility>
 
 #include "src/base/clock.h"
+#include "src/base/nt_store.h"
 #include "src/plan.h"
 
 namespace braid {
 
 namespace {
+
+std::atomic<uint64_t> gStreamedMails{0};
 
 // Where a call's data sits in a slot: in its header line when it fits, else in the payload.
 inline unsigned char* outSpot(const Mailboxes& m, uint64_t k, size_t bytes) {
@@ -81,6 +85,8 @@ CallHeader unpackCall(uint64_t w, uint64_t seq, uint64_t bytes) {
 }
 
 }  // namespace
+
+uint64_t streamedMails() { return gStreamedMails.load(std::memory_order_relaxed); }
 
 SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names, std::vector<int64_t> pids)
     : rank_(rank),
@@ -212,8 +218,17 @@ void SmallColls::post(const SmallCall& c) {
     const Mailboxes& m = mail_[p];
     MailSlot& s = m.out[slot];
     s.check = c.check;
-    if (from != nullptr && (!toRoot || p == c.root))
-      copyMail(outSpot(m, c.k, b), from + static_cast<size_t>(p) * stride, b);
+    if (from != nullptr && (!toRoot || p == c.root)) {
+      unsigned char* to = outSpot(m, c.k, b);
+      const char* part = from + static_cast<size_t>(p) * stride;
+      if (streamMin_ != 0 && b >= streamMin_) {
+        copyStreaming(reinterpret_cast<char*>(to), part, b);
+        storeFence();  // the streamed bytes before the number that publishes them
+        gStreamedMails.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        copyMail(to, part, b);
+      }
+    }
     // Publishes check and the data: pairs with the peer's acquire load in mailFrom() (or roomAt()).
     s.seq.store(c.k, std::memory_order_release);
   }

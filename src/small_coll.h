@@ -91,6 +91,10 @@ class SmallColls {
 
   // The bytes per peer of the largest call that runs here.
   size_t capacity() const { return capacity_; }
+  // BRAID_SHM_MAIL_STREAM_MIN: a mail of at least this many bytes (0: none) is written with streaming
+  // stores and fenced before its number is published, so the reader takes it from memory, not from
+  // this core's cache (perf/results/2026-12-06-mailbox-slow-mode.md).
+  void setStreamMin(uint64_t bytes) { streamMin_ = bytes; }
   // Whether a call of `coll` with `bytes` per peer (see SmallCall::bytes) runs here (point-to-point
   // never does).
   bool takes(Coll coll, size_t bytes) const {
@@ -162,6 +166,7 @@ class SmallColls {
   int rank_, nranks_;
   std::vector<std::string> names_;
   size_t capacity_ = 0;
+  uint64_t streamMin_ = 0;          // setStreamMin
   size_t largest_[kNumColls] = {};  // largestFor, by collective (takes() on every call's path)
   std::vector<Mailboxes> mail_;     // by rank (empty at rank_)
   std::vector<uint64_t> started_;   // by rank: the latest call it is known to have started
@@ -185,5 +190,8 @@ class SmallColls {
   Status held_;
   int64_t heldSinceNs_ = 0;
 };
+
+// Mails this process wrote with streaming stores (BRAID_SHM_MAIL_STREAM_MIN; tests).
+uint64_t streamedMails();
 
 }  // namespace braid

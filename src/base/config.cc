@@ -126,6 +126,13 @@ const std::vector<ParamInfo> kParams = {
     bytes("BRAID_SHM_SMALL_BYTES", "64K", 0, 64 * kKi,
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),
+    // The same two speeds as the FIFO slots' (BRAID_SHM_SLOT_STORES), in the mailboxes: on the VM's slow
+    // hours plain mails of 16-64 KiB ran 3.5-7x slower than streamed ones, on its fast ones streamed mails
+    // were 1.35-1.7x faster for Broadcast and 1.7x slower for a 64 KiB AllReduce.
+    // perf/results/2026-12-06-mailbox-slow-mode.md.
+    bytes("BRAID_SHM_MAIL_STREAM_MIN", "16K", 0, 64 * kKi,
+          "small-collective mails (BRAID_SHM_SMALL_BYTES) of at least this many bytes are written with streaming "
+          "(non-temporal) stores, through memory instead of this core's cache (0 = never)"),
     boolean("BRAID_SHM_DIRECT", "1",
             "on one host, AllReduce on memory from braidMemAlloc reads and writes the peers' buffers in place instead "
             "of through the FIFOs (needs the mailboxes; off on any rank turns it off for all)"),

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "src/comm.h"
+#include "src/small_coll.h"
 #include "tests/mp/harness.h"
 
 using namespace braidtest;
@@ -351,4 +353,62 @@ TEST_CASE("a stopped rank in a small AllReduce becomes braidTimeout naming it, n
   INFO(describe(res));
   CHECK((res[0].status == 0 && !res[0].timedOut));
   CHECK(res[1].status == 128 + SIGKILL);
+}
+
+TEST_CASE("small-collective mails written with plain or streaming stores give the same results, each kind where asked",
+          "[mp][shm][small]") {
+  // BRAID_SHM_MAIL_STREAM_MIN: 0 writes every mail plainly, 1 streams every one, 16K (the default)
+  // streams the mails of 16 KiB and up. Odd lengths test copyStreaming's tails; every collective
+  // that writes mails, from every root, in place and not.
+  const int n = GENERATE(2, 3);
+  const std::string cut = GENERATE("0", "1", "16K");
+  INFO("nranks " << n << ", BRAID_SHM_MAIL_STREAM_MIN=" << cut);
+  auto res = runComm(
+      n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_MAIL_STREAM_MIN", cut}}, [&](braidComm_t comm, int rank, int size) {
+        if (needMailboxes(comm, rank) != 0) return 1;
+        const uint64_t before = braid::streamedMails();
+        bool bigMail = false;  // a mail of 16 KiB or more was written by this rank
+        for (size_t count : {size_t{1}, size_t{11}, size_t{1031}, size_t{4096}, size_t{16383}}) {
+          const size_t bytes = count * sizeof(int32_t);
+          bigMail = bigMail || bytes >= (16 << 10);
+          auto value = [](int r, size_t i) { return static_cast<int32_t>(r * 7919 + i * 31 + 1); };
+          std::vector<int32_t> in(count * size), out(count * size, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
+          CHECK_BRAID(rank, braidAllReduce(in.data(), out.data(), count, braidInt32, braidSum, comm, nullptr));
+          for (size_t i = 0; i < count; ++i) {
+            int32_t want = 0;
+            for (int r = 0; r < size; ++r) want += value(r, i);
+            if (out[i] != want) return fail(rank, "AllReduce count %zu [%zu] %d", count, i, out[i]);
+          }
+          for (int root = 0; root < size; ++root) {
+            std::vector<int32_t> buf(count);
+            for (size_t i = 0; i < count; ++i) buf[i] = rank == root ? value(root, i) : -1;
+            CHECK_BRAID(rank, braidBroadcast(buf.data(), buf.data(), count, braidInt32, root, comm, nullptr));
+            for (size_t i = 0; i < count; ++i)
+              if (buf[i] != value(root, i))
+                return fail(rank, "Broadcast root %d count %zu [%zu] %d", root, count, i, buf[i]);
+            std::fill(out.begin(), out.end(), -1);
+            CHECK_BRAID(rank, braidReduce(in.data(), out.data(), count, braidInt32, braidMax, root, comm, nullptr));
+            if (rank == root)
+              for (size_t i = 0; i < count; ++i)
+                if (out[i] != value(size - 1, i))
+                  return fail(rank, "Reduce root %d count %zu [%zu] %d", root, count, i, out[i]);
+          }
+          // AllGather in place: this rank's block already sits at its place in the output.
+          for (size_t i = 0; i < count; ++i) out[rank * count + i] = value(rank, i);
+          CHECK_BRAID(rank, braidAllGather(out.data() + rank * count, out.data(), count, braidInt32, comm, nullptr));
+          for (int r = 0; r < size; ++r)
+            for (size_t i = 0; i < count; ++i)
+              if (out[r * count + i] != value(r, i))
+                return fail(rank, "AllGather count %zu from %d [%zu] %d", count, r, i, out[r * count + i]);
+        }
+        const uint64_t streamed = braid::streamedMails() - before;
+        const bool want = cut == "1" || (cut == "16K" && bigMail);
+        if ((streamed > 0) != want)
+          return fail(rank, "%llu streamed mails with BRAID_SHM_MAIL_STREAM_MIN=%s",
+                      static_cast<unsigned long long>(streamed), cut.c_str());
+        return 0;
+      });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }

@@ -165,6 +165,14 @@ TEST_CASE("size settings detect overflow of the suffix and keep to their range",
     ScopedEnv more("BRAID_SHM_CMA_MIN", "2t");
     CHECK(mentions(paramSize("BRAID_SHM_CMA_MIN", &v), "BRAID_SHM_CMA_MIN=2t", "0..1T"));
   }
+  {
+    // No mail is larger than the mailboxes' 64K: a larger cut would silently mean "never".
+    ScopedEnv env("BRAID_SHM_MAIL_STREAM_MIN", "65K");
+    CHECK(mentions(paramSize("BRAID_SHM_MAIL_STREAM_MIN", &v), "BRAID_SHM_MAIL_STREAM_MIN=65K", "0..64K"));
+    ScopedEnv ok("BRAID_SHM_MAIL_STREAM_MIN", "0");
+    REQUIRE(paramSize("BRAID_SHM_MAIL_STREAM_MIN", &v).ok());
+    CHECK(v == 0);
+  }
 }
 
 TEST_CASE("booleans take 1/0, true/false, yes/no, on/off in any case and refuse the rest", "[unit][config]") {
