@@ -127,10 +127,11 @@ const std::vector<ParamInfo> kParams = {
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),
     // The same two speeds as the FIFO slots' (BRAID_SHM_SLOT_STORES), in the mailboxes: on the VM's slow
-    // hours plain mails of 16-64 KiB ran 3.5-7x slower than streamed ones, on its fast ones streamed mails
-    // were 1.35-1.7x faster for Broadcast and 1.7x slower for a 64 KiB AllReduce.
+    // hours plain mails of 16-64 KiB ran 3.5-7x slower than streamed ones (2 ranks); on its fast ones
+    // streamed mails were 1.35-1.7x faster for Broadcast and 1.7x slower for a 64 KiB AllReduce, and with
+    // 4 ranks on its 2 cores up to 3x slower (Reduce). Off by default until a link chooses by measuring.
     // perf/results/2026-12-06-mailbox-slow-mode.md.
-    bytes("BRAID_SHM_MAIL_STREAM_MIN", "16K", 0, 64 * kKi,
+    bytes("BRAID_SHM_MAIL_STREAM_MIN", "0", 0, 64 * kKi,
           "small-collective mails (BRAID_SHM_SMALL_BYTES) of at least this many bytes are written with streaming "
           "(non-temporal) stores, through memory instead of this core's cache (0 = never)"),
     boolean("BRAID_SHM_DIRECT", "1",

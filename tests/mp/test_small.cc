@@ -357,7 +357,7 @@ TEST_CASE("a stopped rank in a small AllReduce becomes braidTimeout naming it, n
 
 TEST_CASE("small-collective mails written with plain or streaming stores give the same results, each kind where asked",
           "[mp][shm][small]") {
-  // BRAID_SHM_MAIL_STREAM_MIN: 0 writes every mail plainly, 1 streams every one, 16K (the default)
+  // BRAID_SHM_MAIL_STREAM_MIN: 0 (the default) writes every mail plainly, 1 streams every one, 16K
   // streams the mails of 16 KiB and up. Odd lengths test copyStreaming's tails; every collective
   // that writes mails, from every root, in place and not.
   const int n = GENERATE(2, 3);
