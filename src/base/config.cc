@@ -127,7 +127,7 @@ const std::vector<ParamInfo> kParams = {
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),
     // The same two speeds as the FIFO slots' (BRAID_SHM_SLOT_STORES), in the mailboxes: on the VM's slow
-    // hours plain mails of 16-64 KiB ran 3.5-7x slower than streamed ones (2 ranks); on its fast ones
+    // hours plain mails of 16-64 KiB ran 3.4-7.2x slower than streamed ones (2 ranks); on its fast ones
     // streamed mails were 1.35-1.7x faster for Broadcast and 1.7x slower for a 64 KiB AllReduce, and with
     // 4 ranks on its 2 cores up to 3x slower (Reduce). Off by default until a link chooses by measuring.
     // perf/results/2026-12-06-mailbox-slow-mode.md.

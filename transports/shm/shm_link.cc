@@ -231,11 +231,10 @@ bool ShmLink::sendStep() {
 // perf/results/2026-12-06-slot-stores.md, whose vCPUs the hypervisor seems to place apart much of the
 // time; another L3 or socket should be alike) every line crosses twice at a high price, and the FIFO
 // ran 3-5x slower than with streaming stores, which write the lines to memory without taking them
-// back first. Nothing at
-// setup says which case holds, and on that VM it changes from second to second, so in auto each
-// link weighs both kinds by what they cost, its own fill plus the receiver's read (running averages
-// per KiB, FifoControl::readCost), keeps the cheaper, and tries the other every kSlotTrialEvery fills
-// (kSlotTrialSparse where it cost twice as much).
+// back first. Nothing at setup says which case holds, and on that VM it changes from second to
+// second, so in auto each link weighs both kinds by what they cost, its own fill plus the receiver's
+// read (running averages per KiB, FifoControl::readCost), keeps the cheaper, and tries the other
+// every kSlotTrialEvery fills (kSlotTrialSparse where it cost twice as much).
 bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len) {
   if (len < kSlotChoiceMin) {
     memcpy(slot, src, len);
