@@ -79,7 +79,6 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
       names[r] = comm->describeRank(r);
     }
     small_ = std::make_unique<SmallColls>(comm->rank, std::move(links), std::move(names), comm->directPids);
-    small_->setStreamMin(comm->settings.mailStreamMin);
     if (comm->cudaIpc) small_->enableDevice(comm->cudaDevice, comm->settings.cudaIpcMin, std::move(comm->ipcColl));
     for (int c = 0; c < kNumColls; ++c) {
       smallPlans_[c].coll = static_cast<Coll>(c);

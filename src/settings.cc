@@ -78,9 +78,6 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   BRAID_TRY(paramBool("BRAID_CHECK_MISMATCH", &s.checkMismatch));
   BRAID_TRY(paramBool("BRAID_FORCE_LOWERING", &s.forceLowering));
   BRAID_TRY(paramBool("BRAID_SHM_DIRECT", &s.shmDirect));
-  int64_t mailStream = 0;
-  BRAID_TRY(paramInt("BRAID_SHM_MAIL_STREAM_MIN", &mailStream));
-  s.mailStreamMin = static_cast<uint64_t>(mailStream);
   BRAID_TRY(paramBool("BRAID_CUDA_IPC", &s.cudaIpc));
   int64_t ipcMin = 0;
   BRAID_TRY(paramInt("BRAID_CUDA_IPC_MIN", &ipcMin));

@@ -31,7 +31,6 @@ struct CommSettings {
   bool forceLowering = false;  // BRAID_FORCE_LOWERING (a test knob: src/lower.h)
   uint64_t ntStoresMin = 0;    // BRAID_NT_STORES_MIN, resolved (src/base/nt_store.h)
   bool shmDirect = false;      // BRAID_SHM_DIRECT: collectives on braidMemAlloc memory in place (src/direct_coll.cc)
-  uint64_t mailStreamMin = 0;  // BRAID_SHM_MAIL_STREAM_MIN: mails this large are streamed (0 = never; src/small_coll.h)
   uint64_t cudaIpcMin = 0;     // BRAID_CUDA_IPC_MIN: the smallest device collective on cuda_ipc
   uint64_t stagingPiece = 0;   // BRAID_CUDA_STAGING_PIECE: the pieces of a staged device collective
   bool cudaIpc = true;         // BRAID_CUDA_IPC: device collectives in place on the peers' memory (src/cuda/ipc_coll.h)

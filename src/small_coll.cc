@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "src/base/clock.h"
-#include "src/base/nt_store.h"
 #include "src/plan.h"
 
 namespace braid {
 
 namespace {
 
+std::atomic<uint64_t> gPlainMails{0};
 std::atomic<uint64_t> gStreamedMails{0};
 
 // Where a call's data sits in a slot: in its header line when it fits, else in the payload.
@@ -62,6 +62,17 @@ constexpr uint64_t kDirectBit = uint64_t{1} << 46;
 // Marks a direct call on device memory (src/direct_coll.cc): a rank that calls it on host
 // memory where a peer calls it on device memory is told the calls differ.
 constexpr uint64_t kDeviceBit = uint64_t{1} << 47;
+// In auto, a mailbox streams its mails once that measures at most half as costly as plain stores
+// (StoreChoice): in the VM's slow hours plain mails cost 3.4-7.2x more, in its fast ones the two
+// kinds measure close. It tries the other kind once in kMailTrialEvery calls (4x that where it cost
+// twice as much), in the same call on every rank (the trial's tick is the call's number): with
+// every 32, 4 ranks took 5-10% longer for a 16 KiB AllReduce than with plain stores alone, the
+// VM's modes last minutes.
+constexpr double kMailStreamBelow = 0.5;
+constexpr uint32_t kMailTrialEvery = 128;
+// Marks a mail written with streaming stores (BRAID_SHM_MAIL_STORES): not a part of the call, so a
+// reader compares the check word without it.
+constexpr uint64_t kStreamedBit = uint64_t{1} << 45;
 
 uint64_t packCall(Coll coll, braidDataType_t dt, braidRedOp_t op, int root, size_t bytes) {
   return (bytes & kField) | (static_cast<uint64_t>(root) & kField) << 20 | static_cast<uint64_t>(coll) << 40 |
@@ -72,7 +83,7 @@ uint64_t packCall(Coll coll, braidDataType_t dt, braidRedOp_t op, int root, size
 CallHeader unpackCall(uint64_t w, uint64_t seq, uint64_t bytes) {
   CallHeader h{};
   h.magic = kCallHeaderMagic;
-  h.coll = static_cast<uint8_t>((w & ~(kDirectBit | kDeviceBit)) >> 40);
+  h.coll = static_cast<uint8_t>((w & ~(kDirectBit | kDeviceBit | kStreamedBit)) >> 40);
   h.dtype = static_cast<uint8_t>(w >> 48);
   h.redop = static_cast<uint8_t>(w >> 56);
   h.root = static_cast<int32_t>(w >> 20 & kField);
@@ -86,6 +97,7 @@ CallHeader unpackCall(uint64_t w, uint64_t seq, uint64_t bytes) {
 
 }  // namespace
 
+uint64_t plainMails() { return gPlainMails.load(std::memory_order_relaxed); }
 uint64_t streamedMails() { return gStreamedMails.load(std::memory_order_relaxed); }
 
 SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::string> names, std::vector<int64_t> pids)
@@ -93,6 +105,8 @@ SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::stri
       nranks_(static_cast<int>(links.size())),
       names_(std::move(names)),
       mail_(links.size()),
+      mailStores_(links.size()),
+      readCosts_(links.size()),
       started_(links.size(), 0),
       pids_(std::move(pids)) {
   if (!pids_.empty()) {  // direct calls: their per-call state, sized once
@@ -105,6 +119,7 @@ SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::stri
     const Mailboxes* m = p != rank && links[p] != nullptr ? links[p]->mailboxes() : nullptr;
     if (m == nullptr) continue;
     mail_[p] = *m;
+    mailStores_[p] = StoreChoice(m->stores, kMailStreamBelow, kMailTrialEvery);
     capacity_ = m->capacity;
   }
   for (int i = 0; i < kNumColls; ++i) largest_[i] = largestFor(static_cast<Coll>(i));
@@ -213,22 +228,25 @@ void SmallColls::post(const SmallCall& c) {
   }
   if (b == 0) from = nullptr;
   const uint64_t slot = c.k % kMailDepth;
+  const unsigned writes = toRoot ? 1 : static_cast<unsigned>(nranks_ - 1);  // mails with data, one after another
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_) continue;
     const Mailboxes& m = mail_[p];
     MailSlot& s = m.out[slot];
-    s.check = c.check;
+    uint64_t check = c.check;
     if (from != nullptr && (!toRoot || p == c.root)) {
       unsigned char* to = outSpot(m, c.k, b);
       const char* part = from + static_cast<size_t>(p) * stride;
-      if (streamMin_ != 0 && b >= streamMin_) {
-        copyStreaming(reinterpret_cast<char*>(to), part, b);
-        storeFence();  // the streamed bytes before the number that publishes them
+      if (b < StoreChoice::kMinBytes) {
+        copyMail(to, part, b);
+      } else if (mailStores_[p].copy(to, part, b, m.outReadCost, writes, c.k)) {  // fenced: before the number
+        check |= kStreamedBit;
         gStreamedMails.fetch_add(1, std::memory_order_relaxed);
       } else {
-        copyMail(to, part, b);
+        gPlainMails.fetch_add(1, std::memory_order_relaxed);
       }
     }
+    s.check = check;
     // Publishes check and the data: pairs with the peer's acquire load in mailFrom() (or roomAt()).
     s.seq.store(c.k, std::memory_order_release);
   }
@@ -265,7 +283,7 @@ const unsigned char* SmallColls::mailFrom(SmallCall* c, int peer, Status* err) {
     return nullptr;
   }
   started_[peer] = std::max(started_[peer], c->k);
-  if (s.check != c->check) {
+  if ((s.check & ~kStreamedBit) != c->check) {
     *err = mismatch(*c, peer, s.check, UINT64_MAX);
     return nullptr;
   }
@@ -279,6 +297,14 @@ Status SmallColls::mismatch(const SmallCall& c, int peer, uint64_t theirs, uint6
                 describeCall(unpackCall(c.check, c.seq, ours)).c_str());
 }
 
+void SmallColls::noteRead(const SmallCall& c, int peer, int64_t ns) {
+  const Mailboxes& m = mail_[peer];
+  const bool streamed = (m.in[c.k % kMailDepth].check & kStreamedBit) != 0;
+  // The mails c reads one after another: the root's alone, or every peer's.
+  const bool one = c.coll == Coll::kBroadcast || c.coll == Coll::kScatter;
+  readCosts_[peer].add(streamed, c.bytes, ns, m.inReadCost, one ? 1 : static_cast<unsigned>(nranks_ - 1));
+}
+
 int SmallColls::gather(SmallCall* c, Status* err) {
   const size_t b = c->bytes;
   switch (c->coll) {
@@ -287,7 +313,9 @@ int SmallColls::gather(SmallCall* c, Status* err) {
       if (rank_ == c->root) return 1;
       const unsigned char* in = mailFrom(c, c->root, err);
       if (in == nullptr) return err->ok() ? 0 : -1;
+      const int64_t start = readStart(b);
       copyMail(c->recv, in, b);
+      if (start != 0) noteRead(*c, c->root, nowNs() - start);
       return 1;
     }
     case Coll::kReduce:
@@ -309,7 +337,9 @@ int SmallColls::gather(SmallCall* c, Status* err) {
     const unsigned char* in = p == rank_ ? nullptr : mailFrom(c, p, err);
     if (p != rank_ && in == nullptr) return err->ok() ? 0 : -1;
     if (!folding) {  // AllGather, AllToAll, Gather: peer p's block
+      const int64_t start = readStart(b);
       copyMail(c->recv + static_cast<size_t>(p) * b, in, b);
+      if (start != 0) noteRead(*c, p, nowNs() - start);
       continue;
     }
     if (allReduce) {
@@ -318,18 +348,27 @@ int SmallColls::gather(SmallCall* c, Status* err) {
       const int any = rank_ == 0 ? 1 : 0;
       const void* own = c->inPlace && rank_ >= 2 ? static_cast<const void*>(outSpot(mail_[any], c->k, b)) : c->send;
       const void* share = p == rank_ ? own : in;
+      const void* first = c->recv;
       if (p == 1) {
-        const void* first = rank_ == 0 ? own : mailFrom(c, 0, err);
+        first = rank_ == 0 ? own : mailFrom(c, 0, err);
         if (first == nullptr) return err->ok() ? 0 : -1;
-        c->kernel(c->recv, first, share, count);
-      } else {
-        c->kernel(c->recv, c->recv, share, count);
+      }
+      const int64_t start = readStart(b);
+      c->kernel(c->recv, first, share, count);
+      if (start != 0) {
+        // The mails this fold read, peer p's and at p = 1 rank 0's, share its time.
+        const bool mailP = p != rank_, mail0 = p == 1 && rank_ != 0;
+        const int64_t ns = (nowNs() - start) / (mailP && mail0 ? 2 : 1);
+        if (mailP) noteRead(*c, p, ns);
+        if (mail0) noteRead(*c, 0, ns);
       }
       continue;
     }
     const bool firstPeer = p == (rank_ == 0 ? 1 : 0);
     const void* own = c->coll == Coll::kReduceScatter ? c->send + static_cast<size_t>(rank_) * b : c->send;
+    const int64_t start = readStart(b);
     c->kernel(c->recv, firstPeer ? own : c->recv, in, count);
+    if (start != 0) noteRead(*c, p, nowNs() - start);
   }
   if (folding && c->op == braidAvg) scaleDivide(c->dtype, c->recv, count, nranks_);
   return 1;

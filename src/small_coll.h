@@ -35,7 +35,9 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "src/base/clock.h"
 #include "src/base/status.h"
+#include "src/base/store_choice.h"
 #include "src/coll.h"
 #include "src/cuda/ipc_coll.h"
 #include "src/peer_maps.h"
@@ -91,10 +93,6 @@ class SmallColls {
 
   // The bytes per peer of the largest call that runs here.
   size_t capacity() const { return capacity_; }
-  // BRAID_SHM_MAIL_STREAM_MIN: a mail of at least this many bytes (0: none) is written with streaming
-  // stores and fenced before its number is published, so the reader takes it from memory, not from
-  // this core's cache (perf/results/2026-12-06-mailbox-slow-mode.md).
-  void setStreamMin(uint64_t bytes) { streamMin_ = bytes; }
   // Whether a call of `coll` with `bytes` per peer (see SmallCall::bytes) runs here (point-to-point
   // never does).
   bool takes(Coll coll, size_t bytes) const {
@@ -141,6 +139,10 @@ class SmallColls {
   void post(const SmallCall& c);  // phase 0 -> 1: the mail out, the local copies made
   // The peer's mail for c when it is there (nullptr while not; *err set on a mismatch).
   const unsigned char* mailFrom(SmallCall* c, int peer, Status* err);
+  // Reads of mails of StoreChoice::kMinBytes and up are timed: the clock at the start of one (0 for
+  // smaller calls), and what reading `peer`'s mail for c took.
+  static int64_t readStart(size_t bytes) { return bytes >= StoreChoice::kMinBytes ? nowNs() : 0; }
+  void noteRead(const SmallCall& c, int peer, int64_t ns);
   int gather(SmallCall* c, Status* err);  // phase 1
   Status mismatch(const SmallCall& c, int peer, uint64_t theirs, uint64_t theirBytes) const;
   // Direct calls (src/direct_coll.cc).
@@ -166,12 +168,15 @@ class SmallColls {
   int rank_, nranks_;
   std::vector<std::string> names_;
   size_t capacity_ = 0;
-  uint64_t streamMin_ = 0;          // setStreamMin
   size_t largest_[kNumColls] = {};  // largestFor, by collective (takes() on every call's path)
   std::vector<Mailboxes> mail_;     // by rank (empty at rank_)
-  std::vector<uint64_t> started_;   // by rank: the latest call it is known to have started
-  uint64_t numbered_ = 0;           // calls numbered so far
-  uint64_t finished_ = 0;           // calls finished: call finished_ + 1 may run
+  // By rank: how our mails of StoreChoice::kMinBytes and up toward it are written
+  // (BRAID_SHM_MAIL_STORES), and what reading its mails costs us (src/base/store_choice.h).
+  std::vector<StoreChoice> mailStores_;
+  std::vector<ReadCosts> readCosts_;
+  std::vector<uint64_t> started_;  // by rank: the latest call it is known to have started
+  uint64_t numbered_ = 0;          // calls numbered so far
+  uint64_t finished_ = 0;          // calls finished: call finished_ + 1 may run
   // Direct calls: the peers' processes, their memory mapped here, and the current call's buffers
   // by rank (this rank's own among them).
   std::vector<int64_t> pids_;
@@ -191,7 +196,9 @@ class SmallColls {
   int64_t heldSinceNs_ = 0;
 };
 
-// Mails this process wrote with streaming stores (BRAID_SHM_MAIL_STREAM_MIN; tests).
+// Mails of StoreChoice::kMinBytes and up this process wrote with plain and with streaming stores
+// (BRAID_SHM_MAIL_STORES; tests).
+uint64_t plainMails();
 uint64_t streamedMails();
 
 }  // namespace braid

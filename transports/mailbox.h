@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "src/base/store_choice.h"
+
 namespace braid {
 
 // How many calls a rank may run ahead of a peer that reads its mail: with more ranks than cores, a
@@ -60,6 +62,12 @@ struct Mailboxes {
   const MailSlot* in = nullptr;  // the peer's slots toward us
   const unsigned char* inData = nullptr;
   size_t capacity = 0;  // bytes of a payload (both directions alike), 0: no mailboxes
+  // How mails of StoreChoice::kMinBytes and up are written (BRAID_SHM_MAIL_STORES), and where
+  // each side reports what reading them costs it, as a double's bits by kind (plain [0], streamed
+  // [1]; src/base/store_choice.h): the peer about our mails (outReadCost), we about its (inReadCost).
+  StoreKind stores = StoreKind::kPlain;
+  std::atomic<uint64_t>* outReadCost = nullptr;
+  std::atomic<uint64_t>* inReadCost = nullptr;
 
   // Where call k's `bytes` of data go beyond the header line: its near payload, or its payload.
   // Direct calls (src/direct_coll.cc) mail their buffers in the payload: pass kMaxMailBytes.

@@ -126,14 +126,14 @@ const std::vector<ParamInfo> kParams = {
     bytes("BRAID_SHM_SMALL_BYTES", "64K", 0, 64 * kKi,
           "collectives of up to this many bytes per peer run on shared-memory mailboxes when every rank is on one "
           "host (0 = off; the same on every rank)"),
-    // The same two speeds as the FIFO slots' (BRAID_SHM_SLOT_STORES), in the mailboxes: on the VM's slow
-    // hours plain mails of 16-64 KiB ran 3.4-7.2x slower than streamed ones (2 ranks); on its fast ones
+    // The same two speeds as the FIFO slots' (BRAID_SHM_SLOT_STORES), in the mailboxes: in the VM's slow
+    // hours plain mails of 16-64 KiB ran 3.4-7.2x slower than streamed ones (2 ranks); in its fast ones
     // streamed mails were 1.35-1.7x faster for Broadcast and 1.7x slower for a 64 KiB AllReduce, and with
-    // 4 ranks on its 2 cores up to 3x slower (Reduce). Off by default until a link chooses by measuring.
-    // perf/results/2026-12-06-mailbox-slow-mode.md.
-    bytes("BRAID_SHM_MAIL_STREAM_MIN", "0", 0, 64 * kKi,
-          "small-collective mails (BRAID_SHM_SMALL_BYTES) of at least this many bytes are written with streaming "
-          "(non-temporal) stores, through memory instead of this core's cache (0 = never)"),
+    // 4 ranks on its 2 cores up to 2.9x slower (Reduce). perf/results/2026-12-06-mailbox-slow-mode.md.
+    oneOf("BRAID_SHM_MAIL_STORES", "auto", "plain|stream|auto",
+          "how a rank writes a small-collective mail (BRAID_SHM_SMALL_BYTES) of 16 KiB and up: plain stores, "
+          "streaming (non-temporal) stores, or auto: each mailbox times its writes and the reader its reads, keeps "
+          "the cheaper kind, and tries the other every 32 mails (128 where it cost twice as much)"),
     boolean("BRAID_SHM_DIRECT", "1",
             "on one host, AllReduce on memory from braidMemAlloc reads and writes the peers' buffers in place instead "
             "of through the FIFOs (needs the mailboxes; off on any rank turns it off for all)"),

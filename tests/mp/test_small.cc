@@ -355,22 +355,22 @@ TEST_CASE("a stopped rank in a small AllReduce becomes braidTimeout naming it, n
   CHECK(res[1].status == 128 + SIGKILL);
 }
 
-TEST_CASE("small-collective mails written with plain or streaming stores give the same results, each kind where asked",
-          "[mp][shm][small]") {
-  // BRAID_SHM_MAIL_STREAM_MIN: 0 (the default) writes every mail plainly, 1 streams every one, 16K
-  // streams the mails of 16 KiB and up. Odd lengths test copyStreaming's tails; every collective
-  // that writes mails, from every root, in place and not.
+TEST_CASE(
+    "small-collective mails written with plain, streaming or measured stores give the same results, each kind where "
+    "asked, and their readers report what each kind cost",
+    "[mp][shm][small]") {
+  // BRAID_SHM_MAIL_STORES: mails of 16 KiB and up take plain or streaming stores, or in auto the
+  // kind that costs less, the other tried on a mailbox's second such mail. Odd lengths test
+  // copyStreaming's tails; every collective that writes mails, from every root, in place and not.
   const int n = GENERATE(2, 3);
-  const std::string cut = GENERATE("0", "1", "16K");
-  INFO("nranks " << n << ", BRAID_SHM_MAIL_STREAM_MIN=" << cut);
+  const std::string stores = GENERATE("plain", "stream", "auto");
+  INFO("nranks " << n << ", BRAID_SHM_MAIL_STORES=" << stores);
   auto res = runComm(
-      n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_MAIL_STREAM_MIN", cut}}, [&](braidComm_t comm, int rank, int size) {
+      n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_MAIL_STORES", stores}}, [&](braidComm_t comm, int rank, int size) {
         if (needMailboxes(comm, rank) != 0) return 1;
-        const uint64_t before = braid::streamedMails();
-        bool bigMail = false;  // a mail of 16 KiB or more was written by this rank
+        const uint64_t plainBefore = braid::plainMails(), streamedBefore = braid::streamedMails();
         for (size_t count : {size_t{1}, size_t{11}, size_t{1031}, size_t{4096}, size_t{16383}}) {
           const size_t bytes = count * sizeof(int32_t);
-          bigMail = bigMail || bytes >= (16 << 10);
           auto value = [](int r, size_t i) { return static_cast<int32_t>(r * 7919 + i * 31 + 1); };
           std::vector<int32_t> in(count * size), out(count * size, -1);
           for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
@@ -402,11 +402,22 @@ TEST_CASE("small-collective mails written with plain or streaming stores give th
               if (out[r * count + i] != value(r, i))
                 return fail(rank, "AllGather count %zu from %d [%zu] %d", count, r, i, out[r * count + i]);
         }
-        const uint64_t streamed = braid::streamedMails() - before;
-        const bool want = cut == "1" || (cut == "16K" && bigMail);
-        if ((streamed > 0) != want)
-          return fail(rank, "%llu streamed mails with BRAID_SHM_MAIL_STREAM_MIN=%s",
-                      static_cast<unsigned long long>(streamed), cut.c_str());
+        // Every rank wrote mails of 16 and 64 KiB toward every peer (AllReduce, Broadcast as root).
+        const auto p = static_cast<unsigned long long>(braid::plainMails() - plainBefore);
+        const auto s = static_cast<unsigned long long>(braid::streamedMails() - streamedBefore);
+        const bool plain = stores == "plain", stream = stores == "stream";
+        if (plain ? p == 0 || s != 0 : stream ? s == 0 || p != 0 : p == 0 || s == 0)
+          return fail(rank, "%s: %llu mails written with plain and %llu with streaming stores", stores.c_str(), p, s);
+        // Each peer read those mails before its AllGather of 64 KiB blocks (on the plans) let this
+        // rank's return: it reported what reading each kind it got cost, and nothing for the other.
+        for (int q = 0; q < size; ++q) {
+          if (q == rank) continue;
+          const braid::Mailboxes* m = internalsOf(comm)->links[q]->mailboxes();
+          const bool got[2] = {m->outReadCost[0].load() != 0, m->outReadCost[1].load() != 0};
+          if (got[0] != !stream || got[1] != !plain)
+            return fail(rank, "%s: rank %d reported read costs for plain %d, streamed %d", stores.c_str(), q, got[0],
+                        got[1]);
+        }
         return 0;
       });
   INFO(describe(res));

@@ -88,11 +88,17 @@ struct Config {
   uint32_t nslots = 0;
   CmaMode cma = CmaMode::kAuto;
   size_t cmaMin = 0;
-  bool cmaSplit = true;                       // BRAID_SHM_CMA_SPLIT
-  uint32_t cmaSpeedMin = 0;                   // BRAID_SHM_CMA_SPEED: thousandths of memcpy's rate
-  SlotStores slotStores = SlotStores::kAuto;  // BRAID_SHM_SLOT_STORES
+  bool cmaSplit = true;                     // BRAID_SHM_CMA_SPLIT
+  uint32_t cmaSpeedMin = 0;                 // BRAID_SHM_CMA_SPEED: thousandths of memcpy's rate
+  StoreKind slotStores = StoreKind::kAuto;  // BRAID_SHM_SLOT_STORES
+  StoreKind mailStores = StoreKind::kAuto;  // BRAID_SHM_MAIL_STORES
   size_t mailBytes = 0;  // payload bytes per mail slot: BRAID_SHM_SMALL_BYTES rounded up to a cache line
 };
+
+// One of the spellings BRAID_SHM_SLOT_STORES and BRAID_SHM_MAIL_STORES allow: plain, stream or auto.
+StoreKind storeKind(const std::string& mode) {
+  return mode == "plain" ? StoreKind::kPlain : mode == "stream" ? StoreKind::kStream : StoreKind::kAuto;
+}
 
 // nfifos: this rank's shm peers, one FIFO each in its segment.
 Status loadConfig(size_t nfifos, Config* out) {
@@ -131,7 +137,9 @@ Status loadConfig(size_t nfifos, Config* out) {
   BRAID_TRY(paramInt("BRAID_SHM_CMA_SPEED", &speed));  // the table holds it to [0, 100000]
   c.cmaSpeedMin = static_cast<uint32_t>(speed);
   BRAID_TRY(paramEnum("BRAID_SHM_SLOT_STORES", &mode));  // plain, stream or auto
-  c.slotStores = mode == "plain" ? SlotStores::kPlain : mode == "stream" ? SlotStores::kStream : SlotStores::kAuto;
+  c.slotStores = storeKind(mode);
+  BRAID_TRY(paramEnum("BRAID_SHM_MAIL_STORES", &mode));
+  c.mailStores = storeKind(mode);
   *out = c;
   return okStatus();
 }
@@ -546,6 +554,9 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
       s.mail.in = reinterpret_cast<const MailSlot*>(s.in.base + mailOffset(s.in.slotSize, s.in.nslots));
       s.mail.inData = reinterpret_cast<const unsigned char*>(s.mail.in + kMailDepth);
       s.mail.capacity = cfg.mailBytes;
+      s.mail.stores = cfg.mailStores;
+      s.mail.outReadCost = s.out.control()->mailReadCost;
+      s.mail.inReadCost = s.in.control()->mailReadCost;
       touchMail(s.mail);
     }
     const bool probed = cfg.cma != CmaMode::kOff && probeCma(p, r);

@@ -82,7 +82,10 @@ struct alignas(kCacheLine) FifoControl {
   // measured yet), for slots the sender filled with plain [0] and with streaming [1] stores: the
   // sender's half of the choice is its own (ShmLink::fillSlot). Relaxed: an estimate.
   std::atomic<uint64_t> readCost[2];
-  unsigned char pad[kCacheLine - 5 * sizeof(uint64_t)];
+  // The same for the mails of 16 KiB and up of the mailbox ring beside this FIFO (the sender's
+  // toward the receiver, src/small_coll.cc).
+  std::atomic<uint64_t> mailReadCost[2];
+  unsigned char pad[kCacheLine - 7 * sizeof(uint64_t)];
   // A split single copy (ShmLink::cmaStep): the receiver of CMA message m offers the sender to write
   // some of it into its buffer. coopOffer: m once coopAddr, coopClaim, coopDone and coopLost are set
   // for it (release; the sender's acquire load pairs with it). coopClaim: m in its high 32 bits, the

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -44,15 +43,7 @@ SplitCut splitCut(size_t bytes) {
   const size_t piece = std::clamp((bytes / 8 + 4095) & ~size_t{4095}, kSplitMinPiece, kCmaChunk);
   return {piece, (bytes + piece - 1) / piece};
 }
-// Slot fills of at least this many bytes take the stores BRAID_SHM_SLOT_STORES says (and are timed
-// in auto); smaller ones take plain stores, where a clock read would cost a tenth of the copy.
-constexpr size_t kSlotChoiceMin = 16 << 10;
-// Auto: every this many timed fills, one takes the other kind of stores, so that a change of the
-// machine (the reader's core moving nearer or farther) is noticed within a few of them; where the
-// other kind cost twice as much or more at its last trial, every kSlotTrialSparse fills (a trial
-// costs what the other kind costs more: at 4x, one in 32 added about 10%).
-constexpr uint32_t kSlotTrialEvery = 32;
-constexpr uint32_t kSlotTrialSparse = 128;
+constexpr size_t kSlotChoiceMin = StoreChoice::kMinBytes;  // slot fills chosen for (fillSlot)
 // Reduce receives by CMA read into a bounce buffer this size first (stays in L2), then reduce.
 constexpr size_t kCmaBounceBytes = 256 << 10;
 constexpr size_t kStreamBlock = ShmLink::kBlockBytes;
@@ -62,14 +53,6 @@ constexpr int64_t kStallNs = 100 * 1000 * 1000;
 // The clock is read once per this many idle progress() calls (a power of two), keeping an idle
 // call at a few loads.
 constexpr uint32_t kIdleCallsPerClock = 64;
-
-// A running average (weight 1/8) of a copy's cost in ns per KiB; a copy this thread was descheduled
-// in counts as at most 4x the average, so that one preemption cannot flip a choice made from it.
-void addCost(double* avg, size_t len, int64_t ns) {
-  double cost = static_cast<double>(std::max<int64_t>(ns, 1)) * 1024.0 / static_cast<double>(len);
-  if (*avg != 0) cost = std::min(cost, 4 * *avg);
-  *avg = *avg == 0 ? cost : *avg + (cost - *avg) / 8;
-}
 
 std::atomic<uint64_t> gForwarded{0};
 std::atomic<uint64_t> gSingleCopies{0};
@@ -105,8 +88,6 @@ ShmLink::ShmLink(LinkSetup setup)
       in_(std::move(setup.in)),
       mail_(setup.mail),
       slotStores_(setup.slotStores),
-      streamSlots_(setup.slotStores == SlotStores::kStream),
-      trialEvery_(kSlotTrialEvery),
       peerRank_(setup.peerRank),
       peerPid_(setup.peerPid),
       peerHost_(std::move(setup.peerHost)) {
@@ -225,55 +206,13 @@ bool ShmLink::sendStep() {
   return true;
 }
 
-// Plain stores leave the payload in this core's cache, from where the reader takes it line by line,
-// after this core took each line back from the reader, who read it last time round. That is the
-// fastest way where the two cores are near; where they are far (measured only on the 2-core VM of
-// perf/results/2026-12-06-slot-stores.md, whose vCPUs the hypervisor seems to place apart much of the
-// time; another L3 or socket should be alike) every line crosses twice at a high price, and the FIFO
-// ran 3-5x slower than with streaming stores, which write the lines to memory without taking them
-// back first. Nothing at setup says which case holds, and on that VM it changes from second to
-// second, so in auto each link weighs both kinds by what they cost, its own fill plus the receiver's
-// read (running averages per KiB, FifoControl::readCost), keeps the cheaper, and tries the other
-// every kSlotTrialEvery fills (kSlotTrialSparse where it cost twice as much).
+// The kind of stores by BRAID_SHM_SLOT_STORES, in auto by what each costs (src/base/store_choice.h:
+// our fill plus the receiver's read, which it reports in FifoControl::readCost). Streamed bytes are
+// fenced before publish(): the release store of seq does not order streaming stores.
 bool ShmLink::fillSlot(unsigned char* slot, const unsigned char* src, size_t len) {
-  if (len < kSlotChoiceMin) {
-    memcpy(slot, src, len);
-    return false;
-  }
-  const bool timed = slotStores_ == SlotStores::kAuto;
-  bool stream = streamSlots_;
-  int64_t start = 0;
-  if (timed) {
-    // A kind never timed is tried at once (the second fill); then one fill in kSlotTrialEvery.
-    const bool trial = fillCost_[!streamSlots_] == 0 ? slotFills_ > 0 : slotFills_ % trialEvery_ == 0;
-    stream = streamSlots_ != trial;
-    ++slotFills_;
-    start = nowNs();
-  }
-  if (stream) {
-    copyStreaming(reinterpret_cast<char*>(slot), reinterpret_cast<const char*>(src), len);
-    storeFence();  // before publish(): the release store of seq does not order streaming stores
-    gStreamedFills.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    memcpy(slot, src, len);
-    gPlainFills.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (!timed) return stream;
-  addCost(&fillCost_[stream], len, nowNs() - start);
-  double read[2];
-  for (int k = 0; k < 2; ++k)
-    read[k] = std::bit_cast<double>(out_.control()->readCost[k].load(std::memory_order_relaxed));
-  if (fillCost_[0] != 0 && fillCost_[1] != 0 && read[0] != 0 && read[1] != 0) {
-    const double plain = fillCost_[0] + read[0], streamed = fillCost_[1] + read[1];
-    streamSlots_ = streamed < plain;
-    trialEvery_ = std::max(plain, streamed) >= 2 * std::min(plain, streamed) ? kSlotTrialSparse : kSlotTrialEvery;
-  }
+  const bool stream = slotStores_.copy(slot, src, len, out_.control()->readCost);
+  if (len >= kSlotChoiceMin) (stream ? gStreamedFills : gPlainFills).fetch_add(1, std::memory_order_relaxed);
   return stream;
-}
-
-void ShmLink::noteRead(bool streamed, size_t len, int64_t ns) {
-  addCost(&readCost_[streamed], len, ns);
-  in_.control()->readCost[streamed].store(std::bit_cast<uint64_t>(readCost_[streamed]), std::memory_order_relaxed);
 }
 
 bool ShmLink::completeSends() {
@@ -346,7 +285,7 @@ int ShmLink::recvStep() {
     const size_t piece = std::min(in_.slotSize, x->bytes - off);
     const int64_t start = piece >= kSlotChoiceMin ? nowNs() : 0;
     if (!forward(x, off, FifoView::payload(s), piece)) deliver(x, off, FifoView::payload(s), piece);
-    if (start != 0) noteRead(s->inlineData[0] != 0, piece, nowNs() - start);
+    if (start != 0) readCosts_.add(s->inlineData[0] != 0, piece, nowNs() - start, in_.control()->readCost);
     x->progressed = off + piece;
   }
   releaseSlot();
@@ -520,7 +459,7 @@ bool ShmLink::forward(Xfer* x, size_t off, const unsigned char* src, size_t piec
   const unsigned char* local = r != nullptr ? static_cast<const unsigned char*>(x->local) + off : nullptr;
   // Where the outgoing link fills its slots with streaming stores (fillSlot), a block is folded or
   // copied in our L1 block first and streamed into the slot from there.
-  const bool streamSlot = piece >= kSlotChoiceMin && out->streamSlots_;
+  const bool streamSlot = piece >= kSlotChoiceMin && out->slotStores_.streaming();
   for (size_t o = 0; o < piece; o += kStreamBlock) {
     const size_t len = std::min(kStreamBlock, piece - o);
     unsigned char* to = streamSlot ? block_ : slot + o;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "src/base/store_choice.h"
 #include "transports/mailbox.h"
 #include "transports/shm/shm_layout.h"
 #include "transports/transport.h"
@@ -46,18 +47,15 @@ struct FifoView {
   static unsigned char* payload(SlotHeader* s) { return reinterpret_cast<unsigned char*>(s + 1); }
 };
 
-// How a sender writes a slot's payload (BRAID_SHM_SLOT_STORES; ShmLink::fillSlot).
-enum class SlotStores : uint8_t { kPlain, kStream, kAuto };
-
 struct LinkSetup {
   int peerRank = -1;
   pid_t peerPid = 0;
   std::string peerHost;
-  FifoView out;          // we send: the FIFO lives in our segment
-  FifoView in;           // we receive: the FIFO lives in the peer's segment
-  bool cmaRecv = false;  // we may accept CMA descriptors (probe passed, BRAID_SHM_CMA allows)
-  Mailboxes mail;        // beside the FIFOs (capacity 0: none)
-  SlotStores slotStores = SlotStores::kAuto;
+  FifoView out;                             // we send: the FIFO lives in our segment
+  FifoView in;                              // we receive: the FIFO lives in the peer's segment
+  bool cmaRecv = false;                     // we may accept CMA descriptors (probe passed, BRAID_SHM_CMA allows)
+  Mailboxes mail;                           // beside the FIFOs (capacity 0: none)
+  StoreKind slotStores = StoreKind::kAuto;  // BRAID_SHM_SLOT_STORES (ShmLink::fillSlot)
 };
 
 // Pieces that receives of this process wrote straight into a forwarded send's slot (tests).
@@ -118,8 +116,6 @@ class ShmLink final : public Link {
   // Copies a piece of a send into a slot's payload, with the stores slotStores_ says; true when
   // they were streaming stores.
   bool fillSlot(unsigned char* slot, const unsigned char* src, size_t len);
-  // The receiver's side of the choice: what reading a slot filled one way or the other cost.
-  void noteRead(bool streamed, size_t len, int64_t ns);
   int recvStep();
   int cmaStep(Xfer* x);
   // A split single-copy receive (cmaStep): offers the sender its pieces, reads one it claims, and
@@ -178,12 +174,8 @@ class ShmLink final : public Link {
   alignas(kCacheLine) unsigned char block_[kBlockBytes];
 
   // --- slot stores (fillSlot) ---
-  SlotStores slotStores_;
-  bool streamSlots_;         // the kind in use (false: plain; auto chooses, the others fix it)
-  uint32_t slotFills_ = 0;   // auto: fills timed, for the trial of the other kind
-  uint32_t trialEvery_;      // auto: fills between trials (kSlotTrialEvery or kSlotTrialSparse)
-  double fillCost_[2] = {};  // auto: ns per KiB of a plain [0] and a streamed [1] fill (0: none yet)
-  double readCost_[2] = {};  // what reading such slots costs us as a receiver (FifoControl::readCost)
+  StoreChoice slotStores_;
+  ReadCosts readCosts_;  // what reading the peer's slots costs us (FifoControl::readCost)
 
   // --- peer death detection ---
   int64_t idleSinceNs_ = 0;
