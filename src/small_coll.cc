@@ -353,11 +353,11 @@ int SmallColls::gather(SmallCall* c, Status* err) {
         first = rank_ == 0 ? own : mailFrom(c, 0, err);
         if (first == nullptr) return err->ok() ? 0 : -1;
       }
-      const int64_t start = readStart(b);
+      // The mails this fold reads, peer p's and at p = 1 rank 0's, share its time.
+      const bool mailP = p != rank_, mail0 = p == 1 && rank_ != 0;
+      const int64_t start = mailP || mail0 ? readStart(b) : 0;
       c->kernel(c->recv, first, share, count);
       if (start != 0) {
-        // The mails this fold read, peer p's and at p = 1 rank 0's, share its time.
-        const bool mailP = p != rank_, mail0 = p == 1 && rank_ != 0;
         const int64_t ns = (nowNs() - start) / (mailP && mail0 ? 2 : 1);
         if (mailP) noteRead(*c, p, ns);
         if (mail0) noteRead(*c, 0, ns);
