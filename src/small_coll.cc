@@ -313,9 +313,7 @@ int SmallColls::gather(SmallCall* c, Status* err) {
       if (rank_ == c->root) return 1;
       const unsigned char* in = mailFrom(c, c->root, err);
       if (in == nullptr) return err->ok() ? 0 : -1;
-      const int64_t start = readStart(b);
-      copyMail(c->recv, in, b);
-      if (start != 0) noteRead(*c, c->root, nowNs() - start);
+      timedRead(*c, c->root, -1, [&] { copyMail(c->recv, in, b); });
       return 1;
     }
     case Coll::kReduce:
@@ -337,9 +335,7 @@ int SmallColls::gather(SmallCall* c, Status* err) {
     const unsigned char* in = p == rank_ ? nullptr : mailFrom(c, p, err);
     if (p != rank_ && in == nullptr) return err->ok() ? 0 : -1;
     if (!folding) {  // AllGather, AllToAll, Gather: peer p's block
-      const int64_t start = readStart(b);
-      copyMail(c->recv + static_cast<size_t>(p) * b, in, b);
-      if (start != 0) noteRead(*c, p, nowNs() - start);
+      timedRead(*c, p, -1, [&] { copyMail(c->recv + static_cast<size_t>(p) * b, in, b); });
       continue;
     }
     if (allReduce) {
@@ -353,22 +349,14 @@ int SmallColls::gather(SmallCall* c, Status* err) {
         first = rank_ == 0 ? own : mailFrom(c, 0, err);
         if (first == nullptr) return err->ok() ? 0 : -1;
       }
-      // The mails this fold reads, peer p's and at p = 1 rank 0's, share its time.
-      const bool mailP = p != rank_, mail0 = p == 1 && rank_ != 0;
-      const int64_t start = mailP || mail0 ? readStart(b) : 0;
-      c->kernel(c->recv, first, share, count);
-      if (start != 0) {
-        const int64_t ns = (nowNs() - start) / (mailP && mail0 ? 2 : 1);
-        if (mailP) noteRead(*c, p, ns);
-        if (mail0) noteRead(*c, 0, ns);
-      }
+      // The mails this fold reads: peer p's (not this rank's own share), and at p = 1 rank 0's.
+      timedRead(*c, p != rank_ ? p : -1, p == 1 && rank_ != 0 ? 0 : -1,
+                [&] { c->kernel(c->recv, first, share, count); });
       continue;
     }
     const bool firstPeer = p == (rank_ == 0 ? 1 : 0);
     const void* own = c->coll == Coll::kReduceScatter ? c->send + static_cast<size_t>(rank_) * b : c->send;
-    const int64_t start = readStart(b);
-    c->kernel(c->recv, firstPeer ? own : c->recv, in, count);
-    if (start != 0) noteRead(*c, p, nowNs() - start);
+    timedRead(*c, p, -1, [&] { c->kernel(c->recv, firstPeer ? own : c->recv, in, count); });
   }
   if (folding && c->op == braidAvg) scaleDivide(c->dtype, c->recv, count, nranks_);
   return 1;

@@ -139,11 +139,22 @@ class SmallColls {
   void post(const SmallCall& c);  // phase 0 -> 1: the mail out, the local copies made
   // The peer's mail for c when it is there (nullptr while not; *err set on a mismatch).
   const unsigned char* mailFrom(SmallCall* c, int peer, Status* err);
-  // Reads of mails of StoreChoice::kMinBytes and up are timed: the clock at the start of one (0 for
-  // smaller calls), and what reading `peer`'s mail for c took.
-  static int64_t readStart(size_t bytes) { return bytes >= StoreChoice::kMinBytes ? nowNs() : 0; }
-  void noteRead(const SmallCall& c, int peer, int64_t ns);
-  int gather(SmallCall* c, Status* err);  // phase 1
+  // Runs `read`, a copy or fold of the mails of peers p and q (-1: none), and where mails are of
+  // StoreChoice::kMinBytes and up times it for them (each gets half where both are read).
+  template <class Read>
+  void timedRead(const SmallCall& c, int p, int q, Read&& read) {
+    if (c.bytes < StoreChoice::kMinBytes || (p < 0 && q < 0)) {
+      read();
+      return;
+    }
+    const int64_t start = nowNs();
+    read();
+    const int64_t ns = (nowNs() - start) / (p >= 0 && q >= 0 ? 2 : 1);
+    if (p >= 0) noteRead(c, p, ns);
+    if (q >= 0) noteRead(c, q, ns);
+  }
+  void noteRead(const SmallCall& c, int peer, int64_t ns);  // what reading peer's mail for c took
+  int gather(SmallCall* c, Status* err);                    // phase 1
   Status mismatch(const SmallCall& c, int peer, uint64_t theirs, uint64_t theirBytes) const;
   // Direct calls (src/direct_coll.cc).
   int stepDirect(SmallCall* c, Status* err);

@@ -132,8 +132,9 @@ const std::vector<ParamInfo> kParams = {
     // 4 ranks on its 2 cores up to 2.9x slower (Reduce). perf/results/2026-12-06-mailbox-slow-mode.md.
     oneOf("BRAID_SHM_MAIL_STORES", "auto", "plain|stream|auto",
           "how a rank writes a small-collective mail (BRAID_SHM_SMALL_BYTES) of 16 KiB and up: plain stores, "
-          "streaming (non-temporal) stores, or auto: each mailbox times its writes and the reader its reads, keeps "
-          "the cheaper kind, and tries the other every 32 mails (128 where it cost twice as much)"),
+          "streaming (non-temporal) stores, or auto: each mailbox times its writes and the reader its reads, "
+          "streams once that costs at most half as much, goes back as soon as plain stores cost less, and tries "
+          "the other kind in one call of every 128 (512 where it cost twice as much)"),
     boolean("BRAID_SHM_DIRECT", "1",
             "on one host, AllReduce on memory from braidMemAlloc reads and writes the peers' buffers in place instead "
             "of through the FIFOs (needs the mailboxes; off on any rank turns it off for all)"),
