@@ -5,8 +5,9 @@
 # run so the machine's drift hits everyone alike, and the 2-rank AllReduce limit of the machine
 # (../shared/peers/limits/ideal_allreduce.c) once per round. Sizes and bus bandwidths follow
 # nccl-tests on both sides (../shared/peers/mpi_coll_perf.c says how). Prints one table per ranks x
-# transport x collective with the median times, Open MPI's time / braid's (> 1: braid is faster)
-# and, for the 2-rank AllReduce, braid's busbw as a share of the limit; perf/colls_table.py does that.
+# transport x collective with the median times, Open MPI's time / braid's (> 1: braid is faster) by
+# the medians and by each side's best round, and, for the 2-rank AllReduce, braid's busbw as a share
+# of the limit; perf/colls_table.py does that.
 # Usage: perf/compare_colls.sh [reps] [outdir]
 #   NPS="2 4"  TRANSPORTS="shm tcp"  COLLS="allreduce allgather reducescatter alltoall bcast reduce"
 #   SIZES="-b 16 -e 256M -f 4"  BRAID_ITERS="-B 1G"  OMPI_ITERS=""  (Open MPI's programs pick
