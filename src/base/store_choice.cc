@@ -58,7 +58,7 @@ void StoreChoice::wrote(bool stream, size_t len, int64_t ns, const std::atomic<u
   if (copyCost_[0] == 0 || copyCost_[1] == 0 || read[0] == 0 || read[1] == 0) return;
   const double plain = copyCost_[0] + read[0], streamed = copyCost_[1] + read[1];
   stream_ = stream_ ? !(plain < streamed) : streamed < streamBelow_ * plain;
-  trialEvery_ = std::max(plain, streamed) >= 2 * std::min(plain, streamed) ? 4 * trialsEvery_ : trialsEvery_;
+  trialEvery_ = std::max(plain, streamed) >= 2 * std::min(plain, streamed) ? 4 * baseTrialEvery_ : baseTrialEvery_;
 }
 
 void ReadCosts::add(bool streamed, size_t len, int64_t ns, std::atomic<uint64_t> shared[2], unsigned weight) {

@@ -49,7 +49,7 @@ class StoreChoice {
         stream_(kind == StoreKind::kStream),
         streamBelow_(streamBelow),
         trialEvery_(trialEvery),
-        trialsEvery_(trialEvery) {}
+        baseTrialEvery_(trialEvery) {}
   bool timed() const { return kind_ == StoreKind::kAuto; }
   // The kind in use (true: streaming).
   bool streaming() const { return stream_; }
@@ -75,8 +75,8 @@ class StoreChoice {
   double streamBelow_;
   uint64_t copies_ = 0;      // copies timed
   uint64_t nextTrial_ = 0;   // the tick from which the next copy tries the other kind
-  uint32_t trialEvery_;      // the copies between trials as it stands (trialsEvery_, or 4x that)
-  uint32_t trialsEvery_;     // the constructor's trialEvery
+  uint32_t trialEvery_;      // the copies between trials as it stands (baseTrialEvery_, or 4x that)
+  uint32_t baseTrialEvery_;  // the constructor's trialEvery
   double copyCost_[2] = {};  // ns per KiB of a plain [0] and a streamed [1] copy (0: none yet)
 };
 

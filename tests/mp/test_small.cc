@@ -370,7 +370,6 @@ TEST_CASE(
         if (needMailboxes(comm, rank) != 0) return 1;
         const uint64_t plainBefore = braid::plainMails(), streamedBefore = braid::streamedMails();
         for (size_t count : {size_t{1}, size_t{11}, size_t{1031}, size_t{4096}, size_t{16383}}) {
-          const size_t bytes = count * sizeof(int32_t);
           auto value = [](int r, size_t i) { return static_cast<int32_t>(r * 7919 + i * 31 + 1); };
           std::vector<int32_t> in(count * size), out(count * size, -1);
           for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
