@@ -250,6 +250,11 @@ class Transport {
   std::vector<std::unique_ptr<Region>> regions_;  // registration is setup, not hot path: a scan is fine
 };
 
+// The host name of `rank` from the context's peer table ("?" outside it), for messages.
+std::string peerHostname(const TransportContext& ctx, int rank);
+// Whether ranks a and b run on one host (their host ids agree).
+bool onSameHost(const TransportContext& ctx, int a, int b);
+
 // Drives the busy links of one transport: what each transport's progress() does over its own
 // concrete (final) link type, so the calls need no virtual dispatch.
 template <class L>

@@ -376,3 +376,80 @@ TEST_CASE("tcp: zero-copy sends of many queued messages each arrive byte-exact; 
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+namespace {
+
+// How many of this process's TCP sockets report SO_SNDBUF `bytes` (Linux reports twice the size set).
+int socketsWithSndbuf(int bytes) {
+  int n = 0;
+  for (int fd : tcpSockets(nullptr)) {
+    int got = 0;
+    socklen_t len = sizeof(got);
+    if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &got, &len) == 0 && got == bytes) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+// BRAID_TCP_CROWD_SNDBUF (TcpCrowd in tcp_link.h): rank 0 sends 16 MiB to `targets` peers of its
+// host at once, which wait 300 ms before they receive, so the sends stay queued; rank 0 counts its
+// sockets whose SO_SNDBUF is the crowded size while it tests the requests. Sending to two peers
+// must shrink both sockets, to one peer none (a rank that streams to one peer keeps its buffers);
+// once the sends are done, a few small AllGathers (every link busy again) must give every socket
+// its BRAID_TCP_SOCKBUF back. Every byte received is checked.
+TEST_CASE(
+    "tcp: a rank sending large messages to two peers of its host at once shrinks their send buffers, and "
+    "restores them after; to one peer it keeps them",
+    "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  const int targets = GENERATE(1, 2);
+  INFO(targets << " receiver(s) of 16 MiB; BRAID_TCP_SOCKBUF=1M, BRAID_TCP_CROWD_SNDBUF=128K");
+  const Env env = {{"BRAID_TRANSPORTS", "tcp"},
+                   {"BRAID_TIMEOUT", "60"},
+                   {"BRAID_TCP_SOCKBUF", "1M"},
+                   {"BRAID_TCP_CROWD_SNDBUF", "128K"}};
+  const size_t bytes = 16u << 20;
+  const int crowded = 2 * 128 * 1024, normal = 2 * 1024 * 1024;
+  auto res = runComm(3, env, [&](braidComm_t comm, int rank, int) {
+    std::vector<uint8_t> buf(bytes);
+    if (rank == 0) {
+      for (size_t i = 0; i < bytes; ++i) buf[i] = pattern(0, 0, i);
+      if (socketsWithSndbuf(normal) < 2)
+        return fail(rank, "fewer than 2 sockets with SO_SNDBUF %d at the start", normal);
+      braidRequest_t req[2] = {nullptr, nullptr};
+      for (int t = 0; t < targets; ++t)
+        CHECK_BRAID(rank, braidISend(buf.data(), bytes, braidUint8, 1 + t, comm, nullptr, &req[t]));
+      int most = 0;
+      for (int left = targets; left > 0;) {
+        most = std::max(most, socketsWithSndbuf(crowded));
+        for (int t = 0; t < targets; ++t) {
+          if (req[t] == nullptr) continue;
+          int done = 0;
+          CHECK_BRAID(rank, braidTest(req[t], &done));
+          if (done != 0) {
+            req[t] = nullptr;
+            --left;
+          }
+        }
+      }
+      if (targets == 2 && most != 2)
+        return fail(rank, "%d sockets had the crowded SO_SNDBUF %d at most while sending to 2 peers", most, crowded);
+      if (targets == 1 && most != 0)
+        return fail(rank, "%d sockets had the crowded SO_SNDBUF %d while sending to 1 peer", most, crowded);
+    } else if (rank <= targets) {
+      usleep(300 * 1000);
+      CHECK_BRAID(rank, braidRecv(buf.data(), bytes, braidUint8, 0, comm, nullptr));
+      for (size_t i = 0; i < bytes; ++i)
+        if (buf[i] != pattern(0, 0, i)) return fail(rank, "byte %zu is %u, expected %u", i, buf[i], pattern(0, 0, i));
+    }
+    int word = rank, all[3] = {};
+    for (int call = 0; call < 4; ++call) CHECK_BRAID(rank, braidAllGather(&word, all, 1, braidInt32, comm, nullptr));
+    if (rank == 0 && socketsWithSndbuf(crowded) != 0)
+      return fail(rank, "%d sockets kept the crowded SO_SNDBUF %d after the sends", socketsWithSndbuf(crowded),
+                  crowded);
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

@@ -55,12 +55,6 @@ struct Outgoing {
   std::string lastClose;
 };
 
-std::string hostOf(const TransportContext& ctx, int rank) {
-  if (ctx.peers == nullptr || rank < 0 || static_cast<size_t>(rank) >= ctx.peers->size()) return "?";
-  const char* h = (*ctx.peers)[rank].hostname;
-  return std::string(h, strnlen(h, sizeof((*ctx.peers)[rank].hostname)));
-}
-
 // Nonblocking, TCP_NODELAY (messages are framed by us; Nagle would hold back headers and small
 // messages for an ack), and the configured socket buffers.
 Status configureDataSocket(int fd, size_t sockbuf, int peer) {
@@ -85,6 +79,7 @@ Status configureDataSocket(int fd, size_t sockbuf, int peer) {
 struct Setup {
   size_t chunk = 0;
   size_t sockbuf = 0;
+  size_t crowdSndbuf = 0;
   uint32_t lanes = 1;
   TcpShaping shaping;
   bool zeroCopy = false;
@@ -107,6 +102,7 @@ Status prepare(const TransportContext& ctx, const std::vector<int>& peers, Setup
   // Range-checked by paramSize: 0 (the kernel's autotuning) or at least 64K, since a buffer of a few
   // bytes makes every large message crawl one segment at a time.
   BRAID_TRY(paramSize("BRAID_TCP_SOCKBUF", &setup->sockbuf));
+  BRAID_TRY(paramSize("BRAID_TCP_CROWD_SNDBUF", &setup->crowdSndbuf));
   // Range-checked by paramInt: 1..kTcpMaxLanes.
   int64_t lanes = 1;
   BRAID_TRY(paramInt("BRAID_NSOCKS", &lanes));
@@ -143,8 +139,8 @@ Status connectOut(const TransportContext& ctx, int peer, uint32_t lane, const Se
   if (s.ok()) s = sendAll(fd.get(), &hs, sizeof(hs), ctx.deadline);
   if (s.ok()) s = configureDataSocket(fd.get(), setup.sockbuf, peer);
   if (!s.ok())
-    return s.withContext("tcp connect to peer rank " + std::to_string(peer) + " (host " + hostOf(ctx, peer) + ", " +
-                         addr.toString() + ")");
+    return s.withContext("tcp connect to peer rank " + std::to_string(peer) + " (host " + peerHostname(ctx, peer) +
+                         ", " + addr.toString() + ")");
   *out = std::move(fd);
   return okStatus();
 }
@@ -276,7 +272,7 @@ Status Establisher::timedOut() const {
     if (peers_[i] > ctx_.rank ? up : out == nullptr) continue;
     // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on a chain of +.
     missing.append(" ").append(std::to_string(peers_[i])).append(" (host ");
-    missing.append(hostOf(ctx_, peers_[i])).append(")");
+    missing.append(peerHostname(ctx_, peers_[i])).append(")");
     if (out != nullptr && out->closes > 0)
       missing.append(" [closed our handshake connection ")
           .append(std::to_string(out->closes))
@@ -302,10 +298,10 @@ Status Establisher::readAck(Outgoing& o) {
   }
   if (n == 1)
     return errorf(braidRemoteError, "tcp connect: peer rank %d (host %s) answered our handshake with 0x%02x", peer,
-                  hostOf(ctx_, peer).c_str(), ack);
+                  peerHostname(ctx_, peer).c_str(), ack);
   if (n < 0 && errno != ECONNRESET && errno != EPIPE)
     return systemError(errno, "tcp connect: waiting for the ack of peer rank %d (host %s)", peer,
-                       hostOf(ctx_, peer).c_str());
+                       peerHostname(ctx_, peer).c_str());
   // Closed before acking: the peer dropped us among a flood of strangers, or refused the handshake
   // (then we keep trying until the deadline, whose message says so). Connect again shortly.
   ++o.closes;
@@ -339,7 +335,7 @@ Status Establisher::onHandshake(Doorway::Conn& p) {
   Status s = sent == 1 ? configureDataSocket(p.fd.get(), setup_.sockbuf, peer)
                        : systemError(sent < 0 ? errno : EAGAIN, "sending the handshake ack");
   if (!s.ok())
-    return s.withContext("tcp connect: peer rank " + std::to_string(peer) + " (host " + hostOf(ctx_, peer) + ")");
+    return s.withContext("tcp connect: peer rank " + std::to_string(peer) + " (host " + peerHostname(ctx_, peer) + ")");
   BRAID_TRACE(kLogNet, "tcp: rank %d accepted peer rank %d from %s", ctx_.rank, peer, p.from.toString().c_str());
   links_[at] = std::move(p.fd);
   ++accepted_;
@@ -361,6 +357,7 @@ class TcpTransport final : public Transport {
   }
 
  private:
+  TcpCrowd crowd_;                         // shared by the links to peers on this host
   std::vector<LinkEntry<TcpLink>> links_;  // owned by the communicator, which destroys them first
   // Readable when any link's socket got data (its sockets are edge-triggered in it: new data makes
   // it readable again, data nobody asked for yet does not keep a sleeper spinning); invalid
@@ -388,7 +385,7 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
   for (int p : peers)
     if (all[p].state != tcp::kFailed && all[p].lanes != setup.lanes)
       return errorf(braidInvalidUsage, "tcp connect: peer rank %d (host %s) has BRAID_NSOCKS=%u, rank %d has %u", p,
-                    hostOf(ctx, p).c_str(), all[p].lanes, ctx.rank, setup.lanes);
+                    peerHostname(ctx, p).c_str(), all[p].lanes, ctx.rank, setup.lanes);
   const size_t lanes = setup.lanes;
   std::vector<Fd> links(peers.size() * lanes);
   std::vector<Outgoing> outgoing;
@@ -397,7 +394,8 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
     if (p > ctx.rank) continue;
     SockAddr addr;
     Status s = tcp::decodeAddrRecord(reinterpret_cast<const uint8_t*>(&all[p]), sizeof(all[p]), &addr);
-    if (!s.ok()) return s.withContext("tcp connect: peer rank " + std::to_string(p) + " (host " + hostOf(ctx, p) + ")");
+    if (!s.ok())
+      return s.withContext("tcp connect: peer rank " + std::to_string(p) + " (host " + peerHostname(ctx, p) + ")");
     for (uint32_t l = 0; l < setup.lanes; ++l) {
       Outgoing& o = outgoing.emplace_back();
       o.slot = i;
@@ -415,6 +413,11 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
     epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_.valid()) return systemError(errno, "tcp: epoll_create1");
   }
+  // With the kernel's autotuning (BRAID_TCP_SOCKBUF=0) the buffers stay alone: setting SO_SNDBUF
+  // would end the autotuning for good.
+  crowd_.crowded = setup.crowdSndbuf;
+  crowd_.normal = setup.sockbuf;
+  const bool crowdable = setup.crowdSndbuf > 0 && setup.crowdSndbuf < setup.sockbuf;
   std::vector<std::unique_ptr<Link>> result(peers.size());
   for (size_t i = 0; i < peers.size(); ++i) {
     std::vector<Fd> fds(lanes);
@@ -422,6 +425,7 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
     opt.chunkBytes = setup.chunk;
     opt.shaping = setup.shaping;
     opt.zeroCopy = setup.zeroCopy;
+    opt.crowd = crowdable && onSameHost(ctx, ctx.rank, peers[i]) ? &crowd_ : nullptr;
     for (size_t l = 0; l < lanes; ++l) {
       // A kernel without SO_ZEROCOPY (before 4.14) keeps the link on plain sends.
       const int one = 1;
@@ -437,15 +441,16 @@ Status TcpTransport::connect(const TransportContext& ctx, const std::vector<int>
         return systemError(errno, "tcp: epoll_ctl for peer rank %d", peers[i]);
       fds[l] = std::move(links[i * lanes + l]);
     }
-    result[i] = std::make_unique<TcpLink>(std::move(fds), peers[i], hostOf(ctx, peers[i]), opt);
+    result[i] = std::make_unique<TcpLink>(std::move(fds), peers[i], peerHostname(ctx, peers[i]), opt);
   }
   // Only once every link is up: a failed connect leaves no pointers to the links it dropped.
   for (size_t i = 0; i < peers.size(); ++i) links_.push_back({static_cast<TcpLink*>(result[i].get()), peers[i]});
   BRAID_INFO(kLogNet,
-             "tcp: rank %d connected to %zu peers%s%s in %.1f ms (%u sockets each, chunk %zu, socket buffers %zu%s)",
+             "tcp: rank %d connected to %zu peers%s%s in %.1f ms (%u sockets each, chunk %zu, socket buffers %zu, "
+             "crowded %zu%s)",
              ctx.rank, peers.size(), setup.listenFd.valid() ? ", listening on " : "",
              setup.listenFd.valid() ? setup.bound.toString().c_str() : "", (nowNs() - startNs) / 1e6, setup.lanes,
-             setup.chunk, setup.sockbuf, setup.zeroCopy ? ", zero-copy sends" : "");
+             setup.chunk, setup.sockbuf, crowdable ? setup.crowdSndbuf : 0, setup.zeroCopy ? ", zero-copy sends" : "");
   *out = std::move(result);
   return okStatus();
 }

@@ -52,7 +52,8 @@ TcpLink::TcpLink(std::vector<Fd> fds, int peerRank, std::string peerHost, const 
       chunk_(std::max(opt.chunkBytes, kMinChunk)),
       shaping_(opt.shaping),
       zeroCopy_(opt.zeroCopy),
-      tokensAtNs_(nowNs()) {
+      tokensAtNs_(nowNs()),
+      crowd_(opt.crowd) {
   if (fds.empty() || fds.size() > static_cast<size_t>(kTcpMaxLanes)) throw std::invalid_argument("tcp lane count");
   // Allocated once here, not per message: the hot path does no malloc. Incoming elements always
   // start at offset 0 of staging, so the reduce kernels see them cache-line aligned.
@@ -68,6 +69,7 @@ TcpLink::TcpLink(std::vector<Fd> fds, int peerRank, std::string peerHost, const 
 }
 
 TcpLink::~TcpLink() {
+  leaveCrowd();
   if (zcCalls_ > 0)
     BRAID_INFO(kLogNet, "tcp: peer rank %d: %llu zero-copy sends, %llu of them copied by the kernel anyway", peer_,
                static_cast<unsigned long long>(zcCalls_), static_cast<unsigned long long>(zcCopied_));
@@ -77,8 +79,43 @@ Status TcpLink::fail(Status s) {
   if (error_.ok()) {
     BRAID_WARN(kLogNet, "tcp: %s", s.message().c_str());
     error_ = s;
+    leaveCrowd();  // its queued sends will never drain: they must not keep the other links small
   }
   return error_;
+}
+
+void TcpLink::leaveCrowd() {
+  if (crowd_ != nullptr) setHeavy(false);
+  crowd_ = nullptr;
+}
+
+void TcpLink::setHeavy(bool heavy) {
+  if (heavy == heavy_) return;
+  heavy_ = heavy;
+  if (heavy)
+    crowd_->heavy.fetch_add(1, std::memory_order_relaxed);
+  else if (crowd_->heavy.fetch_sub(1, std::memory_order_relaxed) == 1)
+    crowd_->calm.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TcpLink::followCrowd() {
+  const uint64_t calm = crowd_->calm.load(std::memory_order_relaxed);
+  const bool crowded = crowd_->heavy.load(std::memory_order_relaxed) >= TcpCrowd::kCrowdLinks;
+  const bool shrink = crowded || (shrunk_ && calm == shrunkCalm_);
+  if (crowded) shrunkCalm_ = calm;  // small until the next time no link is heavy
+  if (shrink == shrunk_) return;
+  // Takes effect on the next write: a socket holding more than the new size takes no more until
+  // it drained below it.
+  const int want = static_cast<int>(shrink ? crowd_->crowded : crowd_->normal);
+  for (Lane& ln : lanes_) {
+    if (setsockopt(ln.fd.get(), SOL_SOCKET, SO_SNDBUF, &want, sizeof(want)) != 0) {
+      BRAID_WARN(kLogNet, "tcp: peer rank %d: setsockopt(SO_SNDBUF, %d) failed (%s): its send buffers stay as they are",
+                 peer_, want, strerror(errno));
+      leaveCrowd();
+      return;
+    }
+  }
+  shrunk_ = shrink;
 }
 
 Status TcpLink::closedError() {
@@ -123,6 +160,8 @@ Status TcpLink::postSend(Xfer* x) {
     for (Lane& ln : lanes_) ln.sendDone = 0;
   }
   sends_.push(x);
+  sendQueued_ += x->bytes;
+  if (crowd_ != nullptr) setHeavy(sendQueued_ >= TcpCrowd::kHeavyBytes);
   return okStatus();
 }
 
@@ -162,6 +201,7 @@ Status TcpLink::postRecv(Xfer* x) {
 
 Status TcpLink::progress() {
   if (!error_.ok()) return error_;
+  if (crowd_ != nullptr) followCrowd();
   // Each lane and direction: socket calls of one chunk until the socket is full (send) or drained
   // (recv), at most kChunksPerProgress of them. An idle direction costs no system call, and lanes
   // 1.. are skipped while no striped message is queued. (Alternating one call per direction measured
@@ -189,6 +229,10 @@ void TcpLink::completeDone(XferQueue& q, size_t* striped) {
     Xfer* x = q.pop();
     const size_t len = &q == &sends_ ? x->bytes : x->capacity;
     if (initialMask(len) != (allDone_ & ~1ull)) --*striped;
+    if (&q == &sends_) {
+      sendQueued_ -= len;
+      if (crowd_ != nullptr) setHeavy(sendQueued_ >= TcpCrowd::kHeavyBytes);
+    }
     x->progressed = len;
     x->complete = true;  // last: the caller may reuse x as soon as it sees this
   }

@@ -10,6 +10,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -50,6 +51,26 @@ struct TcpShaping {
   double bytesPerSec = 0;  // 0 = no limit; else a token bucket shared by the link's lanes
 };
 
+// The send buffers of a rank that sends large messages to several peers of its host at once
+// (BRAID_TCP_CROWD_SNDBUF). On loopback every byte sent is copied into socket memory that the peer
+// copies out later; with 8 MiB of it per socket and three sockets filling at once (a 4-rank
+// AllToAll), those copies went to memory long out of the cache and cost about 4x Open MPI's, whose
+// sockets hold less (perf/results/2026-12-06-standing-tcp-copies.md). Small send buffers fix that
+// but slow a rank that streams to one peer (the 2-rank ring wants its whole half out), so they are
+// used only while the rank is crowded: the links of one transport share this; a link is heavy while
+// it holds at least kHeavyBytes of queued sends, and shrinks its sockets' SO_SNDBUF (on its next
+// progress) once kCrowdLinks links are heavy at once; it restores the buffer once no link has been
+// heavy since it shrank (not as soon as fewer than kCrowdLinks are: the last steps of a crowded
+// call would flip the buffers back and forth). Peers on other hosts are left out (not measured).
+struct TcpCrowd {
+  static constexpr size_t kHeavyBytes = 256 * 1024;
+  static constexpr int kCrowdLinks = 2;
+  size_t crowded = 0;             // SO_SNDBUF while crowded
+  size_t normal = 0;              // BRAID_TCP_SOCKBUF
+  std::atomic<int> heavy{0};      // heavy links now
+  std::atomic<uint64_t> calm{0};  // times `heavy` fell to 0
+};
+
 // What a link does besides the plain path, decided at connect.
 struct TcpLinkOptions {
   size_t chunkBytes = 0;  // BRAID_TCP_CHUNK
@@ -57,6 +78,8 @@ struct TcpLinkOptions {
   // BRAID_TCP_ZEROCOPY: large sends with MSG_ZEROCOPY (the sockets have SO_ZEROCOPY set); a send
   // completes only once the kernel has said it no longer reads the caller's pages.
   bool zeroCopy = false;
+  // Shared with the transport's other links to the same host; null: this link keeps its buffers.
+  TcpCrowd* crowd = nullptr;
 };
 
 class TcpLink final : public Link {
@@ -152,6 +175,11 @@ class TcpLink final : public Link {
   uint64_t initialMask(size_t bytes) const;
   // How many bytes the shaping knobs let lane sends move now (SIZE_MAX without shaping); 0 = wait.
   size_t shapedAllowance(const Xfer* first);
+  // Counts this link in crowd_ or not by its queued sends, and sets its send buffers to what the
+  // crowd says (TcpCrowd).
+  void followCrowd();
+  void setHeavy(bool heavy);
+  void leaveCrowd();
   // Records a fatal error; every later call returns it.
   Status fail(Status s);
   Status closedError();
@@ -170,6 +198,11 @@ class TcpLink final : public Link {
   double tokens_ = 0;      // rate limit: bytes the bucket allows now
   int64_t tokensAtNs_ = 0;
   Status error_;  // sticky: set once the link is broken
+  TcpCrowd* crowd_;
+  size_t sendQueued_ = 0;  // payload bytes of the queued sends
+  bool heavy_ = false;     // counted in crowd_->heavy
+  bool shrunk_ = false;    // the sockets' SO_SNDBUF is crowd_->crowded, since crowd_->calm was shrunkCalm_
+  uint64_t shrunkCalm_ = 0;
 
   // Send queue. sendHdrDone_ is how much of lane 0's current header the socket has taken; the
   // header bytes themselves are the transfer's Xfer::bytes (little-endian size_t, see the

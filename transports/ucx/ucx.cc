@@ -93,17 +93,6 @@ struct RmaHead {
 };
 constexpr uint64_t kNoRing = ~0ull;
 
-std::string hostOf(const TransportContext& ctx, int rank) {
-  if (ctx.peers == nullptr || rank < 0 || static_cast<size_t>(rank) >= ctx.peers->size()) return "?";
-  const char* h = (*ctx.peers)[rank].hostname;
-  return std::string(h, strnlen(h, sizeof((*ctx.peers)[rank].hostname)));
-}
-
-bool sameHost(const TransportContext& ctx, int a, int b) {
-  const auto& p = *ctx.peers;
-  return strncmp(p[a].hostId, p[b].hostId, sizeof(p[a].hostId)) == 0;
-}
-
 // Whether UCX_TLS limits UCX to transports that cannot report a peer's failure (shared memory and
 // self). Read from the variable rather than probed: a probe endpoint in the peer-failure mode logs a
 // UCX error when it fails. Every rank of a job reads the same UCX_TLS, so all decide alike.
@@ -404,7 +393,7 @@ UcxTransport::~UcxTransport() {
 bool UcxTransport::peerErrors(const TransportContext& ctx, int peer) const {
   if (errMode_ == "peer") return true;
   if (errMode_ == "none") return false;
-  return !sameHost(ctx, ctx.rank, peer) || !sharedMemoryOnly_;
+  return !onSameHost(ctx, ctx.rank, peer) || !sharedMemoryOnly_;
 }
 
 Status UcxTransport::exchangeAddresses(const TransportContext& ctx, bool publish, const std::vector<uint8_t>& rmaRecord,
@@ -517,18 +506,18 @@ Status UcxTransport::connectRma(const TransportContext& ctx, size_t i, int peer,
   if (peerBytes >= sizeof(h)) memcpy(&h, peerRecord, sizeof(h));
   if (peerBytes < sizeof(h) || h.nranks != n || peerBytes != sizeof(h) + n * sizeof(uint64_t) + h.rkeyBytes)
     return errorf(braidRemoteError, "ucx connect: peer rank %d (host %s) published a malformed ring record (%u bytes)",
-                  peer, hostOf(ctx, peer).c_str(), peerBytes);
+                  peer, peerHostname(ctx, peer).c_str(), peerBytes);
   if (h.slots != rmaCfg_.slots || h.slotBytes != rmaCfg_.slotBytes)
     return errorf(braidInvalidUsage,
                   "ucx: peer rank %d (host %s) uses rma rings of %u slots of %u bytes, this rank %u of %zu "
                   "(BRAID_UCX_RMA_SLOTS and BRAID_UCX_RMA_SLOT_SIZE must be the same on every rank)",
-                  peer, hostOf(ctx, peer).c_str(), h.slots, h.slotBytes, rmaCfg_.slots, rmaCfg_.slotBytes);
+                  peer, peerHostname(ctx, peer).c_str(), h.slots, h.slotBytes, rmaCfg_.slots, rmaCfg_.slotBytes);
   uint64_t offset = kNoRing;
   memcpy(&offset, peerRecord + sizeof(h) + static_cast<size_t>(ctx.rank) * sizeof(uint64_t), sizeof(offset));
   const uint64_t ringBytes = static_cast<uint64_t>(rmaCfg_.slots) * rmaCfg_.slotBytes;
   if (offset == kNoRing || offset > h.bytes || h.bytes - offset < ringBytes)
     return errorf(braidRemoteError, "ucx connect: peer rank %d (host %s) has no ring for this rank", peer,
-                  hostOf(ctx, peer).c_str());
+                  peerHostname(ctx, peer).c_str());
   const Rings& mine = rings_.back();
   UcxLocalRings local;
   local.recv = mine.recvBase + i * ringStride_;
@@ -538,7 +527,7 @@ Status UcxTransport::connectRma(const TransportContext& ctx, size_t i, int peer,
   remote.addr = h.base + offset;
   remote.packedRkey = peerRecord + sizeof(h) + n * sizeof(uint64_t);
   auto link = std::make_unique<UcxRmaLink>(worker_, states_.back().get(), rmaCfg_, rmaPuts_ ? rmaInline_ : SIZE_MAX,
-                                           ctx.rank, peer, hostOf(ctx, peer), local);
+                                           ctx.rank, peer, peerHostname(ctx, peer), local);
   BRAID_TRY(link->open(peerAddress, pe, remote));
   *out = std::move(link);
   return okStatus();
@@ -580,12 +569,12 @@ Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>
     const int p = peers[i];
     if (heads[p].addrBytes == 0)
       return errorf(braidRemoteError, "ucx connect: peer rank %d (host %s) could not set up ucx (see its log)", p,
-                    hostOf(ctx, p).c_str());
+                    peerHostname(ctx, p).c_str());
     if (heads[p].proto != static_cast<uint32_t>(proto_))
       return errorf(braidInvalidUsage,
                     "ucx: peer rank %d (host %s) uses another data path than this rank's BRAID_UCX_PROTO=%s (it "
                     "must be the same on every rank)",
-                    p, hostOf(ctx, p).c_str(), rma ? "rma" : "tag");
+                    p, peerHostname(ctx, p).c_str(), rma ? "rma" : "tag");
     states_.push_back(std::make_unique<UcxEndpointState>());
     const bool pe = peerErrors(ctx, p);
     withReports += pe ? 1 : 0;
@@ -593,7 +582,7 @@ Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>
     if (rma) {
       BRAID_TRY(connectRma(ctx, i, p, all.data() + p * stride + addrStride, heads[p].rmaBytes, addr, pe, &result[i]));
     } else {
-      auto link = std::make_unique<UcxLink>(worker_, states_.back().get(), ctx.rank, p, hostOf(ctx, p));
+      auto link = std::make_unique<UcxLink>(worker_, states_.back().get(), ctx.rank, p, peerHostname(ctx, p));
       BRAID_TRY(link->open(addr, pe));
       result[i] = std::move(link);
     }
