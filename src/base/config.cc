@@ -146,8 +146,9 @@ const std::vector<ParamInfo> kParams = {
     // 35 s with 1 byte): the kernel's default, or something that holds a few segments in flight.
     bytes("BRAID_TCP_SOCKBUF", "4M", 64 * kKi, kGi, "SO_SNDBUF/SO_RCVBUF of tcp data sockets (0 = kernel default)",
           true),
-    // A 4-rank AllToAll over loopback: 0.58-0.75 of Open MPI with 8 MiB send buffers, 1.0-1.3 with
-    // 256K while crowded (perf/results/2026-12-06-crowded-sends.md); TcpCrowd in tcp_link.h.
+    // A 4-rank AllToAll over loopback, 256 KiB-64 MiB: 0.69-1.13 of Open MPI's speed with 8 MiB send
+    // buffers, 1.01-1.95 with 256K while crowded (perf/results/2026-12-06-crowded-sends.md); TcpCrowd
+    // in tcp_link.h.
     bytes("BRAID_TCP_CROWD_SNDBUF", "256K", 64 * kKi, kGi,
           "SO_SNDBUF of a rank's tcp data sockets to peers on its host while it sends large messages to two or more "
           "of them at once (0 = never changed; only with BRAID_TCP_SOCKBUF above it)",
