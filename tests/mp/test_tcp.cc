@@ -392,21 +392,24 @@ int socketsWithSndbuf(int bytes) {
 
 }  // namespace
 
-// BRAID_TCP_CROWD_SNDBUF (TcpCrowd in tcp_link.h): rank 0 sends 16 MiB to `targets` peers of its
-// host at once, which wait 300 ms before they receive, so the sends stay queued; rank 0 counts its
-// sockets whose SO_SNDBUF is the crowded size while it tests the requests. Sending to two peers
-// must shrink both sockets, to one peer none (a rank that streams to one peer keeps its buffers);
-// once the sends are done, a few small AllGathers (every link busy again) must give every socket
-// its BRAID_TCP_SOCKBUF back. Every byte received is checked.
+// BRAID_TCP_CROWD_SNDBUF (TcpCrowd in tcp_link.h), with one and two sockets per pair (every socket
+// of a crowded link shrinks): rank 0 sends 16 MiB to `targets` peers of its host at once, which wait 300 ms before they
+// receive, so the sends stay queued; rank 0 counts its sockets whose SO_SNDBUF is the crowded size while it tests the
+// requests. Sending to two peers must shrink both sockets, to one peer none (a rank that streams to one peer keeps its
+// buffers); once the sends are done, a few small AllGathers (every link busy again) must give every socket its
+// BRAID_TCP_SOCKBUF back. Every byte received is checked.
 TEST_CASE(
     "tcp: a rank sending large messages to two peers of its host at once shrinks their send buffers, and "
     "restores them after; to one peer it keeps them",
     "[mp][tcpnet]") {
   if (!underTest("tcp")) return;
   const int targets = GENERATE(1, 2);
-  INFO(targets << " receiver(s) of 16 MiB; BRAID_TCP_SOCKBUF=1M, BRAID_TCP_CROWD_SNDBUF=128K");
+  const int lanes = GENERATE(1, 2);
+  INFO(targets << " receiver(s) of 16 MiB; BRAID_NSOCKS " << lanes
+               << ", BRAID_TCP_SOCKBUF=1M, BRAID_TCP_CROWD_SNDBUF=128K");
   const Env env = {{"BRAID_TRANSPORTS", "tcp"},
                    {"BRAID_TIMEOUT", "60"},
+                   {"BRAID_NSOCKS", std::to_string(lanes)},
                    {"BRAID_TCP_SOCKBUF", "1M"},
                    {"BRAID_TCP_CROWD_SNDBUF", "128K"}};
   const size_t bytes = 16u << 20;
@@ -415,8 +418,8 @@ TEST_CASE(
     std::vector<uint8_t> buf(bytes);
     if (rank == 0) {
       for (size_t i = 0; i < bytes; ++i) buf[i] = pattern(0, 0, i);
-      if (socketsWithSndbuf(normal) < 2)
-        return fail(rank, "fewer than 2 sockets with SO_SNDBUF %d at the start", normal);
+      if (socketsWithSndbuf(normal) < 2 * lanes)
+        return fail(rank, "fewer than %d sockets with SO_SNDBUF %d at the start", 2 * lanes, normal);
       braidRequest_t req[2] = {nullptr, nullptr};
       for (int t = 0; t < targets; ++t)
         CHECK_BRAID(rank, braidISend(buf.data(), bytes, braidUint8, 1 + t, comm, nullptr, &req[t]));
@@ -433,8 +436,9 @@ TEST_CASE(
           }
         }
       }
-      if (targets == 2 && most != 2)
-        return fail(rank, "%d sockets had the crowded SO_SNDBUF %d at most while sending to 2 peers", most, crowded);
+      if (targets == 2 && most != 2 * lanes)
+        return fail(rank, "%d sockets had the crowded SO_SNDBUF %d at most while sending to 2 peers (%d each)", most,
+                    crowded, lanes);
       if (targets == 1 && most != 0)
         return fail(rank, "%d sockets had the crowded SO_SNDBUF %d while sending to 1 peer", most, crowded);
     } else if (rank <= targets) {
