@@ -54,9 +54,10 @@ struct TcpShaping {
 // The send buffers of a rank that sends large messages to several peers of its host at once
 // (BRAID_TCP_CROWD_SNDBUF). On loopback every byte sent is copied into socket memory that the peer
 // copies out later; with 8 MiB of it per socket and three sockets filling at once (a 4-rank
-// AllToAll), those copies went to memory long out of the cache and cost about 4x Open MPI's, whose
-// sockets hold less (perf/results/2026-12-06-standing-tcp-copies.md). Small send buffers fix that
-// but slow a rank that streams to one peer (the 2-rank ring wants its whole half out), so they are
+// AllToAll), those send copies cost about 4x Open MPI's (perf/results/2026-12-06-standing-tcp-
+// copies.md; our reading, not measured: they go to memory long out of the cache). Small send buffers
+// made them cheap there and the AllToAll 1.4-1.9x faster (2026-12-06-crowded-sends.md), but slow a
+// rank that streams to one peer (the 2-rank ring wants its whole half out), so they are
 // used only while the rank is crowded: the links of one transport share this; a link is heavy while
 // it holds at least kHeavyBytes of queued sends, and shrinks its sockets' SO_SNDBUF (on its next
 // progress) once kCrowdLinks links are heavy at once; it restores the buffer once no link has been
@@ -175,10 +176,11 @@ class TcpLink final : public Link {
   uint64_t initialMask(size_t bytes) const;
   // How many bytes the shaping knobs let lane sends move now (SIZE_MAX without shaping); 0 = wait.
   size_t shapedAllowance(const Xfer* first);
-  // Counts this link in crowd_ or not by its queued sends, and sets its send buffers to what the
-  // crowd says (TcpCrowd).
+  // Sets the sockets' send buffers to what the crowd says (TcpCrowd); on every progress.
   void followCrowd();
+  // Counts this link in crowd_->heavy or not (by its queued sends, as they change).
   void setHeavy(bool heavy);
+  // Stops counting in and following the crowd: a failed or closing link.
   void leaveCrowd();
   // Records a fatal error; every later call returns it.
   Status fail(Status s);
