@@ -392,12 +392,13 @@ int socketsWithSndbuf(int bytes) {
 
 }  // namespace
 
-// BRAID_TCP_CROWD_SNDBUF (TcpCrowd in tcp_link.h), with one and two sockets per pair (every socket
-// of a crowded link shrinks): rank 0 sends 16 MiB to `targets` peers of its host at once, which wait 300 ms before they
-// receive, so the sends stay queued; rank 0 counts its sockets whose SO_SNDBUF is the crowded size while it tests the
-// requests. Sending to two peers must shrink both sockets, to one peer none (a rank that streams to one peer keeps its
-// buffers); once the sends are done, a few small AllGathers (every link busy again) must give every socket its
-// BRAID_TCP_SOCKBUF back. Every byte received is checked.
+// BRAID_TCP_CROWD_SNDBUF (TcpCrowd in tcp_link.h), with one and two sockets per pair: rank 0 sends
+// 16 MiB to `targets` peers of its host at once, which wait 300 ms before they receive, so the sends
+// stay queued; rank 0 counts its sockets whose SO_SNDBUF is the crowded size while it tests the
+// requests. Sending to two peers must shrink every socket of both links, to one peer none (a rank
+// that streams to one peer keeps its buffers); once the sends are done, a few small AllGathers
+// (every link busy again) must give every socket its BRAID_TCP_SOCKBUF back. Every byte received
+// is checked.
 TEST_CASE(
     "tcp: a rank sending large messages to two peers of its host at once shrinks their send buffers, and "
     "restores them after; to one peer it keeps them",
