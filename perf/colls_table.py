@@ -49,9 +49,8 @@ def limit_rows(path):
     return out
 
 
-def over_rounds(files, parse, stat=statistics.median):
-    """size -> stat over the rounds of each column (median by default; min gives the best round)."""
-    runs = [parse(f) for f in files]
+def over_rounds(runs, stat=statistics.median):
+    """size -> stat over the rounds (parsed files) of each column (median by default; min gives the best round)."""
     sizes = set().union(*[r.keys() for r in runs]) if runs else set()
     out = {}
     for s in sizes:
@@ -89,23 +88,24 @@ def runs_of(d, name):
 
 def main():
     d, nps, transports, colls = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
-    limit = over_rounds(runs_of(d, "limit"), limit_rows)
+    limit = over_rounds([limit_rows(f) for f in runs_of(d, "limit")])
     behind = []
     for np in nps:
         for t in transports:
             for c in colls:
                 name = f"np{np}_{t}_{c}"
-                b, o = over_rounds(runs_of(d, "braid_" + name), rows), over_rounds(runs_of(d, "ompi_" + name), rows)
-                b = nominal(b, o.keys(), int(np))
-                bmin = nominal(over_rounds(runs_of(d, "braid_" + name), rows, min), o.keys(), int(np))
-                omin = over_rounds(runs_of(d, "ompi_" + name), rows, min)
+                braid_runs = [rows(f) for f in runs_of(d, "braid_" + name)]
+                ompi_runs = [rows(f) for f in runs_of(d, "ompi_" + name)]
+                o, omin = over_rounds(ompi_runs), over_rounds(ompi_runs, min)
+                b = nominal(over_rounds(braid_runs), o.keys(), int(np))
+                bmin = nominal(over_rounds(braid_runs, min), o.keys(), int(np))
                 if not b or not o:
                     print(f"### {c}, {np} ranks, {t}\n\n(no data: braid {len(b)} sizes, Open MPI {len(o)})\n")
                     continue
                 share = c == "allreduce" and np == "2" and limit
-                nruns = len(runs_of(d, "braid_" + name))
+                nruns = len(braid_runs)
                 print(f"### {c}, {np} ranks, {t} (medians of {nruns} rounds; Open MPI {'vader' if t == 'shm' else 'tcp'})\n")
-                base = nominal(over_rounds(runs_of(d, "base_" + name), rows), o.keys(), int(np))
+                base = nominal(over_rounds([rows(f) for f in runs_of(d, "base_" + name)]), o.keys(), int(np))
                 inplace = c == "bcast"
                 head = "| size | braid us | Open MPI us | OMPI/braid | best rounds | braid busbw | OMPI busbw |"
                 rule = "|---:|---:|---:|---:|---:|---:|---:|"
