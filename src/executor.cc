@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "src/base/log.h"
+#include "src/base/overlap.h"
 #include "src/comm.h"
 #include "src/compute.h"
 #include "src/handles.h"
@@ -60,6 +61,7 @@ Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(c
   active_.reserve(64);
   timeoutSec_ = comm->settings.timeoutSec;
   spinNs_ = comm->settings.spinUs * 1000;
+  copyPiece_ = comm->settings.copyPiece;
   // The links are connected before the engine is made, and their capabilities never change.
   plans_.configure(linkCaps(), comm->rank, comm->settings.checkMismatch, comm->settings.forceLowering);
   tagsEnabled_ = !comm->tagLinks.empty();
@@ -180,6 +182,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   if (steps != 0) memset(op->done.data(), 0, steps);  // an empty plan's done.data() may be null (UB in memset)
   op->cursors.assign(plan->peers.size(), Op::Cursor{});
   op->localNext = 0;
+  op->localAt = 0;
   op->computeTicket = 0;
   op->remaining = static_cast<uint32_t>(steps);
   op->finished = false;
@@ -462,8 +465,13 @@ bool Engine::reapAndRunLocals(Op* op) {
       op->computeTicket = 0;
     } else {
       if (!depsDone(op, s)) break;
-      if (!runLocal(op, s)) return true;  // failed: failAll() finishes the op
+      bool whole = true;
+      if (!runLocal(op, s, &whole)) return true;  // failed: failAll() finishes the op
       if (op->computeTicket != 0) break;
+      if (!whole) {  // a piece of a large copy: the op's transfers get their turn before the next
+        any = true;
+        break;
+      }
     }
     op->done[idx] = kDone;
     --op->remaining;
@@ -480,8 +488,9 @@ bool Engine::reapAndRunLocals(Op* op) {
 // Starts one local step whose dependencies are done. A closed switch: each kind is named, and one
 // that is none of them (a corrupt plan) fails the communicator instead of running as something else.
 // Returns false when the communicator failed; op->computeTicket is set when the step finishes later.
-bool Engine::runLocal(Op* op, const Step& s) {
+bool Engine::runLocal(Op* op, const Step& s, bool* whole) {
   Status st;
+  *whole = true;
   switch (s.kind) {
     case StepKind::kJoin:
       return true;
@@ -505,6 +514,17 @@ bool Engine::runLocal(Op* op, const Step& s) {
       w.kernel = op->kernel;
       w.nranks = op->plan->nranks;
       w.stream = op->streamOut && s.kind == StepKind::kCopy && s.dst.buf == Buf::kRecv;
+      Step piece;
+      if (s.kind == StepKind::kCopy && copyInPieces(op, s, w)) {
+        piece = s;
+        piece.bytes = std::min(copyPiece_, s.bytes - op->localAt);
+        w.step = &piece;
+        w.dst += op->localAt;
+        w.src += op->localAt;
+        op->localAt += piece.bytes;
+        *whole = op->localAt == s.bytes;
+        if (*whole) op->localAt = 0;
+      }
       st = compute_->issue(w, &op->computeTicket);
       if (st.ok()) return true;
       break;
@@ -518,6 +538,14 @@ bool Engine::runLocal(Op* op, const Step& s) {
   if (st.ok()) st = errorf(braidInternalError, "unknown step kind %d", static_cast<int>(s.kind));
   control_.fail(st.withContext(std::string(collName(op->coll)) + " on " + comm_->describeRank(comm_->rank)), -1, true);
   return false;
+}
+
+bool Engine::copyInPieces(const Op* op, const Step& s, const LocalWork& w) const {
+  if (copyPiece_ == 0) return false;
+  if (op->localAt != 0) return true;  // started in pieces: goes on so
+  if (s.bytes <= copyPiece_ || overlaps(w.dst, s.bytes, w.src, s.bytes)) return false;
+  // Only while some transfer of the op is still to finish: alone, the copy runs whole.
+  return op->remaining > op->plan->locals.size() - op->localNext;
 }
 
 void Engine::markDone(Op* op) {

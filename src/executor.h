@@ -78,6 +78,7 @@ struct braidRequest {
   };
   std::vector<Cursor> cursors;
   uint32_t localNext = 0;
+  uint64_t localAt = 0;        // bytes of locals[localNext] copied so far (a large copy runs in pieces)
   uint64_t computeTicket = 0;  // locals[localNext] was issued and runs on (Compute::done)
   uint32_t remaining = 0;
   bool finished = false;
@@ -288,7 +289,13 @@ class Engine {
   // Whether the peer a mailbox call waits for is found dead (then held for blame, like a link's).
   bool checkSmallPeer(int peer);
   bool reapAndRunLocals(Op* op);
-  bool runLocal(Op* op, const Step& s);
+  bool runLocal(Op* op, const Step& s, bool* whole);
+  // Whether the copy step s (w: its resolved buffers) runs a piece of copyPiece_ bytes now instead of
+  // whole: one that is larger, does not overlap itself, and runs while some transfer of the op is
+  // still under way (or was started in pieces). Between its pieces the transports progress, so a
+  // rank copying its own AllToAll block keeps its sockets moving (whole, a 2-rank AllToAll over tcp
+  // copied 32 MiB while its peer spun on a full send socket and an empty receive one).
+  bool copyInPieces(const Op* op, const Step& s, const LocalWork& w) const;
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
   bool checkHeaders(const CallHeader& mine, const CallHeader& theirs);
   void failAll();
@@ -372,8 +379,9 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::thread bg_;
   // From the communicator's settings (src/settings.h), whose table holds the defaults.
-  int64_t spinNs_ = 0;     // BRAID_SPIN_US; 0 when ranks outnumber cores
-  double timeoutSec_ = 0;  // BRAID_TIMEOUT
+  int64_t spinNs_ = 0;      // BRAID_SPIN_US; 0 when ranks outnumber cores
+  uint64_t copyPiece_ = 0;  // BRAID_COPY_PIECE (Engine::copyInPieces)
+  double timeoutSec_ = 0;   // BRAID_TIMEOUT
 };
 
 }  // namespace braid

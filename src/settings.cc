@@ -75,6 +75,9 @@ Status readCommSettings(const ConfigOverrides& over, CommSettings* out) {
   s.timeoutSec = static_cast<double>(timeout);
   s.transports = paramString("BRAID_TRANSPORTS");
   BRAID_TRY(paramInt("BRAID_SPIN_US", &s.spinUs));
+  int64_t copyPiece = 0;
+  BRAID_TRY(paramInt("BRAID_COPY_PIECE", &copyPiece));
+  s.copyPiece = static_cast<uint64_t>(copyPiece);
   BRAID_TRY(paramBool("BRAID_CHECK_MISMATCH", &s.checkMismatch));
   BRAID_TRY(paramBool("BRAID_FORCE_LOWERING", &s.forceLowering));
   BRAID_TRY(paramBool("BRAID_SHM_DIRECT", &s.shmDirect));

@@ -26,6 +26,7 @@ struct CommSettings {
   double timeoutSec = 0;       // BRAID_TIMEOUT, or config->timeoutSec
   std::string transports;      // BRAID_TRANSPORTS, or config->transports: the preference list
   int64_t spinUs = 0;          // BRAID_SPIN_US
+  uint64_t copyPiece = 0;      // BRAID_COPY_PIECE: local copies in pieces while transfers move, 0 = whole
   bool checkMismatch = false;  // BRAID_CHECK_MISMATCH
   bool p2pTags = false;        // BRAID_P2P_TAGS: the second set of links for tagged point-to-point
   bool forceLowering = false;  // BRAID_FORCE_LOWERING (a test knob: src/lower.h)

@@ -148,6 +148,7 @@ TEST_CASE("a setting out of its range fails init on every rank naming the variab
            std::tuple{"BRAID_SHM_SLOT_SIZE", "1G", "64..64M"},
            std::tuple{"BRAID_TCP_SOCKBUF", "1", "0 or 64K..1G"},
            std::tuple{"BRAID_TCP_CROWD_SNDBUF", "4K", "0 or 64K..1G"},
+           std::tuple{"BRAID_COPY_PIECE", "1K", "0 or 4K..1G"},
            std::tuple{"BRAID_NSOCKS", "17", "1..16"},
            std::tuple{"BRAID_NSOCKS", "0", "1..16"},
            std::tuple{"BRAID_TCP_TEST_DELAY_US", "-5", "BRAID_TCP_TEST_DELAY_US"},
