@@ -30,21 +30,6 @@ constexpr const char* kOpNames[] = {"sum", "prod", "min", "max", "avg"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == braidNumOps);
 constexpr const char* kAverageNames[] = {"rank0", "avg", "min", "max"};
 
-bool parseSize(const char* s, size_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s || errno != 0 || *s == '-') return false;
-  int shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10;
-  if (*end == 'M' || *end == 'm') shift = 20;
-  if (*end == 'G' || *end == 'g') shift = 30;
-  if (shift != 0) ++end;
-  if (*end != '\0' || (shift != 0 && v > (~0ull >> shift))) return false;
-  *out = static_cast<size_t>(v << shift);
-  return true;
-}
-
 bool parseInt(const char* s, long lo, long hi, int* out) {
   char* end = nullptr;
   errno = 0;
@@ -240,5 +225,20 @@ size_t typeSize(braidDataType_t type) { return kTypes[type].size; }
 bool typeIsFloat(braidDataType_t type) { return kTypes[type].isFloat; }
 const char* opName(braidRedOp_t op) { return kOpNames[op]; }
 const char* averageName(int average) { return kAverageNames[average]; }
+
+bool parseSize(const char* s, size_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (end == s || errno != 0 || *s == '-') return false;
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10;
+  if (*end == 'M' || *end == 'm') shift = 20;
+  if (*end == 'G' || *end == 'g') shift = 30;
+  if (shift != 0) ++end;
+  if (*end != '\0' || (shift != 0 && v > (~0ull >> shift))) return false;
+  *out = static_cast<size_t>(v << shift);
+  return true;
+}
 
 }  // namespace braid::perf

@@ -37,6 +37,10 @@ struct Options {
 // gets clamp(budget / bytes, 5, 1000) timed iterations and a tenth of that (at least 5) to warm up.
 void budgetIters(size_t budget, size_t bytes, int* iters, int* warmup);
 
+// A byte count as the flags take it: digits with an optional K, M or G (powers of 1024); false for
+// anything else or an overflow.
+bool parseSize(const char* s, size_t* out);
+
 // Parses argv. -h prints the help and exits 0; a bad flag prints one line and exits 2.
 Options parseOptions(int argc, char** argv);
 
