@@ -225,9 +225,8 @@ const std::vector<ParamInfo> kParams = {
     // Algorithms and executor.
     bytes("BRAID_CHUNK_SIZE", "256K", 64, kGi, "pipelining chunk of the ring and chain algorithms, in bytes"),
     integer("BRAID_SPIN_US", "50", 0, 1e6, "microseconds a waiter spins before yielding the CPU"),
-    // 2-rank AllToAll over tcp, back-to-back calls, one process alternating communicators with and
-    // without: 1.04-1.7x at 4-64 MiB, other collectives and shm within the noise
-    // (perf/results/2026-12-06-copy-pieces.md).
+    // 2-rank AllToAll over tcp at 8-64 MiB: 1.02-1.32x in every measurement but one (0.99), other
+    // collectives and shm within the noise (perf/results/2026-12-06-copy-pieces.md).
     bytes("BRAID_COPY_PIECE", "256K", 4 * kKi, kGi,
           "a call's local copy larger than this (an AllToAll's or AllGather's own block, an out-of-place "
           "Broadcast root's) runs in pieces of this size, the transports progressing between them, while the "
