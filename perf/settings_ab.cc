@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -124,9 +125,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "settings_ab: '%s' is not NAME=value[,NAME=value...] or -\n", argv[optind + s]);
       return 2;
     }
-    for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+    // Set for the split, which reads them; then the launcher's environment again for the next one.
+    std::vector<std::pair<std::string, std::optional<std::string>>> before;
+    for (const auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      before.emplace_back(k, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+      setenv(k.c_str(), v.c_str(), 1);
+    }
     must(braidCommSplit(world, 0, rank, &comms[s]), "braidCommSplit");
-    for (const auto& [k, v] : vars) unsetenv(k.c_str());
+    for (auto it = before.rbegin(); it != before.rend(); ++it) {
+      if (it->second) {
+        setenv(it->first.c_str(), it->second->c_str(), 1);
+      } else {
+        unsetenv(it->first.c_str());
+      }
+    }
   }
   char* recv = static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
   char* send = inPlace ? recv : static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
