@@ -515,9 +515,10 @@ bool Engine::runLocal(Op* op, const Step& s, bool* whole) {
       w.nranks = op->plan->nranks;
       w.stream = op->streamOut && s.kind == StepKind::kCopy && s.dst.buf == Buf::kRecv;
       Step piece;
-      if (s.kind == StepKind::kCopy && copyInPieces(op, s, w)) {
+      const uint64_t now = s.kind == StepKind::kCopy ? copyNow(op, s, w) : s.bytes;
+      if (now != s.bytes) {
         piece = s;
-        piece.bytes = std::min(copyPiece_, s.bytes - op->localAt);
+        piece.bytes = now;
         w.step = &piece;
         w.dst += op->localAt;
         w.src += op->localAt;
@@ -540,12 +541,15 @@ bool Engine::runLocal(Op* op, const Step& s, bool* whole) {
   return false;
 }
 
-bool Engine::copyInPieces(const Op* op, const Step& s, const LocalWork& w) const {
-  if (copyPiece_ == 0) return false;
-  if (op->localAt != 0) return true;  // started in pieces: goes on so
-  if (s.bytes <= copyPiece_ || overlaps(w.dst, s.bytes, w.src, s.bytes)) return false;
-  // Only while some transfer of the op is still to finish: alone, the copy runs whole.
-  return op->remaining > op->plan->locals.size() - op->localNext;
+uint64_t Engine::copyNow(const Op* op, const Step& s, const LocalWork& w) const {
+  const uint64_t left = s.bytes - op->localAt;
+  if (copyPiece_ == 0 || left <= copyPiece_) return left;
+  if (op->localAt == 0 && overlaps(w.dst, s.bytes, w.src, s.bytes)) return left;
+  // A transfer of the op on the wire: a piece, then the transports. None (the op's transfers wait for
+  // this copy, as an out-of-place AllReduce's for its input copy, or are done): the rest at once.
+  for (const Op::Cursor& c : op->cursors)
+    if (c.sendPost > c.sendDone || c.recvPost > c.recvDone) return copyPiece_;
+  return left;
 }
 
 void Engine::markDone(Op* op) {

@@ -290,12 +290,13 @@ class Engine {
   bool checkSmallPeer(int peer);
   bool reapAndRunLocals(Op* op);
   bool runLocal(Op* op, const Step& s, bool* whole);
-  // Whether the copy step s (w: its resolved buffers) runs a piece of copyPiece_ bytes now instead of
-  // whole: one that is larger, does not overlap itself, and runs while some transfer of the op is
-  // still under way (or was started in pieces). Between its pieces the transports progress, so a
-  // rank copying its own AllToAll block keeps its sockets moving (whole, a 2-rank AllToAll over tcp
-  // copied 32 MiB while its peer spun on a full send socket and an empty receive one).
-  bool copyInPieces(const Op* op, const Step& s, const LocalWork& w) const;
+  // How many bytes of the copy step s (w: its resolved buffers) to copy now, from op->localAt: all
+  // that is left, or copyPiece_ bytes while some transfer of the op is on the wire (posted, not yet
+  // reaped) and more than that is left of a copy that does not overlap itself. The transports
+  // progress between the pieces, so a rank copying its own AllToAll block keeps its sockets moving
+  // (whole, a 2-rank AllToAll over tcp copied 32 MiB while its peer spun on a full send socket and
+  // an empty receive one).
+  uint64_t copyNow(const Op* op, const Step& s, const LocalWork& w) const;
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
   bool checkHeaders(const CallHeader& mine, const CallHeader& theirs);
   void failAll();
@@ -380,7 +381,7 @@ class Engine {
   std::thread bg_;
   // From the communicator's settings (src/settings.h), whose table holds the defaults.
   int64_t spinNs_ = 0;      // BRAID_SPIN_US; 0 when ranks outnumber cores
-  uint64_t copyPiece_ = 0;  // BRAID_COPY_PIECE (Engine::copyInPieces)
+  uint64_t copyPiece_ = 0;  // BRAID_COPY_PIECE (Engine::copyNow)
   double timeoutSec_ = 0;   // BRAID_TIMEOUT
 };
 
