@@ -6,8 +6,9 @@
 // apart share it. What it cannot show: the effect of a setting on the calls around it (a block of
 // back-to-back calls per setting, -k, keeps most of that). And communicators are not alike: the same
 // setting in three communicators of one job measured up to 1.5x apart (267, 385 and 387 us; shm,
-// 2-rank Reduce of 4 MiB, whose plan has no step BRAID_COPY_PIECE touches), over tcp within 5% (2-rank
-// AllToAll of 16 MiB); give "-" more than once to see that spread before reading a ratio.
+// 2-rank Reduce of 4 MiB, whose plan has no step BRAID_COPY_PIECE touches), over tcp within 10% (2-rank
+// AllToAll of 16 MiB); give "-" more than once to see that spread before reading a ratio, and repeat
+// the job (each draws its communicators afresh).
 //
 //   braidrun -n 2 build/perf/settings_ab -c alltoall -b 64M -r 20 -k 4 - BRAID_COPY_PIECE=0
 //
