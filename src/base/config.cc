@@ -229,8 +229,8 @@ const std::vector<ParamInfo> kParams = {
     // collectives and shm within the noise (perf/results/2026-12-06-copy-pieces.md).
     bytes("BRAID_COPY_PIECE", "256K", 4 * kKi, kGi,
           "a call's local copy larger than this (an AllToAll's or AllGather's own block, an out-of-place "
-          "Broadcast root's) runs in pieces of this size, the transports progressing between them, while the "
-          "call's transfers are under way (0: whole)",
+          "Broadcast root's) runs in pieces of this size, the transports progressing between them, while a "
+          "transfer of the call is on the wire (0: whole)",
           true),
     // Logging.
     oneOf("BRAID_DEBUG", "WARN", "NONE|WARN|INFO|TRACE|0", "log level (0 = NONE)"),
