@@ -4,11 +4,12 @@
 // round. On a VM whose speed moves 2-4x from one second to the next (this project's), settings compared
 // in separate runs, even interleaved runs, differ by the moment they ran in; calls a few milliseconds
 // apart share it. What it cannot show: the effect of a setting on the calls around it (a block of
-// back-to-back calls per setting, -k, keeps most of that). And communicators are not alike: the same
-// setting in three communicators of one job measured up to 1.5x apart (267, 385 and 387 us; shm,
-// 2-rank Reduce of 4 MiB, whose plan has no step BRAID_COPY_PIECE touches), over tcp within 10% (2-rank
-// AllToAll of 16 MiB); give "-" more than once to see that spread before reading a ratio, and repeat
-// the job (each draws its communicators afresh).
+// back-to-back calls per setting, -k, keeps most of that). Nor does it make the medians agree: the
+// same setting given three times in one job measured up to 1.5x apart (267, 385 and 387 us; shm,
+// 2-rank Reduce of 4 MiB, 15 rounds), 1.04-1.43x apart over four jobs of 20 rounds with four copies,
+// over tcp within 10% (2-rank AllToAll of 16 MiB): the VM's two speeds reach the blocks unevenly (a
+// copy's quartiles spanned 257-393 us), or the communicators differ; not told apart. Give "-" more
+// than once to see that spread before reading a ratio, and repeat the job.
 //
 //   braidrun -n 2 build/perf/settings_ab -c alltoall -b 64M -r 20 -k 4 - BRAID_COPY_PIECE=0
 //
