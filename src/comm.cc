@@ -18,6 +18,7 @@
 #include "src/cuda/runtime.h"
 #include "src/link_check.h"
 #include "src/peer_maps.h"
+#include "topology/topology.h"
 #include "transports/mailbox.h"
 
 std::string braidComm::describeRank(int r) const { return braid::describePeer(peers, r); }
@@ -346,7 +347,7 @@ Status connectLinks(braidComm* comm, Deadline deadline, const uint8_t* secret) {
 // Small collectives run on mailboxes (src/small_coll.h) only if every rank has them toward every
 // other, of one capacity: each rank says what its links have, and all take the same verdict, so
 // that every rank runs the same calls there. (A pair that the self-test moved to tcp has none.)
-// What each rank says at init about its mailboxes and its memory (agreeOnMailboxes).
+// What each rank says at init about its mailboxes, its memory and its links (agreeOnMailboxes).
 struct MailAgreement {
   uint64_t capacity = 0;  // the mailboxes' capacity toward every peer, 0 when some link has none
   int64_t pid = 0;
@@ -355,6 +356,9 @@ struct MailAgreement {
   int32_t direct = 0;   // BRAID_SHM_DIRECT
   int32_t cudaIpc = 0;  // BRAID_CUDA_IPC, and a CUDA device
   char busId[32] = {};  // that device's PCI bus id
+  // 1 when every link to a rank of this host receives with two copies (Link::receivesTwoCopies),
+  // for the cost model (tableAfterLinks).
+  int32_t twoCopies = 0;
 };
 
 // A memory file of one page for the peers' probe; false without memfd.
@@ -413,8 +417,13 @@ Status agreeOnCudaIpc(braidComm* comm, const std::vector<MailAgreement>& all, De
   return okStatus();
 }
 
-Status agreeOnMailboxes(braidComm* comm, Deadline deadline) {
+Status agreeOnMailboxes(braidComm* comm, Deadline deadline, std::vector<uint8_t>* twoCopies) {
   MailAgreement mine;
+  mine.twoCopies = comm->localRanks > 0 ? 1 : 0;
+  for (int p = 0; p < comm->nranks; ++p)
+    if (p != comm->rank && strcmp(comm->peers[p].hostId, comm->peers[comm->rank].hostId) == 0 &&
+        (comm->links[p] == nullptr || !comm->links[p]->receivesTwoCopies()))
+      mine.twoCopies = 0;
   mine.capacity = comm->nranks > 1 ? UINT64_MAX : 0;
   for (int p = 0; p < comm->nranks && mine.capacity != 0; ++p) {
     if (p == comm->rank) continue;
@@ -438,6 +447,8 @@ Status agreeOnMailboxes(braidComm* comm, Deadline deadline) {
   } closeProbe{probe};
   std::vector<MailAgreement> all(comm->nranks);
   BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
+  twoCopies->resize(comm->nranks);
+  for (int r = 0; r < comm->nranks; ++r) (*twoCopies)[r] = all[r].twoCopies != 0 ? 1 : 0;
   comm->mailBytes = static_cast<size_t>(mine.capacity);
   bool direct = true;
   for (const MailAgreement& a : all) {
@@ -506,9 +517,12 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
   BRAID_TRY(gatherListeners(comm.get(), deadline));
   for (const PeerInfo& p : comm->peers)
     if (strcmp(p.hostId, me.hostId) == 0 && p.rank != rank) comm->localRanks++;
-  BRAID_TRY(setupTopology(comm.get(), deadline));
+  topo::TopoFile local;
+  BRAID_TRY(setupTopology(comm.get(), deadline, &local));
   BRAID_TRY(connectLinks(comm.get(), deadline, id.secret));
-  BRAID_TRY(agreeOnMailboxes(comm.get(), deadline));
+  std::vector<uint8_t> twoCopies;
+  BRAID_TRY(agreeOnMailboxes(comm.get(), deadline, &twoCopies));
+  BRAID_TRY(tableAfterLinks(comm.get(), twoCopies, &local));
   comm->control = std::make_unique<ControlPlane>(comm.get());
   BRAID_TRY(comm->control->start());
   comm->engine = std::make_unique<Engine>(comm.get(), *comm->control);

@@ -81,6 +81,9 @@ struct braidComm {
 };
 
 namespace braid {
+namespace topo {
+struct TopoFile;  // topology/topology.h
+}
 
 // Collective init over a decoded id (src/comm.cc), with a config's overrides of the environment.
 // *out is set on success only.
@@ -88,8 +91,14 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
 // Reads the launcher's environment (BRAID_*, torchrun, Open MPI, Slurm, PMI).
 Status commInitFromEnv(braidComm** out);
 Status commDestroy(braidComm* comm);
-// Gathers the ranks' hosts and machines and builds the selector (src/comm_topo.cc).
-Status setupTopology(braidComm* comm, Deadline deadline);
+// Gathers the ranks' hosts and machines and builds the selector (src/comm_topo.cc). `local` keeps
+// this rank's machine and costs for tableAfterLinks.
+Status setupTopology(braidComm* comm, Deadline deadline, topo::TopoFile* local);
+// Once the links are up: `twoCopies[r]` says whether rank r's links to its host's other ranks all
+// receive with two copies (Link::receivesTwoCopies), gathered alike on every rank. Hosts where all
+// ranks say so are priced accordingly (ClusterShape::hostTwoCopies) and the table built again; then
+// it is printed (BRAID_DEBUG_SUBSYS=TUNE) and dumped (BRAID_TOPO_DUMP_FILE).
+Status tableAfterLinks(braidComm* comm, const std::vector<uint8_t>& twoCopies, topo::TopoFile* local);
 void commAbort(braidComm* comm);
 // A communicator of the parent's ranks `members` (new rank i = members[i]), built over the parent's
 // listeners; collective over the members. `tag` must be the same on all of them and unique per

@@ -1,7 +1,8 @@
 // The communicator's view of the cluster, built at init: each rank's machine (detected once per
 // process, or loaded from BRAID_TOPO_FILE), gathered per host; the cost constants; and the
 // selector's table. Every rank must arrive at the same table, or two ranks could run different
-// algorithms for one call: a table that differs is an init error naming the rank.
+// algorithms for one call: a table that differs is an init error naming the rank. Once the links
+// are up, what they said about the hosts' copies (gathered alike everywhere) may refine it.
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,8 +45,8 @@ std::string dumpPath(const std::string& pattern, int rank, const char* host) {
 
 }  // namespace
 
-Status setupTopology(braidComm* comm, Deadline deadline) {
-  topo::TopoFile local;
+Status setupTopology(braidComm* comm, Deadline deadline, topo::TopoFile* out) {
+  topo::TopoFile& local = *out;
   std::string file = paramString("BRAID_TOPO_FILE");
   local.cost = topo::CostParams::defaults();
   if (!file.empty()) {
@@ -122,16 +123,33 @@ Status setupTopology(braidComm* comm, Deadline deadline) {
                       v.name, static_cast<unsigned long long>(v.theirs), comm->describeRank(r).c_str(),
                       static_cast<unsigned long long>(v.ours), comm->rank);
   }
+  return okStatus();
+}
+
+Status tableAfterLinks(braidComm* comm, const std::vector<uint8_t>& twoCopies, topo::TopoFile* local) {
+  topo::ClusterShape& c = comm->cluster;
+  const int n = comm->nranks;
+  // A host counts only when all its ranks say so: a rank that takes some of them by single copy (or
+  // a socket) keeps the one-copy price for the whole host, and every rank decides from the same bytes.
+  c.hostTwoCopies.assign(c.nhosts, 1);
+  for (int r = 0; r < n; ++r)
+    if (r >= static_cast<int>(twoCopies.size()) || twoCopies[r] == 0 || c.hostSize[c.hostOf[r]] < 2)
+      c.hostTwoCopies[c.hostOf[r]] = 0;
+  if (std::find(c.hostTwoCopies.begin(), c.hostTwoCopies.end(), 1) != c.hostTwoCopies.end())
+    BRAID_TRY(comm->selector.reshape(c));
+  else
+    c.hostTwoCopies.clear();
   if (comm->rank == 0)
-    BRAID_INFO(kLogTune, "algorithm table for %d ranks on %d hosts%s:\n%s", n, c.nhosts,
-               c.oversubscribed() ? " (more ranks than cores)" : "", table.c_str());
+    BRAID_INFO(kLogTune, "algorithm table for %d ranks on %d hosts%s%s:\n%s", n, c.nhosts,
+               c.oversubscribed() ? " (more ranks than cores)" : "",
+               c.hostTwoCopies.empty() ? "" : " (two copies through the FIFOs)", comm->selector.describe().c_str());
 
   std::string dump = paramString("BRAID_TOPO_DUMP_FILE");
   if (!dump.empty() && (comm->rank == 0 || dump.find("%r") != std::string::npos)) {
-    local.hasCluster = true;
-    local.cluster = c;
+    local->hasCluster = true;
+    local->cluster = c;
     std::string path = dumpPath(dump, comm->rank, comm->peers[comm->rank].hostname);
-    BRAID_TRY(topo::dumpTopoFile(path, local).withContext("BRAID_TOPO_DUMP_FILE"));
+    BRAID_TRY(topo::dumpTopoFile(path, *local).withContext("BRAID_TOPO_DUMP_FILE"));
     BRAID_INFO(kLogTopo, "topology written to %s", path.c_str());
   }
   return okStatus();

@@ -155,11 +155,19 @@ class Model {
   // AllGather, linear: every block goes straight to every rank, all messages at once, so the gather
   // is one message latency plus the bytes. On one host only: across hosts every rank's n - 1 messages
   // hit the network together, where the ring keeps each link to one neighbour.
+  // Through FIFOs with two copies (ClusterShape::hostTwoCopies) a rank copies its own block into n - 1
+  // FIFOs and each of the others out of one, where the ring (the shm transport forwards) copies each
+  // block it passes on out of one FIFO into the output and the next FIFO in one pass: with the own
+  // block's copy into the output, 4n - 2 passes over a block against the ring's 3n. Measured
+  // (perf/results/2026-12-06-allgather-ring-shm.md, 4 ranks on 2 cores, single copy off): the ring
+  // 1.05-1.51x faster from 4 MiB in 18 of 20 jobs, mixed at 256 KiB-1 MiB; with single copy or
+  // over sockets the linear plan stays ahead (tcp: 1.4-1.7x from 1 MiB).
   double linearAllGather(double S) const {
     if (multiHost()) return kInf;
     const int p = n();
     const Rates r = rates(false, c_.maxHostSize());
-    return r.alphaUs + (p - 1) * (S / p) * r.betaUs;
+    const double passes = c_.twoCopies(0) ? (4.0 * p - 2) / (3.0 * p) : 1.0;
+    return r.alphaUs + (p - 1) * (S / p) * r.betaUs * passes;
   }
 
   // Gather/Scatter, binomial tree: ceil(log2 n) message steps on the critical path, and the root

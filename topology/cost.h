@@ -60,6 +60,11 @@ struct ClusterShape {
   int nhosts = 1;
   std::vector<int> hostSize;   // ranks per host
   std::vector<int> hostCores;  // cores per host (0 = unknown)
+  // Per host, 1 where every rank's links to the host's other ranks receive through shared buffers
+  // with two copies of each byte (Link::receivesTwoCopies: the shm FIFO, single copy off); empty or
+  // 0 = not known to (single copy, sockets, a shape made up for braid-topo). Learnt after the links
+  // connect (src/comm_topo.cc tableAfterLinks); a topology file's cluster line may say it (fifo=).
+  std::vector<uint8_t> hostTwoCopies;
 
   // Every rank on one host; `cores` per host.
   static ClusterShape single(int nranks, int cores);
@@ -68,6 +73,9 @@ struct ClusterShape {
   static ClusterShape blocks(int nranks, int hosts, int cores);
   bool oversubscribed() const;  // some host runs more ranks than it has cores
   int maxHostSize() const;
+  bool twoCopies(int host) const {
+    return host >= 0 && host < static_cast<int>(hostTwoCopies.size()) && hostTwoCopies[host] != 0;
+  }
 };
 
 // Predicted microseconds for `coll` of `bytes` (the call's buffer: AllReduce/Broadcast/Reduce the

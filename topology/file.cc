@@ -135,7 +135,15 @@ void formatCluster(const ClusterShape& c, std::string* out) {
     if (h) cores += ',';
     cores += std::to_string(h < static_cast<int>(c.hostCores.size()) ? c.hostCores[h] : 0);
   }
-  *out += "cluster ranks=" + std::to_string(nranks) + " hosts=" + hosts + " cores=" + cores + "\n";
+  *out += "cluster ranks=" + std::to_string(nranks) + " hosts=" + hosts + " cores=" + cores;
+  // fifo= only where some host has it, so that a shape that says nothing writes what it always did.
+  bool anyFifo = false;
+  for (int h = 0; h < nhosts; ++h) anyFifo = anyFifo || c.twoCopies(h);
+  if (anyFifo) {
+    *out += " fifo=";
+    for (int h = 0; h < nhosts; ++h) *out += std::string(h ? "," : "") + (c.twoCopies(h) ? "1" : "0");
+  }
+  *out += "\n";
 }
 
 }  // namespace
@@ -598,11 +606,14 @@ Status Parser::clusterLine() {
   Token t;
   bool got = false;
   int64_t ranks = 0;
-  std::vector<int> hosts, cores;
+  std::vector<int> hosts, cores, fifo;
   for (;;) {
     BRAID_TRY(nextToken(&t, &got));
     if (!got) break;
-    if (t.key == "ranks") {
+    if (t.key == "fifo") {
+      BRAID_TRY(seen(t, 8, &mask));
+      BRAID_TRY(intList(t, 0, 1, kMaxRanks, &fifo));
+    } else if (t.key == "ranks") {
       BRAID_TRY(seen(t, 1, &mask));
       BRAID_TRY(integer(t, 1, kMaxRanks, &ranks));
     } else if (t.key == "hosts") {
@@ -615,7 +626,7 @@ Status Parser::clusterLine() {
       return unknownKey(t, "cluster");
     }
   }
-  if (mask != 7) return fail("a cluster line needs ranks=, hosts= and cores=");
+  if ((mask & 7) != 7) return fail("a cluster line needs ranks=, hosts= and cores=");
   if (static_cast<int64_t>(hosts.size()) != ranks) {
     return fail("hosts= lists %zu ranks, ranks=%lld", hosts.size(), static_cast<long long>(ranks));
   }
@@ -632,6 +643,11 @@ Status Parser::clusterLine() {
   if (static_cast<int>(cores.size()) != c.nhosts)
     return fail("cores= lists %zu hosts, hosts= has %d", cores.size(), c.nhosts);
   c.hostCores = std::move(cores);
+  if ((mask & 8) != 0) {
+    if (static_cast<int>(fifo.size()) != c.nhosts)
+      return fail("fifo= lists %zu hosts, hosts= has %d", fifo.size(), c.nhosts);
+    c.hostTwoCopies.assign(fifo.begin(), fifo.end());
+  }
   f_.hasCluster = true;
   f_.cluster = std::move(c);
   return okStatus();

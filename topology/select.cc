@@ -127,6 +127,7 @@ Status Selector::init(const ClusterShape& cluster, const CostParams& cost, const
                   "BRAID_ALGO: gossip gives an approximate average; set BRAID_APPROXIMATE=1 to allow it");
   cluster_ = cluster;
   cost_ = cost;
+  spec_ = algoSpec;
   approximate_ = approximate;
   forced_ = forced;
   for (Coll c : kTabled) {

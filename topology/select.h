@@ -21,6 +21,13 @@ class Selector {
   // collective or an algorithm the collective lacks is braidInvalidArgument. `approximate` allows
   // gossip for AllReduce with op avg.
   Status init(const ClusterShape& cluster, const CostParams& cost, const std::string& algoSpec, bool approximate);
+  // Builds the table again for `cluster` with init's costs, BRAID_ALGO and approximation.
+  Status reshape(const ClusterShape& cluster) {
+    const CostParams cost = cost_;
+    const std::string spec = spec_;
+    return init(cluster, cost, spec, approximate_);
+  }
+  const ClusterShape& cluster() const { return cluster_; }
 
   // The algorithm for a call of `bytes` (as predictUs counts them). `avgFloat`: op avg on a
   // floating-point type (only then may an approximate comm use gossip).
@@ -51,6 +58,7 @@ class Selector {
   std::array<bool, kColls> forced_{};
   ClusterShape cluster_;
   CostParams cost_;
+  std::string spec_;
   bool approximate_ = false;
 };
 

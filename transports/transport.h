@@ -159,6 +159,11 @@ class Link {
   // progress() makes while idle, whether the peer still exists (braidRemoteError naming it when
   // not). Cheap enough to call on every idle pass.
   virtual Status peerCheck() { return okStatus(); }
+  // Whether the messages this link receives come through a buffer that both processes map, copied
+  // in by the sender and out by this rank: two copies of every byte, the shm FIFO without single
+  // copy. The cost model prices a plan that sends one block to many peers by it (topology/cost.h,
+  // ClusterShape::hostTwoCopies).
+  virtual bool receivesTwoCopies() const { return false; }
 };
 
 // What a transport publishes about this rank before connecting (its fabric id, GID, GPU UUID;

@@ -115,3 +115,41 @@ TEST_CASE("the algorithm named by BRAID_ALGO is the one that runs", "[mp][topo]"
     REQUIRE(allOk(res));
   }
 }
+
+// Ranks whose links all receive through the shm FIFOs (single copy off) say so after connecting,
+// and the table prices the linear AllGather's extra copies: the ring from some size on, the same
+// table on every rank, written into the dump. Over sockets nothing changes.
+TEST_CASE("the links' copies reach the algorithm table", "[mp][topo]") {
+  ScratchDir dir("topo-copies");
+  const std::string dump = dir.path() + "/fifo.topo";
+  const uint64_t large = uint64_t{1} << 26;
+  auto check = [&](const Env& env, bool fifo) {
+    auto res = runComm(4, env, [&](braidComm_t comm, int rank, int n) {
+      braidComm* c = internalsOf(comm);
+      const bool said = c->cluster.hostTwoCopies.size() == 1 && c->cluster.hostTwoCopies[0] == 1;
+      if (said != fifo) return fail(rank, "hostTwoCopies says %d, expected %d", said ? 1 : 0, fifo ? 1 : 0);
+      const braid::Algo want = fifo ? braid::Algo::kRing : braid::Algo::kLinear;
+      if (c->selector.pick(braid::Coll::kAllGather, large) != want)
+        return fail(rank, "AllGather of 64 MiB picks %d",
+                    static_cast<int>(c->selector.pick(braid::Coll::kAllGather, large)));
+      if (c->selector.pick(braid::Coll::kAllGather, 4096) != braid::Algo::kLinear)
+        return fail(rank, "AllGather of 4 KiB is not linear");
+      // A call on the chosen plan, large enough for it, is still right.
+      const size_t count = (size_t{3} << 20) / sizeof(int32_t);
+      std::vector<int32_t> in(count), out(count * n, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(rank * 1000003 + i);
+      CHECK_BRAID(rank, braidAllGather(in.data(), out.data(), count, braidInt32, comm, nullptr));
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; i += 997)
+          if (out[r * count + i] != static_cast<int32_t>(r * 1000003 + i))
+            return fail(rank, "block %d element %zu is %d", r, i, out[r * count + i]);
+      return 0;
+    });
+    INFO(describe(res));
+    REQUIRE(allOk(res));
+  };
+  check({{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_CMA", "0"}, {"BRAID_TOPO_DUMP_FILE", dump}}, true);
+  CHECK(readFile(dump).find("cluster ranks=4 hosts=0,0,0,0 cores=") != std::string::npos);
+  CHECK(readFile(dump).find(" fifo=1\n") != std::string::npos);
+  check({{"BRAID_TRANSPORTS", "tcp"}}, false);
+}

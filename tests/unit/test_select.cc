@@ -222,6 +222,38 @@ TEST_CASE("AllGather goes linear on one host and ring across hosts", "[unit][sel
   CHECK(two.pick(Coll::kAllGather, 1 << 20) == Algo::kRing);
 }
 
+TEST_CASE("AllGather through two-copy FIFOs: linear for small calls, the ring for large ones", "[unit][select]") {
+  // A host whose ranks receive through the shm FIFOs (single copy off) pays 4n - 2 passes over a
+  // block for the linear gather against the ring's 3n; the ring's n - 2 extra message steps win
+  // it the small calls back. Two ranks: the same passes either way, so nothing changes.
+  for (int n : {3, 4, 8}) {
+    ClusterShape c = ClusterShape::single(n, 2);
+    c.hostTwoCopies = {1};
+    const Selector fifo = make(c);
+    INFO("n=" << n);
+    CHECK(fifo.pick(Coll::kAllGather, 16) == Algo::kLinear);
+    CHECK(fifo.pick(Coll::kAllGather, 64 << 10) == Algo::kLinear);
+    CHECK(fifo.pick(Coll::kAllGather, uint64_t{1} << 26) == Algo::kRing);
+    CHECK(predictUs(Coll::kAllGather, Algo::kLinear, 1 << 26, c, CostParams::defaults()) >
+          predictUs(Coll::kAllGather, Algo::kLinear, 1 << 26, ClusterShape::single(n, 2), CostParams::defaults()));
+    // The other collectives do not read it.
+    CHECK(fifo.pick(Coll::kAllReduce, uint64_t{1} << 26) ==
+          make(ClusterShape::single(n, 2)).pick(Coll::kAllReduce, uint64_t{1} << 26));
+  }
+  ClusterShape two = ClusterShape::single(2, 2);
+  two.hostTwoCopies = {1};
+  CHECK(make(two).describe() == make(ClusterShape::single(2, 2)).describe());
+  // BRAID_ALGO still wins, and reshape keeps it.
+  ClusterShape four = ClusterShape::single(4, 2);
+  Selector forced = make(four, "allgather:linear");
+  four.hostTwoCopies = {1};
+  REQUIRE(forced.reshape(four).ok());
+  CHECK(forced.pick(Coll::kAllGather, uint64_t{1} << 26) == Algo::kLinear);
+  Selector model = make(ClusterShape::single(4, 2));
+  REQUIRE(model.reshape(four).ok());
+  CHECK(model.pick(Coll::kAllGather, uint64_t{1} << 26) == Algo::kRing);
+}
+
 TEST_CASE("two ranks on one host: recursive doubling up to 512 KiB, the ring from 1 MiB", "[unit][select]") {
   // The ring's reduce-scatter and all-gather wait on each other a chunk each way (topology/cost.cc);
   // recursive doubling, one exchange, does not. Measured on 2 ranks over shm, recursive doubling was

@@ -598,6 +598,9 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
       links[i]->enableCmaSend(cfg.cmaMin, cfg.cmaSplit);
       ++cmaLinks;
     }
+    // The peer took the same host-wide decision (BRAID_SHM_CMA alike on both), so it sends to us
+    // by single copy exactly when we accept it.
+    links[i]->setCmaIn(fastEnough && links[i]->cmaRecv());
     links_.push_back({links[i].get(), peers[i]});
     (*out)[i] = std::move(links[i]);
   }

@@ -87,6 +87,7 @@ class ShmLink final : public Link {
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
   const Mailboxes* mailboxes() const override { return mail_.capacity > 0 ? &mail_ : nullptr; }
   Status peerCheck() override { return checkPeerAlive(); }
+  bool receivesTwoCopies() const override { return !cmaIn_; }
 
   FifoControl* inControl() const { return in_.control(); }
   FifoControl* outControl() const { return out_.control(); }
@@ -94,6 +95,9 @@ class ShmLink final : public Link {
   bool cmaRecv() const { return cmaRecv_; }
   // Whether this link sends by single copy (enableCmaSend was called).
   bool cmaSend() const { return cmaSend_; }
+  // Called by connect() before first use: whether the peer sends to us by single copy (our probe
+  // passed and the host decided for CMA), for receivesTwoCopies.
+  void setCmaIn(bool on) { cmaIn_ = on; }
   // Called by connect() before first use when the peer accepts CMA: messages of at least `minBytes`
   // (>= 1) are then sent by single copy. The peer may then also write into our buffers (the same
   // permission): with `split`, our single-copy receives offer it some of their pieces (cmaStep).
@@ -148,6 +152,7 @@ class ShmLink final : public Link {
   bool recvCma_ = false;      // the front receive reads from recvCmaAddr_ by CMA
   bool cmaSend_ = false;
   bool cmaRecv_ = false;
+  bool cmaIn_ = false;
   uint32_t idleCalls_ = 0;
 
   uint64_t sendSeq_ = 0;    // absolute number of the next slot to fill
