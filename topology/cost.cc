@@ -157,16 +157,17 @@ class Model {
   // hit the network together, where the ring keeps each link to one neighbour.
   // Through FIFOs with two copies (ClusterShape::hostTwoCopies) a rank copies its own block into n - 1
   // FIFOs and each of the others out of one, where the ring (the shm transport forwards) copies each
-  // block it passes on out of one FIFO into the output and the next FIFO in one pass: with the own
-  // block's copy into the output, 4n - 2 passes over a block against the ring's 3n. Measured
-  // (perf/results/2026-12-06-allgather-ring-shm.md, 4 ranks on 2 cores, single copy off): the ring
-  // 1.05-1.51x faster from 4 MiB in 18 of 20 jobs, mixed at 256 KiB-1 MiB; with single copy or
-  // over sockets the linear plan stays ahead (tcp: 1.4-1.7x from 1 MiB).
+  // block it passes on out of one FIFO into the output and the next FIFO in one pass: 4n - 4 passes
+  // over a block in the transfers against the ring's 3n - 2 (the own block's copy into the output,
+  // the same in both, is not in beta's bytes). Measured (perf/results/2026-12-06-allgather-ring-shm.md
+  // and 2026-12-07-allgather-fifo-table.md, 3-4 ranks on 2 cores, single copy off): the ring ahead
+  // from 512 KiB-1 MiB, 1.05-1.5x; with single copy or over sockets the linear plan stays ahead
+  // (tcp: 1.4-1.7x from 1 MiB). With these passes the table switches at 1 MiB for 3 and 4 ranks.
   double linearAllGather(double S) const {
     if (multiHost()) return kInf;
     const int p = n();
     const Rates r = rates(false, c_.maxHostSize());
-    const double passes = c_.twoCopies(0) ? (4.0 * p - 2) / (3.0 * p) : 1.0;
+    const double passes = c_.twoCopies(0) ? (4.0 * p - 4) / (3.0 * p - 2) : 1.0;
     return r.alphaUs + (p - 1) * (S / p) * r.betaUs * passes;
   }
 

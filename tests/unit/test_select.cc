@@ -223,9 +223,9 @@ TEST_CASE("AllGather goes linear on one host and ring across hosts", "[unit][sel
 }
 
 TEST_CASE("AllGather through two-copy FIFOs: linear for small calls, the ring for large ones", "[unit][select]") {
-  // A host whose ranks receive through the shm FIFOs (single copy off) pays 4n - 2 passes over a
-  // block for the linear gather against the ring's 3n; the ring's n - 2 extra message steps win
-  // it the small calls back. Two ranks: the same passes either way, so nothing changes.
+  // A host whose ranks receive through the shm FIFOs (single copy off) pays 4n - 4 passes over a
+  // block in the linear gather's transfers against the ring's 3n - 2; the ring's n - 2 extra
+  // message steps win it the small calls back. Two ranks: the same passes either way.
   for (int n : {3, 4, 8}) {
     ClusterShape c = ClusterShape::single(n, 2);
     c.hostTwoCopies = {1};
