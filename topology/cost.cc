@@ -160,7 +160,7 @@ class Model {
   // block it passes on out of one FIFO into the output and the next FIFO in one pass: 4n - 4 passes
   // over a block in the transfers against the ring's 3n - 2 (the own block's copy into the output,
   // the same in both, is not in beta's bytes). Measured (perf/results/2026-12-06-allgather-ring-shm.md
-  // and 2026-12-07-allgather-fifo-table.md, 3-4 ranks on 2 cores, single copy off): the ring ahead
+  // and 2026-12-06-allgather-fifo-table.md, 3-4 ranks on 2 cores, single copy off): the ring ahead
   // from 512 KiB-1 MiB, 1.05-1.5x; with single copy or over sockets the linear plan stays ahead
   // (tcp: 1.4-1.7x from 1 MiB). With these passes the table switches at 1 MiB for 3 and 4 ranks.
   double linearAllGather(double S) const {
