@@ -149,11 +149,22 @@ void init() { std::call_once(gOnce, doInit); }
 void write(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...) {
   static const char* kLevelNames[] = {"NONE", "WARN", "INFO", "TRACE"};
   init();
-  char msg[1024];
-  va_list ap;
+  // Most messages fit the stack; a longer one (an algorithm table, a plan) is formatted again into
+  // the heap rather than cut at the buffer's end.
+  char small[1024];
+  std::string large;
+  const char* msg = small;
+  va_list ap, again;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_copy(again, ap);
+  const int len = vsnprintf(small, sizeof(small), fmt, ap);
   va_end(ap);
+  if (len >= static_cast<int>(sizeof(small))) {
+    large.resize(static_cast<size_t>(len) + 1);
+    vsnprintf(large.data(), large.size(), fmt, again);
+    msg = large.c_str();
+  }
+  va_end(again);
   char rank[16] = "";
   if (tRank >= 0) snprintf(rank, sizeof(rank), " [%d]", tRank);
   const char* base = strrchr(file, '/');

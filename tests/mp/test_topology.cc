@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -152,4 +153,30 @@ TEST_CASE("the links' copies reach the algorithm table", "[mp][topo]") {
   CHECK(readFile(dump).find("cluster ranks=4 hosts=0,0,0,0 cores=") != std::string::npos);
   CHECK(readFile(dump).find(" fifo=1\n") != std::string::npos);
   check({{"BRAID_TRANSPORTS", "tcp"}}, false);
+}
+
+// The table printed at init is the whole table: it runs to several KiB on 4 ranks, past the
+// logger's stack buffer, which used to cut it off within the AllGather lines.
+TEST_CASE("BRAID_DEBUG_SUBSYS=TUNE prints the whole algorithm table", "[mp][topo]") {
+  ScratchDir dir("topo-tune");
+  const std::string& d = dir.path();
+  auto res = runComm(4,
+                     {{"BRAID_DEBUG", "INFO"},
+                      {"BRAID_DEBUG_SUBSYS", "TUNE"},
+                      {"BRAID_DEBUG_FILE", d + "/log.%p"},
+                      {"BRAID_TRANSPORTS", "shm"},
+                      {"BRAID_SHM_CMA", "0"}},
+                     [&](braidComm_t comm, int rank, int) {
+                       if (rank == 0) std::ofstream(d + "/table") << internalsOf(comm)->selector.describe();
+                       return 0;
+                     });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+  const std::string table = readFile(d + "/table");
+  std::string log;  // every rank's file: only rank 0 prints the table
+  for (const auto& e : std::filesystem::directory_iterator(d))
+    if (e.path().filename().string().rfind("log.", 0) == 0) log += readFile(e.path().string());
+  REQUIRE(table.size() > 1024);
+  CHECK(log.find("algorithm table for 4 ranks on 1 hosts") != std::string::npos);
+  CHECK(log.find(table) != std::string::npos);
 }
