@@ -356,9 +356,9 @@ struct MailAgreement {
   int32_t direct = 0;   // BRAID_SHM_DIRECT
   int32_t cudaIpc = 0;  // BRAID_CUDA_IPC, and a CUDA device
   char busId[32] = {};  // that device's PCI bus id
-  // 1 when every link to a rank of this host receives with two copies (Link::receivesTwoCopies),
-  // for the cost model (tableAfterLinks).
-  int32_t twoCopies = 0;
+  // From how many bytes of a call's buffers on this host its links to the host's ranks receive
+  // with two copies (Link::receiveCopies; ClusterShape::hostTwoCopiesFrom), for tableAfterLinks.
+  uint64_t twoCopiesFrom = topo::ClusterShape::kNever;
 };
 
 // A memory file of one page for the peers' probe; false without memfd.
@@ -417,13 +417,18 @@ Status agreeOnCudaIpc(braidComm* comm, const std::vector<MailAgreement>& all, De
   return okStatus();
 }
 
-Status agreeOnMailboxes(braidComm* comm, Deadline deadline, std::vector<uint8_t>* twoCopies) {
+Status agreeOnMailboxes(braidComm* comm, Deadline deadline, std::vector<uint64_t>* twoCopiesFrom) {
   MailAgreement mine;
-  mine.twoCopies = comm->localRanks > 0 ? 1 : 0;
-  for (int p = 0; p < comm->nranks; ++p)
-    if (p != comm->rank && strcmp(comm->peers[p].hostId, comm->peers[comm->rank].hostId) == 0 &&
-        (comm->links[p] == nullptr || !comm->links[p]->receivesTwoCopies()))
-      mine.twoCopies = 0;
+  // The latest any link of the host gets there: a single-copy link from the cut on, a FIFO at once.
+  mine.twoCopiesFrom = comm->localRanks > 0 ? 0 : topo::ClusterShape::kNever;
+  for (int p = 0; p < comm->nranks; ++p) {
+    if (p == comm->rank || strcmp(comm->peers[p].hostId, comm->peers[comm->rank].hostId) != 0) continue;
+    const Link::Copies k = comm->links[p] != nullptr ? comm->links[p]->receiveCopies() : Link::Copies::kOther;
+    const uint64_t from = k == Link::Copies::kTwo   ? 0
+                          : k == Link::Copies::kOne ? comm->settings.ntStoresMin
+                                                    : topo::ClusterShape::kNever;
+    mine.twoCopiesFrom = std::max(mine.twoCopiesFrom, from);
+  }
   mine.capacity = comm->nranks > 1 ? UINT64_MAX : 0;
   for (int p = 0; p < comm->nranks && mine.capacity != 0; ++p) {
     if (p == comm->rank) continue;
@@ -447,8 +452,8 @@ Status agreeOnMailboxes(braidComm* comm, Deadline deadline, std::vector<uint8_t>
   } closeProbe{probe};
   std::vector<MailAgreement> all(comm->nranks);
   BRAID_TRY(comm->boot->allGather(&mine, sizeof(mine), all.data(), deadline));
-  twoCopies->resize(comm->nranks);
-  for (int r = 0; r < comm->nranks; ++r) (*twoCopies)[r] = all[r].twoCopies != 0 ? 1 : 0;
+  twoCopiesFrom->resize(comm->nranks);
+  for (int r = 0; r < comm->nranks; ++r) (*twoCopiesFrom)[r] = all[r].twoCopiesFrom;
   comm->mailBytes = static_cast<size_t>(mine.capacity);
   bool direct = true;
   for (const MailAgreement& a : all) {
@@ -520,9 +525,9 @@ Status commInit(const UniqueIdData& id, int nranks, int rank, const ConfigOverri
   topo::TopoFile local;
   BRAID_TRY(setupTopology(comm.get(), deadline, &local));
   BRAID_TRY(connectLinks(comm.get(), deadline, id.secret));
-  std::vector<uint8_t> twoCopies;
-  BRAID_TRY(agreeOnMailboxes(comm.get(), deadline, &twoCopies));
-  BRAID_TRY(tableAfterLinks(comm.get(), twoCopies, &local));
+  std::vector<uint64_t> twoCopiesFrom;
+  BRAID_TRY(agreeOnMailboxes(comm.get(), deadline, &twoCopiesFrom));
+  BRAID_TRY(tableAfterLinks(comm.get(), twoCopiesFrom, &local));
   comm->control = std::make_unique<ControlPlane>(comm.get());
   BRAID_TRY(comm->control->start());
   comm->engine = std::make_unique<Engine>(comm.get(), *comm->control);

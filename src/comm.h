@@ -94,11 +94,12 @@ Status commDestroy(braidComm* comm);
 // Gathers the ranks' hosts and machines and builds the selector (src/comm_topo.cc). `local` keeps
 // this rank's machine and costs for tableAfterLinks.
 Status setupTopology(braidComm* comm, Deadline deadline, topo::TopoFile* local);
-// Once the links are up: `twoCopies[r]` says whether rank r's links to its host's other ranks all
-// receive with two copies (Link::receivesTwoCopies), gathered alike on every rank. Hosts where all
-// ranks say so are priced accordingly (ClusterShape::hostTwoCopies) and the table built again; then
-// it is printed (BRAID_DEBUG_SUBSYS=TUNE) and dumped (BRAID_TOPO_DUMP_FILE).
-Status tableAfterLinks(braidComm* comm, const std::vector<uint8_t>& twoCopies, topo::TopoFile* local);
+// Once the links are up: `twoCopiesFrom[r]` says from how many bytes of a call's buffers on its
+// host rank r's links to the host's other ranks receive with two copies (Link::receiveCopies),
+// gathered alike on every rank. A host takes the largest of its ranks' values
+// (ClusterShape::hostTwoCopiesFrom); where some host has one, the table is built again. Then it is
+// printed (BRAID_DEBUG_SUBSYS=TUNE) and dumped (BRAID_TOPO_DUMP_FILE).
+Status tableAfterLinks(braidComm* comm, const std::vector<uint64_t>& twoCopiesFrom, topo::TopoFile* local);
 void commAbort(braidComm* comm);
 // A communicator of the parent's ranks `members` (new rank i = members[i]), built over the parent's
 // listeners; collective over the members. `tag` must be the same on all of them and unique per

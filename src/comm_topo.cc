@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -126,23 +127,31 @@ Status setupTopology(braidComm* comm, Deadline deadline, topo::TopoFile* out) {
   return okStatus();
 }
 
-Status tableAfterLinks(braidComm* comm, const std::vector<uint8_t>& twoCopies, topo::TopoFile* local) {
+Status tableAfterLinks(braidComm* comm, const std::vector<uint64_t>& twoCopiesFrom, topo::TopoFile* local) {
   topo::ClusterShape& c = comm->cluster;
   const int n = comm->nranks;
-  // A host counts only when all its ranks say so: a rank that takes some of them by single copy (or
-  // a socket) keeps the one-copy price for the whole host, and every rank decides from the same bytes.
-  c.hostTwoCopies.assign(c.nhosts, 1);
-  for (int r = 0; r < n; ++r)
-    if (r >= static_cast<int>(twoCopies.size()) || twoCopies[r] == 0 || c.hostSize[c.hostOf[r]] < 2)
-      c.hostTwoCopies[c.hostOf[r]] = 0;
-  if (std::find(c.hostTwoCopies.begin(), c.hostTwoCopies.end(), 1) != c.hostTwoCopies.end())
+  // A host's transfers copy twice only where all its ranks' do: the largest of their values, so a
+  // rank on sockets keeps the one-copy price for the whole host. Every rank decides from the same bytes.
+  c.hostTwoCopiesFrom.assign(c.nhosts, 0);
+  for (int r = 0; r < n; ++r) {
+    uint64_t& from = c.hostTwoCopiesFrom[c.hostOf[r]];
+    from = r < static_cast<int>(twoCopiesFrom.size()) && c.hostSize[c.hostOf[r]] > 1 ? std::max(from, twoCopiesFrom[r])
+                                                                                     : topo::ClusterShape::kNever;
+  }
+  bool some = false;
+  for (uint64_t from : c.hostTwoCopiesFrom) some = some || from != topo::ClusterShape::kNever;
+  if (some)
     BRAID_TRY(comm->selector.reshape(c));
   else
-    c.hostTwoCopies.clear();
-  if (comm->rank == 0)
+    c.hostTwoCopiesFrom.clear();
+  if (comm->rank == 0) {
+    char fifo[96] = "";
+    if (some && c.nhosts == 1)
+      snprintf(fifo, sizeof(fifo), " (two copies through the FIFOs above %llu bytes of a call's buffers)",
+               static_cast<unsigned long long>(c.hostTwoCopiesFrom[0]));
     BRAID_INFO(kLogTune, "algorithm table for %d ranks on %d hosts%s%s:\n%s", n, c.nhosts,
-               c.oversubscribed() ? " (more ranks than cores)" : "",
-               c.hostTwoCopies.empty() ? "" : " (two copies through the FIFOs)", comm->selector.describe().c_str());
+               c.oversubscribed() ? " (more ranks than cores)" : "", fifo, comm->selector.describe().c_str());
+  }
 
   std::string dump = paramString("BRAID_TOPO_DUMP_FILE");
   if (!dump.empty() && (comm->rank == 0 || dump.find("%r") != std::string::npos)) {

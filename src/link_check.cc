@@ -89,7 +89,7 @@ class FaultLink final : public Link {
     return s;
   }
   bool busy() const override { return inner_->busy(); }
-  bool receivesTwoCopies() const override { return inner_->receivesTwoCopies(); }
+  Copies receiveCopies() const override { return inner_->receiveCopies(); }
 
   // Flips a byte of every receive that completed since the last call (completion is in posting
   // order, so the pending ones are a suffix).

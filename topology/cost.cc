@@ -155,19 +155,22 @@ class Model {
   // AllGather, linear: every block goes straight to every rank, all messages at once, so the gather
   // is one message latency plus the bytes. On one host only: across hosts every rank's n - 1 messages
   // hit the network together, where the ring keeps each link to one neighbour.
-  // Through FIFOs with two copies (ClusterShape::hostTwoCopies) a rank copies its own block into n - 1
+  // Through FIFOs with two copies (ClusterShape::hostTwoCopiesFrom) a rank copies its own block into n - 1
   // FIFOs and each of the others out of one, where the ring (the shm transport forwards) copies each
   // block it passes on out of one FIFO into the output and the next FIFO in one pass: 4n - 4 passes
   // over a block in the transfers against the ring's 3n - 2 (the own block's copy into the output,
   // the same in both, is not in beta's bytes). Measured (perf/results/2026-12-06-allgather-ring-shm.md
   // and 2026-12-06-allgather-fifo-table.md, 3-4 ranks on 2 cores, single copy off): the ring ahead
-  // from 512 KiB-1 MiB, 1.05-1.5x; with single copy or over sockets the linear plan stays ahead
-  // (tcp: 1.4-1.7x from 1 MiB). With these passes the table switches at 1 MiB for 3 and 4 ranks.
+  // from 512 KiB-1 MiB, 1.05-1.5x; over sockets the linear plan stays ahead (tcp: 1.4-1.7x from
+  // 1 MiB), and by single copy (under the cut) it reads each block once where the ring cannot do
+  // better. With these passes the table switches at 1 MiB for 3 and 4 ranks of 2 cores.
   double linearAllGather(double S) const {
     if (multiHost()) return kInf;
     const int p = n();
     const Rates r = rates(false, c_.maxHostSize());
-    const double passes = c_.twoCopies(0) ? (4.0 * p - 4) / (3.0 * p - 2) : 1.0;
+    // The call's buffers on the host, as src/api_coll.cc counts them for the single-copy cut: each
+    // rank's block in and the whole output, S / n + S on each of n ranks.
+    const double passes = c_.twoCopies(0, S * (p + 1)) ? (4.0 * p - 4) / (3.0 * p - 2) : 1.0;
     return r.alphaUs + (p - 1) * (S / p) * r.betaUs * passes;
   }
 

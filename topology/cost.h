@@ -60,11 +60,14 @@ struct ClusterShape {
   int nhosts = 1;
   std::vector<int> hostSize;   // ranks per host
   std::vector<int> hostCores;  // cores per host (0 = unknown)
-  // Per host, 1 where every rank's links to the host's other ranks receive through shared buffers
-  // with two copies of each byte (Link::receivesTwoCopies: the shm FIFO, single copy off); empty or
-  // 0 = not known to (single copy, sockets, a shape made up for braid-topo). Learnt after the links
-  // connect (src/comm_topo.cc tableAfterLinks); a topology file's cluster line may say it (fifo=).
-  std::vector<uint8_t> hostTwoCopies;
+  // Per host, the bytes of a call's buffers on the host (all its ranks' send and receive buffers)
+  // from which transfers between its ranks copy each byte twice, through FIFOs both sides map
+  // (Link::receiveCopies): 0 where single copy is off, the single-copy cut (BRAID_NT_STORES_MIN,
+  // above which calls do not ask for it) where it is on, kNever for sockets, a host of one rank, or
+  // a shape made up for braid-topo (also what an empty vector means). Learnt after the links
+  // connect (src/comm_topo.cc tableAfterLinks); a topology file's cluster line may say it (fifo_from=).
+  static constexpr uint64_t kNever = UINT64_MAX;
+  std::vector<uint64_t> hostTwoCopiesFrom;
 
   // Every rank on one host; `cores` per host.
   static ClusterShape single(int nranks, int cores);
@@ -73,8 +76,13 @@ struct ClusterShape {
   static ClusterShape blocks(int nranks, int hosts, int cores);
   bool oversubscribed() const;  // some host runs more ranks than it has cores
   int maxHostSize() const;
-  bool twoCopies(int host) const {
-    return host >= 0 && host < static_cast<int>(hostTwoCopies.size()) && hostTwoCopies[host] != 0;
+  uint64_t twoCopiesFrom(int host) const {
+    return host >= 0 && host < static_cast<int>(hostTwoCopiesFrom.size()) ? hostTwoCopiesFrom[host] : kNever;
+  }
+  // Whether a call with `hostBytes` on `host` moves its transfers there with two copies.
+  bool twoCopies(int host, double hostBytes) const {
+    const uint64_t from = twoCopiesFrom(host);
+    return from != kNever && hostBytes > static_cast<double>(from);
   }
 };
 

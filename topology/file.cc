@@ -130,12 +130,16 @@ void formatCluster(const ClusterShape& c, std::string* out) {
     cores += std::to_string(h < static_cast<int>(c.hostCores.size()) ? c.hostCores[h] : 0);
   }
   *out += "cluster ranks=" + std::to_string(nranks) + " hosts=" + hosts + " cores=" + cores;
-  // fifo= only where some host has it, so that a shape that says nothing writes what it always did.
+  // fifo_from= only where some host has a value, so that a shape that says nothing writes what it
+  // always did.
   bool anyFifo = false;
-  for (int h = 0; h < nhosts; ++h) anyFifo = anyFifo || c.twoCopies(h);
+  for (int h = 0; h < nhosts; ++h) anyFifo = anyFifo || c.twoCopiesFrom(h) != ClusterShape::kNever;
   if (anyFifo) {
-    *out += " fifo=";
-    for (int h = 0; h < nhosts; ++h) *out += std::string(h ? "," : "") + (c.twoCopies(h) ? "1" : "0");
+    *out += " fifo_from=";
+    for (int h = 0; h < nhosts; ++h) {
+      const uint64_t from = c.twoCopiesFrom(h);
+      *out += std::string(h ? "," : "") + (from == ClusterShape::kNever ? "-" : std::to_string(from));
+    }
   }
   *out += "\n";
 }
@@ -202,6 +206,8 @@ class Parser {
   Status unsignedBig(const Token& t, uint64_t* v);
   Status real(const Token& t, double hi, double* v);
   Status intList(const Token& t, int64_t lo, int64_t hi, size_t maxItems, std::vector<int>* v);
+  // Comma-separated unsigned 64-bit byte counts, `-` for ClusterShape::kNever.
+  Status bytesList(const Token& t, size_t maxItems, std::vector<uint64_t>* v);
   Status unknownKey(const Token& t, const char* what);
   Status seen(const Token& t, uint32_t bit, uint32_t* mask);
 
@@ -392,6 +398,26 @@ Status Parser::intList(const Token& t, int64_t lo, int64_t hi, size_t maxItems, 
                   static_cast<long long>(hi));
     }
     v->push_back(static_cast<int>(x));
+    if (end == s.size()) return okStatus();
+    pos = end + 1;
+  }
+}
+
+Status Parser::bytesList(const Token& t, size_t maxItems, std::vector<uint64_t>* v) {
+  v->clear();
+  std::string_view s = t.value;
+  for (size_t pos = 0;;) {
+    if (v->size() >= maxItems) return fail("%s= has more than %zu items", std::string(t.key).c_str(), maxItems);
+    size_t end = std::min(s.find(',', pos), s.size());
+    const std::string_view item = s.substr(pos, end - pos);
+    uint64_t x = ClusterShape::kNever;
+    if (item != "-") {
+      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+      if (item.empty() || ec != std::errc() || p != item.data() + item.size() || x == ClusterShape::kNever)
+        return fail("%s= item %zu ('%s') is neither '-' nor a byte count below 2^64 - 1", std::string(t.key).c_str(),
+                    v->size(), text::shown(item).c_str());
+    }
+    v->push_back(x);
     if (end == s.size()) return okStatus();
     pos = end + 1;
   }
@@ -600,13 +626,14 @@ Status Parser::clusterLine() {
   Token t;
   bool got = false;
   int64_t ranks = 0;
-  std::vector<int> hosts, cores, fifo;
+  std::vector<int> hosts, cores;
+  std::vector<uint64_t> fifo;
   for (;;) {
     BRAID_TRY(nextToken(&t, &got));
     if (!got) break;
-    if (t.key == "fifo") {
+    if (t.key == "fifo_from") {
       BRAID_TRY(seen(t, 8, &mask));
-      BRAID_TRY(intList(t, 0, 1, kMaxRanks, &fifo));
+      BRAID_TRY(bytesList(t, kMaxRanks, &fifo));
     } else if (t.key == "ranks") {
       BRAID_TRY(seen(t, 1, &mask));
       BRAID_TRY(integer(t, 1, kMaxRanks, &ranks));
@@ -639,8 +666,8 @@ Status Parser::clusterLine() {
   c.hostCores = std::move(cores);
   if ((mask & 8) != 0) {
     if (static_cast<int>(fifo.size()) != c.nhosts)
-      return fail("fifo= lists %zu hosts, hosts= has %d", fifo.size(), c.nhosts);
-    c.hostTwoCopies.assign(fifo.begin(), fifo.end());
+      return fail("fifo_from= lists %zu hosts, hosts= has %d", fifo.size(), c.nhosts);
+    c.hostTwoCopiesFrom = std::move(fifo);
   }
   f_.hasCluster = true;
   f_.cluster = std::move(c);

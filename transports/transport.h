@@ -159,11 +159,13 @@ class Link {
   // progress() makes while idle, whether the peer still exists (braidRemoteError naming it when
   // not). Cheap enough to call on every idle pass.
   virtual Status peerCheck() { return okStatus(); }
-  // Whether the messages this link receives come through a buffer that both processes map, copied
-  // in by the sender and out by this rank: two copies of every byte, the shm FIFO without single
-  // copy. The cost model prices a plan that sends one block to many peers by it (topology/cost.h,
-  // ClusterShape::hostTwoCopies).
-  virtual bool receivesTwoCopies() const { return false; }
+  // How the messages this link receives reach this rank, for the cost model (topology/cost.h,
+  // ClusterShape::hostTwoCopiesFrom): through a buffer both processes map, copied in by the sender
+  // and out by this rank (kTwo: the shm FIFO), or read where they lie by this rank for the calls
+  // that ask for single copy and through the FIFO for the rest (kOne: shm with CMA); kOther for
+  // anything else (sockets, RDMA).
+  enum class Copies : uint8_t { kOther, kTwo, kOne };
+  virtual Copies receiveCopies() const { return Copies::kOther; }
 };
 
 // What a transport publishes about this rank before connecting (its fabric id, GID, GPU UUID;

@@ -119,18 +119,30 @@ TEST_CASE("the algorithm named by BRAID_ALGO is the one that runs", "[mp][topo]"
 
 // Ranks whose links all receive through the shm FIFOs (single copy off) say so after connecting,
 // and the table prices the linear AllGather's extra copies: the ring from some size on, the same
-// table on every rank, written into the dump. Over sockets nothing changes.
+// table on every rank, written into the dump. With single copy on, only above the cut; over
+// sockets nothing changes.
 TEST_CASE("the links' copies reach the algorithm table", "[mp][topo]") {
   ScratchDir dir("topo-copies");
   const std::string dump = dir.path() + "/fifo.topo";
   const uint64_t large = uint64_t{1} << 26;
-  auto check = [&](const Env& env, bool fifo) {
+  // fifo: 0 = at once, 1 = above the single-copy cut where every link reads by single copy (else at
+  // once: the kernel refused process_vm_readv), 2 = never.
+  auto check = [&](const Env& env, int fifo) {
     auto res = runComm(4, env, [&](braidComm_t comm, int rank, int n) {
       braidComm* c = internalsOf(comm);
-      const bool said = c->cluster.hostTwoCopies.size() == 1 && c->cluster.hostTwoCopies[0] == 1;
-      if (said != fifo) return fail(rank, "hostTwoCopies says %d, expected %d", said ? 1 : 0, fifo ? 1 : 0);
-      const braid::Algo want = fifo ? braid::Algo::kRing : braid::Algo::kLinear;
-      if (c->selector.pick(braid::Coll::kAllGather, large) != want)
+      bool single = true;
+      for (int p = 0; p < n; ++p)
+        if (p != rank) single = single && c->links[p]->receiveCopies() == braid::Link::Copies::kOne;
+      const uint64_t want = fifo == 2             ? braid::topo::ClusterShape::kNever
+                            : fifo == 1 && single ? c->settings.ntStoresMin
+                                                  : 0;
+      if (c->cluster.twoCopiesFrom(0) != want)
+        return fail(rank, "two copies from %llu bytes, expected %llu",
+                    static_cast<unsigned long long>(c->cluster.twoCopiesFrom(0)),
+                    static_cast<unsigned long long>(want));
+      if (fifo == 1) return 0;
+      const braid::Algo algo = fifo == 0 ? braid::Algo::kRing : braid::Algo::kLinear;
+      if (c->selector.pick(braid::Coll::kAllGather, large) != algo)
         return fail(rank, "AllGather of 64 MiB picks %d",
                     static_cast<int>(c->selector.pick(braid::Coll::kAllGather, large)));
       if (c->selector.pick(braid::Coll::kAllGather, 4096) != braid::Algo::kLinear)
@@ -149,10 +161,12 @@ TEST_CASE("the links' copies reach the algorithm table", "[mp][topo]") {
     INFO(describe(res));
     REQUIRE(allOk(res));
   };
-  check({{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_CMA", "0"}, {"BRAID_TOPO_DUMP_FILE", dump}}, true);
+  check({{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_CMA", "0"}, {"BRAID_TOPO_DUMP_FILE", dump}}, 0);
   CHECK(readFile(dump).find("cluster ranks=4 hosts=0,0,0,0 cores=") != std::string::npos);
-  CHECK(readFile(dump).find(" fifo=1\n") != std::string::npos);
-  check({{"BRAID_TRANSPORTS", "tcp"}}, false);
+  CHECK(readFile(dump).find(" fifo_from=0\n") != std::string::npos);
+  // BRAID_SHM_CMA_SPEED=0: single copy wherever the kernel lets a rank read its peers.
+  check({{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_CMA", "auto"}, {"BRAID_SHM_CMA_SPEED", "0"}}, 1);
+  check({{"BRAID_TRANSPORTS", "tcp"}}, 2);
 }
 
 // The table printed at init is the whole table: it runs to several KiB on 4 ranks, past the

@@ -228,7 +228,7 @@ TEST_CASE("AllGather through two-copy FIFOs: linear for small calls, the ring fo
   // message steps win it the small calls back. Two ranks: the same passes either way.
   for (int n : {3, 4, 8}) {
     ClusterShape c = ClusterShape::single(n, 2);
-    c.hostTwoCopies = {1};
+    c.hostTwoCopiesFrom = {0};
     const Selector fifo = make(c);
     INFO("n=" << n);
     CHECK(fifo.pick(Coll::kAllGather, 16) == Algo::kLinear);
@@ -241,17 +241,26 @@ TEST_CASE("AllGather through two-copy FIFOs: linear for small calls, the ring fo
           make(ClusterShape::single(n, 2)).pick(Coll::kAllReduce, uint64_t{1} << 26));
   }
   ClusterShape two = ClusterShape::single(2, 2);
-  two.hostTwoCopies = {1};
+  two.hostTwoCopiesFrom = {0};
   CHECK(make(two).describe() == make(ClusterShape::single(2, 2)).describe());
   // BRAID_ALGO still wins, and reshape keeps it.
   ClusterShape four = ClusterShape::single(4, 2);
   Selector forced = make(four, "allgather:linear");
-  four.hostTwoCopies = {1};
+  four.hostTwoCopiesFrom = {0};
   REQUIRE(forced.reshape(four).ok());
   CHECK(forced.pick(Coll::kAllGather, uint64_t{1} << 26) == Algo::kLinear);
   Selector model = make(ClusterShape::single(4, 2));
   REQUIRE(model.reshape(four).ok());
   CHECK(model.pick(Coll::kAllGather, uint64_t{1} << 26) == Algo::kRing);
+  // With single copy on, the FIFOs take only the calls whose buffers on the host pass the cut
+  // (S / n + S on each rank: 5 S for 4 ranks): under 32 MiB the linear plan reads each block once.
+  four.hostTwoCopiesFrom = {uint64_t{32} << 20};
+  REQUIRE(model.reshape(four).ok());
+  CHECK(model.pick(Coll::kAllGather, uint64_t{4} << 20) == Algo::kLinear);  // 20 MiB on the host
+  CHECK(model.pick(Coll::kAllGather, uint64_t{16} << 20) == Algo::kRing);   // 80 MiB
+  four.hostTwoCopiesFrom = {ClusterShape::kNever};
+  REQUIRE(model.reshape(four).ok());
+  CHECK(model.describe() == make(ClusterShape::single(4, 2)).describe());
 }
 
 TEST_CASE("two ranks on one host: recursive doubling up to 512 KiB, the ring from 1 MiB", "[unit][select]") {

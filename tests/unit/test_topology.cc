@@ -203,9 +203,9 @@ TEST_CASE("the detected machine round trips exactly", "[unit][topo]") {
   f.cost.intraAlphaUs = 0.1;  // not a short decimal in binary: needs all 17 digits to survive
   f.hasCluster = true;
   f.cluster = ClusterShape::blocks(5, 2, 2);
-  f.cluster.hostTwoCopies = {0, 1};
+  f.cluster.hostTwoCopiesFrom = {ClusterShape::kNever, 33554432};
   const std::string text = formatTopoFile(f);
-  CHECK(text.find("cluster ranks=5 hosts=0,0,0,1,1 cores=2,2 fifo=0,1\n") != std::string::npos);
+  CHECK(text.find("cluster ranks=5 hosts=0,0,0,1,1 cores=2,2 fifo_from=-,33554432\n") != std::string::npos);
   TopoFile g;
   Status s = parseTopoFile(text, "detected", &g);
   INFO(s.message());
@@ -220,10 +220,10 @@ TEST_CASE("the detected machine round trips exactly", "[unit][topo]") {
   CHECK(g.cluster.hostOf == f.cluster.hostOf);
   CHECK(g.cluster.hostSize == f.cluster.hostSize);
   CHECK(g.cluster.hostCores == f.cluster.hostCores);
-  CHECK(g.cluster.hostTwoCopies == f.cluster.hostTwoCopies);
-  // A shape that says nothing of copies writes no fifo=, as before the key existed.
-  f.cluster.hostTwoCopies.assign(2, 0);
-  CHECK(formatTopoFile(f).find("fifo=") == std::string::npos);
+  CHECK(g.cluster.hostTwoCopiesFrom == f.cluster.hostTwoCopiesFrom);
+  // A shape that says nothing of copies writes no fifo_from=, as before the key existed.
+  f.cluster.hostTwoCopiesFrom.assign(2, ClusterShape::kNever);
+  CHECK(formatTopoFile(f).find("fifo_from=") == std::string::npos);
 }
 
 TEST_CASE("strings with spaces, quotes and odd bytes round trip", "[unit][topo]") {
@@ -387,10 +387,14 @@ TEST_CASE("malformed topology files are rejected with the line", "[unit][topo]")
       {"cluster ranks mismatch", head + "cluster ranks=3 hosts=0,1 cores=1,1\n", 4, "hosts= lists 2 ranks"},
       {"cluster hosts not dense", head + "cluster ranks=2 hosts=0,2 cores=1,1,1\n", 4, "has no rank"},
       {"cluster cores count", head + "cluster ranks=2 hosts=0,1 cores=1\n", 4, "cores= lists 1 hosts"},
-      {"cluster fifo count", head + "cluster ranks=2 hosts=0,1 cores=1,1 fifo=1\n", 4, "fifo= lists 1 hosts"},
-      {"cluster fifo value", head + "cluster ranks=2 hosts=0,1 cores=1,1 fifo=1,2\n", 4, "not an integer in [0, 1]"},
-      {"cluster fifo twice", head + "cluster ranks=1 hosts=0 cores=1 fifo=1 fifo=0\n", 4, "given twice"},
-      {"cluster fifo alone", head + "cluster ranks=1 hosts=0 fifo=1\n", 4, "needs ranks=, hosts= and cores="},
+      {"cluster fifo count", head + "cluster ranks=2 hosts=0,1 cores=1,1 fifo_from=0\n", 4, "fifo_from= lists 1 hosts"},
+      {"cluster fifo value", head + "cluster ranks=2 hosts=0,1 cores=1,1 fifo_from=0,x\n", 4,
+       "item 1 ('x') is neither '-' nor a byte count"},
+      {"cluster fifo empty item", head + "cluster ranks=2 hosts=0,1 cores=1,1 fifo_from=0,\n", 4, "item 1 ('')"},
+      {"cluster fifo never as a number", head + "cluster ranks=1 hosts=0 cores=1 fifo_from=18446744073709551615\n", 4,
+       "below 2^64 - 1"},
+      {"cluster fifo twice", head + "cluster ranks=1 hosts=0 cores=1 fifo_from=1 fifo_from=0\n", 4, "given twice"},
+      {"cluster fifo alone", head + "cluster ranks=1 hosts=0 fifo_from=1\n", 4, "needs ranks=, hosts= and cores="},
       {"cluster empty item", head + "cluster ranks=2 hosts=0,,1 cores=1,1\n", 4, "item 1"},
       {"over the size limit", huge, 5, "larger than"},
   };

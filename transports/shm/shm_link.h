@@ -87,7 +87,7 @@ class ShmLink final : public Link {
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
   const Mailboxes* mailboxes() const override { return mail_.capacity > 0 ? &mail_ : nullptr; }
   Status peerCheck() override { return checkPeerAlive(); }
-  bool receivesTwoCopies() const override { return !cmaIn_; }
+  Copies receiveCopies() const override { return cmaIn_ ? Copies::kOne : Copies::kTwo; }
 
   FifoControl* inControl() const { return in_.control(); }
   FifoControl* outControl() const { return out_.control(); }
@@ -96,7 +96,7 @@ class ShmLink final : public Link {
   // Whether this link sends by single copy (enableCmaSend was called).
   bool cmaSend() const { return cmaSend_; }
   // Called by connect() before first use: whether the peer sends to us by single copy (our probe
-  // passed and the host decided for CMA), for receivesTwoCopies.
+  // passed and the host decided for CMA), for receiveCopies.
   void setCmaIn(bool on) { cmaIn_ = on; }
   // Called by connect() before first use when the peer accepts CMA: messages of at least `minBytes`
   // (>= 1) are then sent by single copy. The peer may then also write into our buffers (the same
