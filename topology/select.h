@@ -27,7 +27,6 @@ class Selector {
     const std::string spec = spec_;
     return init(cluster, cost, spec, approximate_);
   }
-  const ClusterShape& cluster() const { return cluster_; }
 
   // The algorithm for a call of `bytes` (as predictUs counts them). `avgFloat`: op avg on a
   // floating-point type (only then may an approximate comm use gossip).
