@@ -239,6 +239,8 @@ void topoFiles() {
   put("topo_file", "version", Bytes(version.begin(), version.end()));
   const std::string dangling = "braid-topology 1\nmachine hostname=h cores=1 pus=1\nnode id=0 kind=core parent=7\n";
   put("topo_file", "dangling", Bytes(dangling.begin(), dangling.end()));
+  const std::string cluster = tiny + "cluster ranks=3 hosts=0,0,1 cores=2,2 fifo_from=0,-\n";
+  put("topo_file", "cluster", Bytes(cluster.begin(), cluster.end()));
 }
 
 }  // namespace
