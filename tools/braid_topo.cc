@@ -5,6 +5,7 @@
 // main() parses the command line into Options and dispatches to one run* function per mode; --plan
 // and --config print through tools/braid_topo_plan.cc.
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,9 @@ const char kUsage[] =
     "  --dot           print the machine as a Graphviz digraph instead of text\n"
     "  --plan          the algorithm the selector picks per size for a cluster, its predicted time and\n"
     "                  busbw, and the runner-up (--ranks N [--hosts H] [--coll C]; BRAID_ALGO applies)\n"
+    "  --fifo-from B   with --plan --ranks: every host's ranks receive through shm FIFOs with two copies\n"
+    "                  for calls with more than B bytes of buffers on the host (0: single copy off; the\n"
+    "                  single-copy cut where it is on), as a communicator's links tell it\n"
     "  --config        list every BRAID_* variable with its default and help\n"
     "  -h, --help      this text\n"
     "Exit status: 0 ok, 1 detection or writing failed, 2 bad usage or unreadable/malformed file.\n";
@@ -46,6 +50,7 @@ struct Options {
   int ranks = 0;
   int hosts = 0;
   std::string coll;
+  const char* fifoFrom = nullptr;  // --fifo-from BYTES
 };
 
 // Fails with a message on stderr naming the problem; true on success.
@@ -103,6 +108,9 @@ bool parseOptions(int argc, char** argv, Options* o) {
       if (!value(&v) || !parseInt("--ranks", v, &o->ranks)) return false;
     } else if (a == "--hosts") {
       if (!value(&v) || !parseInt("--hosts", v, &o->hosts)) return false;
+    } else if (a == "--fifo-from") {
+      if (!value(&v)) return false;
+      o->fifoFrom = v;
     } else if (a == "--coll") {
       if (!value(&v)) return false;
       o->coll = v;
@@ -111,8 +119,12 @@ bool parseOptions(int argc, char** argv, Options* o) {
       return false;
     }
   }
-  if (o->mode != Mode::kPlan && (o->ranks || o->hosts || !o->coll.empty())) {
-    fprintf(stderr, "braid-topo: --ranks, --hosts and --coll go with --plan\n");
+  if (o->mode != Mode::kPlan && (o->ranks || o->hosts || !o->coll.empty() || o->fifoFrom != nullptr)) {
+    fprintf(stderr, "braid-topo: --ranks, --hosts, --coll and --fifo-from go with --plan\n");
+    return false;
+  }
+  if (o->fifoFrom != nullptr && o->ranks == 0) {
+    fprintf(stderr, "braid-topo: --fifo-from goes with --ranks (a loaded cluster line says it with fifo_from=)\n");
     return false;
   }
   return true;
@@ -164,6 +176,16 @@ int runPlan(const Options& o, const TopoFile& f) {
   ClusterShape cluster;
   if (o.ranks > 0) {
     cluster = ClusterShape::blocks(o.ranks, o.hosts > 0 ? o.hosts : 1, f.machine.cores);
+    if (o.fifoFrom != nullptr) {
+      uint64_t from = 0;
+      const std::string_view text = o.fifoFrom;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), from);
+      if (text.empty() || ec != std::errc() || end != text.data() + text.size() || from == ClusterShape::kNever) {
+        fprintf(stderr, "braid-topo: --fifo-from wants a byte count below 2^64 - 1, got '%s'\n", o.fifoFrom);
+        return kExitUsage;
+      }
+      cluster.hostTwoCopiesFrom.assign(cluster.nhosts, from);
+    }
   } else if (f.hasCluster) {
     cluster = f.cluster;
   } else {

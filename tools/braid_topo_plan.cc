@@ -74,8 +74,19 @@ int printPlan(const topo::ClusterShape& cluster, const topo::CostParams& cost, c
     return 2;
   }
   int maxHost = cluster.maxHostSize();
-  printf("# %s on %d ranks, %d host%s (up to %d ranks per host%s)\n", cn->name, cluster.nranks, cluster.nhosts,
-         cluster.nhosts == 1 ? "" : "s", maxHost, cluster.oversubscribed() ? ", more ranks than cores" : "");
+  // Where some host moves calls through two-copy FIFOs (ClusterShape::hostTwoCopiesFrom): from how
+  // many bytes of a call's buffers, per host.
+  bool anyFifo = false;
+  std::string fifo;
+  for (int h = 0; h < cluster.nhosts; ++h) {
+    const uint64_t from = cluster.twoCopiesFrom(h);
+    anyFifo = anyFifo || from != topo::ClusterShape::kNever;
+    fifo += (h ? "," : "") + (from == topo::ClusterShape::kNever ? std::string("-") : std::to_string(from));
+  }
+  fifo = anyFifo ? "; two-copy FIFOs above " + fifo + " B of a call's buffers" : "";
+  printf("# %s on %d ranks, %d host%s (up to %d ranks per host%s%s)\n", cn->name, cluster.nranks, cluster.nhosts,
+         cluster.nhosts == 1 ? "" : "s", maxHost, cluster.oversubscribed() ? ", more ranks than cores" : "",
+         fifo.c_str());
   printf(
       "# cost: intra %.3g us + 1/%.4g GB/s, inter %.3g us + 1/%.4g GB/s (%s), reduce %.4g GB/s, oversub %.3g us, "
       "chunk %.0f B\n",
