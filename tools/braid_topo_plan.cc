@@ -76,14 +76,8 @@ int printPlan(const topo::ClusterShape& cluster, const topo::CostParams& cost, c
   int maxHost = cluster.maxHostSize();
   // Where some host moves calls through two-copy FIFOs (ClusterShape::hostTwoCopiesFrom): from how
   // many bytes of a call's buffers, per host.
-  bool anyFifo = false;
-  std::string fifo;
-  for (int h = 0; h < cluster.nhosts; ++h) {
-    const uint64_t from = cluster.twoCopiesFrom(h);
-    anyFifo = anyFifo || from != topo::ClusterShape::kNever;
-    fifo += (h ? "," : "") + (from == topo::ClusterShape::kNever ? std::string("-") : std::to_string(from));
-  }
-  fifo = anyFifo ? "; two-copy FIFOs above " + fifo + " B of a call's buffers" : "";
+  std::string fifo = cluster.twoCopiesList(cluster.nhosts);
+  if (!fifo.empty()) fifo = "; two-copy FIFOs above " + fifo + " B of a call's buffers";
   printf("# %s on %d ranks, %d host%s (up to %d ranks per host%s%s)\n", cn->name, cluster.nranks, cluster.nhosts,
          cluster.nhosts == 1 ? "" : "s", maxHost, cluster.oversubscribed() ? ", more ranks than cores" : "",
          fifo.c_str());

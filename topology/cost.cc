@@ -375,6 +375,17 @@ const std::vector<CostField>& costFields() {
 
 ClusterShape ClusterShape::single(int nranks, int cores) { return blocks(nranks, 1, cores); }
 
+std::string ClusterShape::twoCopiesList(int hosts) const {
+  std::string out;
+  bool any = false;
+  for (int h = 0; h < hosts; ++h) {
+    const uint64_t from = twoCopiesFrom(h);
+    any = any || from != kNever;
+    out += (h ? "," : "") + (from == kNever ? std::string("-") : std::to_string(from));
+  }
+  return any ? out : std::string();
+}
+
 ClusterShape ClusterShape::blocks(int nranks, int hosts, int cores) {
   ClusterShape c;
   c.nranks = std::max(1, nranks);

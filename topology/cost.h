@@ -79,6 +79,9 @@ struct ClusterShape {
   uint64_t twoCopiesFrom(int host) const {
     return host >= 0 && host < static_cast<int>(hostTwoCopiesFrom.size()) ? hostTwoCopiesFrom[host] : kNever;
   }
+  // Hosts 0..hosts-1's values as a topology file's fifo_from= lists them ("0,-,33554432"), or ""
+  // when every one is kNever.
+  std::string twoCopiesList(int hosts) const;
   // Whether a call with `hostBytes` on `host` moves its transfers there with two copies.
   bool twoCopies(int host, double hostBytes) const {
     const uint64_t from = twoCopiesFrom(host);

@@ -132,15 +132,8 @@ void formatCluster(const ClusterShape& c, std::string* out) {
   *out += "cluster ranks=" + std::to_string(nranks) + " hosts=" + hosts + " cores=" + cores;
   // fifo_from= only where some host has a value, so that a shape that says nothing writes what it
   // always did.
-  bool anyFifo = false;
-  for (int h = 0; h < nhosts; ++h) anyFifo = anyFifo || c.twoCopiesFrom(h) != ClusterShape::kNever;
-  if (anyFifo) {
-    *out += " fifo_from=";
-    for (int h = 0; h < nhosts; ++h) {
-      const uint64_t from = c.twoCopiesFrom(h);
-      *out += std::string(h ? "," : "") + (from == ClusterShape::kNever ? "-" : std::to_string(from));
-    }
-  }
+  const std::string fifo = c.twoCopiesList(nhosts);
+  if (!fifo.empty()) *out += " fifo_from=" + fifo;
   *out += "\n";
 }
 
