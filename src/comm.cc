@@ -420,7 +420,7 @@ Status agreeOnCudaIpc(braidComm* comm, const std::vector<MailAgreement>& all, De
 Status agreeOnMailboxes(braidComm* comm, Deadline deadline, std::vector<uint64_t>* twoCopiesFrom) {
   MailAgreement mine;
   // The latest any link of the host gets there: a single-copy link from the cut on, a FIFO at once.
-  mine.twoCopiesFrom = comm->localRanks > 0 ? 0 : topo::ClusterShape::kNever;
+  mine.twoCopiesFrom = comm->localRanks > 1 ? 0 : topo::ClusterShape::kNever;  // localRanks counts this one
   for (int p = 0; p < comm->nranks; ++p) {
     if (p == comm->rank || strcmp(comm->peers[p].hostId, comm->peers[comm->rank].hostId) != 0) continue;
     const Link::Copies k = comm->links[p] != nullptr ? comm->links[p]->receiveCopies() : Link::Copies::kOther;

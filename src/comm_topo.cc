@@ -131,12 +131,12 @@ Status tableAfterLinks(braidComm* comm, const std::vector<uint64_t>& twoCopiesFr
   topo::ClusterShape& c = comm->cluster;
   const int n = comm->nranks;
   // A host's transfers copy twice only where all its ranks' do: the largest of their values, so a
-  // rank on sockets keeps the one-copy price for the whole host. Every rank decides from the same bytes.
+  // rank on sockets (or alone on its host, which says kNever) keeps the one-copy price for the whole
+  // host. Every rank decides from the same bytes (one value per rank, from agreeOnMailboxes).
   c.hostTwoCopiesFrom.assign(c.nhosts, 0);
   for (int r = 0; r < n; ++r) {
     uint64_t& from = c.hostTwoCopiesFrom[c.hostOf[r]];
-    from = r < static_cast<int>(twoCopiesFrom.size()) && c.hostSize[c.hostOf[r]] > 1 ? std::max(from, twoCopiesFrom[r])
-                                                                                     : topo::ClusterShape::kNever;
+    from = std::max(from, twoCopiesFrom[r]);
   }
   bool some = false;
   for (uint64_t from : c.hostTwoCopiesFrom) some = some || from != topo::ClusterShape::kNever;

@@ -167,6 +167,20 @@ TEST_CASE("the links' copies reach the algorithm table", "[mp][topo]") {
   // BRAID_SHM_CMA_SPEED=0: single copy wherever the kernel lets a rank read its peers.
   check({{"BRAID_TRANSPORTS", "shm"}, {"BRAID_SHM_CMA", "auto"}, {"BRAID_SHM_CMA_SPEED", "0"}}, 1);
   check({{"BRAID_TRANSPORTS", "tcp"}}, 2);
+  // A rank alone on its host has no same-host link at all: it says never, not "two copies from 0",
+  // and a cluster of such hosts keeps the table it had before the links.
+  auto res = runComm(
+      2, {{"BRAID_TRANSPORTS", "shm,tcp"}, {"BRAID_SHM_CMA", "0"}},
+      [&](braidComm_t comm, int rank, int) {
+        const braid::topo::ClusterShape& c = internalsOf(comm)->cluster;
+        if (c.nhosts != 2 || !c.hostTwoCopiesFrom.empty())
+          return fail(rank, "%d hosts, fifo_from '%s' (expected 2 hosts, none)", c.nhosts,
+                      c.twoCopiesList(c.nhosts).c_str());
+        return 0;
+      },
+      120, [](int rank) { setenv("BRAID_HOSTID", rank == 0 ? "emuA" : "emuB", 1); });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }
 
 // The table printed at init is the whole table: it runs to several KiB on 4 ranks, past the
