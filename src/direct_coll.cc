@@ -55,13 +55,15 @@ static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest 
 // operations (and deadlines) are looked at meanwhile.
 constexpr size_t kPassBytes = 1 << 20;
 
-// A fold whose outputs are streamed goes 1 KiB at a time: reads of the inputs and non-temporal
-// writes of the outputs then alternate finely instead of in long runs of each. Two threads doing a
-// 2-rank AllReduce's work (best of 5, the 2-core AMD VM): 13 GB/s at 16 KiB blocks, 24-28 at 0.5-2
-// KiB, 16-20 fused in one pass. braid there, 2 ranks on braidMemAlloc memory, out of place, medians
-// of 11 alternations against 32 KiB blocks: 16 MiB 748 -> 563 and 1023 -> 740 us in two runs; at 64
-// and 256 MiB the two runs disagreed (1.33x faster, then 0.81x and 0.95x), and one build's 64 MiB
-// call ranged over 3.9-8.3 ms in 8 runs in a row (each run maps fresh pages), so no claim there.
+// A streamed fold goes in one pass of foldStreamKernel (src/reduce.h): each line of the result is
+// folded from every input in registers and streamed from there to every output. braidAvg, which
+// divides before it stores, folds 1 KiB at a time into a block of its own and streams that out.
+// Both were measured, 2 ranks on braidMemAlloc memory, AllReduce out of place, interleaved with the
+// limit program (../shared/peers/limits/ideal_allreduce.c, which does the same work from two threads
+// of one process): the 1 KiB blocks made 6.1-7.6 GB/s at 16-256 MiB, 0.58-0.64 of the limit by the
+// medians; the one pass 9.6-17.5, 0.95-1.2 of it (perf/results/2026-12-07-fold-stream.md). An
+// earlier two-thread test had put 0.5-2 KiB blocks ahead of a fused loop (24-28 GB/s against
+// 16-20): the blocks' cost is the calls and copies around each one, which that test did not pay.
 constexpr size_t kStreamFoldBytes = 1 << 10;
 // A streamed copy goes 4 KiB at a time, for the same reason (medians of 5 alternations against
 // 32 KiB, out of place: AllGather 2 ranks 16 / 64 MiB 1.26x / 1.55x faster, 4 ranks 1.26x / 1.18x;
@@ -361,6 +363,22 @@ void SmallColls::workDirect(SmallCall* c) {
   const bool aside = folds && (stream || (c->inPlace && rank_ >= 2) || c->coll == Coll::kReduce);
   const size_t step = !stream ? kBlockBytes : folds ? kStreamFoldBytes : kStreamCopyBytes;
   const size_t end = std::min(hi, c->at + kPassBytes);
+  if (stream && folds && c->op != braidAvg && c->at < end) {
+    // The fold in one pass (see kStreamFoldBytes): AllReduce into every rank's output, Reduce into
+    // the root's, ReduceScatter (its inputs at this rank's block) into this rank's.
+    const size_t off = c->at;
+    const size_t base = c->coll == Coll::kReduceScatter ? r * b : 0;
+    for (int p = 0; p < nranks_; ++p) foldIns_[p] = ins_[p] + base + off;
+    int outs = 0;
+    if (c->coll == Coll::kAllReduce) {
+      for (int p = 0; p < nranks_; ++p) foldOuts_[outs++] = outs_[p] + off;
+    } else {
+      foldOuts_[outs++] = (c->coll == Coll::kReduce ? outs_[c->root] : outs_[rank_]) + off;
+    }
+    foldStreamKernel(c->dtype, c->op)(foldOuts_.data(), outs, foldIns_.data(), nranks_,
+                                      (end - off) / dtypeSize(c->dtype));
+    c->at = end;
+  }
   while (c->at < end) {
     const size_t off = c->at;
     size_t len = std::min(step, end - off);

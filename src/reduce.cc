@@ -23,6 +23,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "src/base/nt_store.h"
 #include "src/reduce_internal.h"
 #include "src/reduce_ops.h"
 
@@ -55,13 +56,34 @@ void scalarHalfKernel(void* out, const void* a, const void* b, size_t count) {
   for (size_t i = 0; i < count; ++i) o[i] = Codec::narrow(applyOp<kOp>(Codec::widen(x[i]), Codec::widen(y[i])));
 }
 
-template <template <braidRedOp_t> class Kernel>
+// The scalar FoldStreamKernel: 1 KiB of the result at a time folded into a block on the stack with
+// the pairwise kernel, then streamed to every output (copyStreaming). For the scalar level only.
+template <class Kernel, size_t kSize>
+void scalarFoldStream(void* const* outs, int nouts, const void* const* ins, int nins, size_t count) {
+  constexpr size_t kBlock = 1024 / kSize;
+  alignas(64) unsigned char acc[kBlock * kSize];
+  for (size_t i = 0; i < count; i += kBlock) {
+    const size_t n = count - i < kBlock ? count - i : kBlock;
+    const size_t at = i * kSize;
+    Kernel::run(acc, static_cast<const char*>(ins[0]) + at, static_cast<const char*>(ins[1]) + at, n);
+    for (int p = 2; p < nins; ++p) Kernel::run(acc, acc, static_cast<const char*>(ins[p]) + at, n);
+    for (int j = 0; j < nouts; ++j)
+      copyStreaming(static_cast<char*>(outs[j]) + at, reinterpret_cast<const char*>(acc), n * kSize);
+  }
+}
+
+template <template <braidRedOp_t> class Kernel, size_t kSize>
 constexpr void setRow(KernelTable& table, braidDataType_t dt) {
   table.kernels[dt][braidSum] = &Kernel<braidSum>::run;
   table.kernels[dt][braidProd] = &Kernel<braidProd>::run;
   table.kernels[dt][braidMin] = &Kernel<braidMin>::run;
   table.kernels[dt][braidMax] = &Kernel<braidMax>::run;
   table.kernels[dt][braidAvg] = &Kernel<braidSum>::run;
+  table.foldStreams[dt][braidSum] = &scalarFoldStream<Kernel<braidSum>, kSize>;
+  table.foldStreams[dt][braidProd] = &scalarFoldStream<Kernel<braidProd>, kSize>;
+  table.foldStreams[dt][braidMin] = &scalarFoldStream<Kernel<braidMin>, kSize>;
+  table.foldStreams[dt][braidMax] = &scalarFoldStream<Kernel<braidMax>, kSize>;
+  table.foldStreams[dt][braidAvg] = &scalarFoldStream<Kernel<braidSum>, kSize>;
 }
 
 template <class T>
@@ -84,16 +106,16 @@ struct Narrow {
 
 constexpr KernelTable makeScalarTable() {
   KernelTable table{};
-  setRow<Plain<int8_t>::Of>(table, braidInt8);
-  setRow<Plain<uint8_t>::Of>(table, braidUint8);
-  setRow<Plain<int32_t>::Of>(table, braidInt32);
-  setRow<Plain<uint32_t>::Of>(table, braidUint32);
-  setRow<Plain<int64_t>::Of>(table, braidInt64);
-  setRow<Plain<uint64_t>::Of>(table, braidUint64);
-  setRow<Narrow<HalfCodec>::Of>(table, braidFloat16);
-  setRow<Narrow<Bf16Codec>::Of>(table, braidBfloat16);
-  setRow<Plain<float>::Of>(table, braidFloat32);
-  setRow<Plain<double>::Of>(table, braidFloat64);
+  setRow<Plain<int8_t>::Of, 1>(table, braidInt8);
+  setRow<Plain<uint8_t>::Of, 1>(table, braidUint8);
+  setRow<Plain<int32_t>::Of, 4>(table, braidInt32);
+  setRow<Plain<uint32_t>::Of, 4>(table, braidUint32);
+  setRow<Plain<int64_t>::Of, 8>(table, braidInt64);
+  setRow<Plain<uint64_t>::Of, 8>(table, braidUint64);
+  setRow<Narrow<HalfCodec>::Of, 2>(table, braidFloat16);
+  setRow<Narrow<Bf16Codec>::Of, 2>(table, braidBfloat16);
+  setRow<Plain<float>::Of, 4>(table, braidFloat32);
+  setRow<Plain<double>::Of, 8>(table, braidFloat64);
   return table;
 }
 
@@ -114,6 +136,7 @@ bool initKernels() {
   fillAvx512Kernels(gLevelTables[static_cast<int>(SimdLevel::kAvx512)]);
   for (KernelTable& table : gLevelTables) {
     for (auto& row : table.kernels) row[braidAvg] = row[braidSum];
+    for (auto& row : table.foldStreams) row[braidAvg] = row[braidSum];
   }
   // Read once, here: BRAID_SIMD is meant for tests and comparisons, set before the process starts.
   // This runs during static initialization, before the config table (another translation unit)
@@ -274,6 +297,11 @@ ReduceKernel reduceKernel(braidDataType_t dt, braidRedOp_t op) {
   return gActive.kernels[dt][op];
 }
 
+FoldStreamKernel foldStreamKernel(braidDataType_t dt, braidRedOp_t op) {
+  if (static_cast<unsigned>(dt) >= braidNumTypes || static_cast<unsigned>(op) >= braidNumOps) return nullptr;
+  return gActive.foldStreams[dt][op];
+}
+
 void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const void* b, size_t count) {
   // Callers validate dt and op at the API boundary; an invalid pair has no kernel and writes nothing.
   if (ReduceKernel kernel = reduceKernel(dt, op)) kernel(out, a, b, count);
@@ -368,6 +396,13 @@ ReduceKernel reduceKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t o
   if (index < 0 || index >= kNumSimdLevels || !simdLevelSupported(level)) return nullptr;
   if (!validDtype(dt) || !validRedop(op)) return nullptr;
   return gLevelTables[index].kernels[dt][op];
+}
+
+FoldStreamKernel foldStreamKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op) {
+  const int index = static_cast<int>(level);
+  if (index < 0 || index >= kNumSimdLevels || !simdLevelSupported(level)) return nullptr;
+  if (!validDtype(dt) || !validRedop(op)) return nullptr;
+  return gLevelTables[index].foldStreams[dt][op];
 }
 
 }  // namespace braid

@@ -19,6 +19,17 @@ using ReduceKernel = void (*)(void* out, const void* a, const void* b, size_t co
 ReduceKernel reduceKernel(braidDataType_t dt, braidRedOp_t op);
 void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const void* b, size_t count);
 
+// outs[j][i] = ins[0][i] op ins[1][i] op ... op ins[nins - 1][i] (folded in that order, with the
+// pairwise rounding of ReduceKernel: the very bits of folding the inputs one by one), for every
+// j < nouts and i < count, nins >= 2, nouts >= 1. One pass: each input is read once, and the result
+// of each vector goes from registers to every output with non-temporal stores (plain ones into an
+// output not 16-byte aligned, and for the last partial vector), so nothing is staged in between.
+// For big outputs that will not be read again soon (src/direct_coll.cc); the caller fences
+// (storeFence) before it publishes them. No output may overlap an input or another output.
+// braidAvg folds as braidSum (the caller divides; the direct path keeps avg off this kernel).
+using FoldStreamKernel = void (*)(void* const* outs, int nouts, const void* const* ins, int nins, size_t count);
+FoldStreamKernel foldStreamKernel(braidDataType_t dt, braidRedOp_t op);
+
 // buf[i] /= divisor (floats: true division in the type's precision, fp16/bf16 via fp32 with
 // round-to-nearest-even; integers: truncation toward zero). Used for braidAvg.
 void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor);

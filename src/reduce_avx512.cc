@@ -19,6 +19,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
 
 #define BRAID_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
@@ -218,12 +219,22 @@ BRAID_AVX512 void streamKernel(void* out, const void* a, const void* b, size_t c
   }
 }
 
+// ---- The fold to several outputs -------------------------------------------------------------------
+
+#define BRAID_FOLD_TARGET BRAID_AVX512
+#include "src/reduce_fold.inc"
+#undef BRAID_FOLD_TARGET
+
 template <template <braidRedOp_t> class Step>
 void fillRow(KernelTable& table, braidDataType_t dt) {
   table.kernels[dt][braidSum] = &streamKernel<Step<braidSum>>;
+  table.foldStreams[dt][braidSum] = &foldStreamKernel<Step<braidSum>>;
   table.kernels[dt][braidProd] = &streamKernel<Step<braidProd>>;
+  table.foldStreams[dt][braidProd] = &foldStreamKernel<Step<braidProd>>;
   table.kernels[dt][braidMin] = &streamKernel<Step<braidMin>>;
+  table.foldStreams[dt][braidMin] = &foldStreamKernel<Step<braidMin>>;
   table.kernels[dt][braidMax] = &streamKernel<Step<braidMax>>;
+  table.foldStreams[dt][braidMax] = &foldStreamKernel<Step<braidMax>>;
 }
 
 template <braidRedOp_t kOp>

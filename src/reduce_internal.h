@@ -2,7 +2,14 @@
 // one, and the hooks tests and benchmarks use to run every level this CPU supports.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
 #include "src/reduce.h"
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 namespace braid {
 
@@ -14,6 +21,7 @@ inline constexpr int kNumSimdLevels = 3;
 // see scaleDivide). An aggregate so that the scalar table can be built at compile time.
 struct KernelTable {
   ReduceKernel kernels[braidNumTypes][braidNumOps];
+  FoldStreamKernel foldStreams[braidNumTypes][braidNumOps];
 };
 
 // "scalar", "avx2", "avx512".
@@ -35,6 +43,23 @@ SimdLevel activeSimdLevel();
 // The kernel of one level, for tests and benchmarks. nullptr when the level is not supported on
 // this CPU (its kernels would fault) or (dt, op) is invalid. Thread-safe.
 ReduceKernel reduceKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op);
+FoldStreamKernel foldStreamKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op);
+
+// One 16-byte piece of a fold's result to an output: a non-temporal store where `to` is 16-byte
+// aligned (x86-64), a plain one otherwise. Baseline x86-64 and inline, so the SIMD files' kernels
+// take it without a call.
+inline void streamPiece(void* to, const void* from) {
+#if defined(__x86_64__)
+  const __m128i v = _mm_loadu_si128(static_cast<const __m128i*>(from));
+  if ((reinterpret_cast<uintptr_t>(to) & 15) == 0) {
+    _mm_stream_si128(static_cast<__m128i*>(to), v);
+  } else {
+    _mm_storeu_si128(static_cast<__m128i*>(to), v);
+  }
+#else
+  std::memcpy(to, from, 16);
+#endif
+}
 
 // Defined in reduce_avx2.cc and reduce_avx512.cc: overwrite the slots of `table` that the file
 // vectorizes (sum, prod, min and max of each datatype; never the avg slot). Installing a kernel

@@ -114,6 +114,8 @@ SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::stri
     outs_.resize(nranks_);
     frees_.resize(nranks_);
     fold_.resize(kBlockBytes);
+    foldIns_.resize(nranks_);
+    foldOuts_.resize(nranks_);
   }
   for (int p = 0; p < nranks_; ++p) {
     const Mailboxes* m = p != rank && links[p] != nullptr ? links[p]->mailboxes() : nullptr;

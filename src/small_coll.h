@@ -198,7 +198,10 @@ class SmallColls {
   // A fold and its copies go block by block (src/direct_coll.cc), so that the copies read what
   // the fold just wrote from the cache.
   static constexpr size_t kBlockBytes = 32 << 10;
-  std::vector<char> fold_;        // a block of this rank's share, where its output cannot hold the fold
+  std::vector<char> fold_;  // a block of this rank's share, where its output cannot hold the fold
+  // A streamed fold's inputs and outputs at the current offset (foldStreamKernel), by rank.
+  std::vector<const void*> foldIns_;
+  std::vector<void*> foldOuts_;
   int device_ = -1;               // direct calls on device memory: this rank's device, -1 for none
   uint64_t deviceMin_ = 0;        // and the smallest call that takes them
   std::unique_ptr<IpcColl> ipc_;  // the device work of such calls

@@ -593,5 +593,71 @@ TEST_CASE("SIMD level selection and BRAID_SIMD capping", "[unit]") {
   }
 }
 
+// The fold to several outputs (src/direct_coll.cc's streamed folds): every output holds the inputs
+// folded in rank order, bit for bit what the scalar pairwise kernel gives folding them one by one,
+// at every level, every count (whole lines, vectors and the partial tail), with outputs aligned for
+// non-temporal stores and not; nothing before or past an output's range is written.
+TEST_CASE("the fold to several outputs folds the inputs in order into every output, at every level", "[unit]") {
+  std::mt19937_64 rng(11);
+  constexpr size_t kFoldCounts[] = {0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 4099};
+  constexpr unsigned char kCanary = 0xa5;
+  int cases = 0;
+  for (braidDataType_t dt : kAllTypes) {
+    const size_t es = dtypeSize(dt);
+    for (const int nins : {2, 3, 4}) {
+      for (const size_t count : kFoldCounts) {
+        std::vector<std::vector<unsigned char>> ins(nins, std::vector<unsigned char>(count * es + 1));
+        std::vector<const void*> inPtrs;
+        for (auto& in : ins) {
+          const std::vector<uint64_t> values = randomElements(dt, count, rng);
+          for (size_t i = 0; i < count; ++i) storeElement(dt, in.data(), i, values[i]);
+          inPtrs.push_back(in.data());
+        }
+        for (braidRedOp_t op : kAllOps) {
+          std::vector<unsigned char> want(count * es + 1);
+          const ReduceKernel scalar = reduceKernelFor(SimdLevel::kScalar, dt, op);
+          scalar(want.data(), ins[0].data(), ins[1].data(), count);
+          for (int p = 2; p < nins; ++p) scalar(want.data(), want.data(), ins[p].data(), count);
+          for (SimdLevel level : supportedLevels()) {
+            for (const int nouts : {1, 2, 4}) {
+              // Output j starts `shift` bytes into its buffer: 64 (aligned for streaming) or, for
+              // every other output, 64 + es (not 16-byte aligned unless es is 16).
+              std::vector<std::vector<unsigned char>> outs(nouts);
+              std::vector<void*> outPtrs;
+              std::vector<size_t> shifts;
+              for (int j = 0; j < nouts; ++j) {
+                const size_t shift = j % 2 == 0 ? 64 : 64 + es;
+                outs[j].assign(shift + count * es + 64, kCanary);
+                shifts.push_back(shift);
+                outPtrs.push_back(outs[j].data() + shift);
+              }
+              // The vectors' own allocations are 16-byte aligned at least; the shift says the rest.
+              foldStreamKernelFor(level, dt, op)(outPtrs.data(), nouts, inPtrs.data(), nins, count);
+              for (int j = 0; j < nouts; ++j) {
+                size_t bad = 0, stray = 0;
+                for (size_t i = 0; i < count; ++i) {
+                  const uint64_t w = loadElement(dt, want.data(), i);
+                  const uint64_t g = loadElement(dt, outs[j].data() + shifts[j], i);
+                  if (w != g && !(isNanBits(dt, w) && isNanBits(dt, g))) ++bad;
+                }
+                for (size_t b = 0; b < outs[j].size(); ++b) {
+                  const bool inside = b >= shifts[j] && b < shifts[j] + count * es;
+                  if (!inside && outs[j][b] != kCanary) ++stray;
+                }
+                INFO(simdLevelString(level) << " " << dtypeName(dt) << " " << redopName(op) << " inputs " << nins
+                                            << " outputs " << nouts << " output " << j << " count " << count);
+                CHECK(bad == 0);
+                CHECK(stray == 0);
+              }
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases == static_cast<int>(supportedLevels().size() * 10 * 3 * std::size(kFoldCounts) * 5 * 3));
+}
+
 }  // namespace
 }  // namespace braid
