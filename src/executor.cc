@@ -20,6 +20,20 @@ void applyKernel(void* out, const void* local, const void* incoming, size_t coun
   (*static_cast<const ReduceKernel*>(ctx))(out, local, incoming, count);
 }
 
+void applyStreamKernel(void* out, const void* local, const void* incoming, size_t count, const void* ctx) {
+  void* outs[] = {out};
+  const void* ins[] = {local, incoming};
+  (*static_cast<const FoldStreamKernel*>(ctx))(outs, 1, ins, 2, count);
+}
+
+// How an op's receives fold: its kernel, and the same with the output streamed.
+ReduceSpec reduceSpecOf(Op* op, braidDataType_t dtype, braidRedOp_t redop) {
+  const braidRedOp_t folded = redop == braidAvg ? braidSum : redop;
+  op->kernel = reduceKernel(dtype, folded);
+  op->streamKernel = foldStreamKernel(dtype, folded);
+  return ReduceSpec{applyKernel, &op->kernel, dtypeSize(dtype), applyStreamKernel, &op->streamKernel};
+}
+
 inline char* resolve(const Op* op, BufRef ref) {
   return ref.buf == Buf::kAbsolute ? reinterpret_cast<char*>(ref.offset)
                                    : op->bufs[static_cast<int>(ref.buf)] + ref.offset;
@@ -290,8 +304,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->redop = a.op;
         op->count = a.shape.count;
         op->root = a.shape.root;
-        op->kernel = reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op);
-        op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, a.shape.elemSize};
+        op->reduceSpec = reduceSpecOf(op, a.dtype, a.op);
         op->gate = a.gate;
         op->detached = a.detached;
         op->streamOut = a.streamOut;
@@ -337,8 +350,7 @@ Status Engine::postPlan(std::shared_ptr<const Plan> plan, const void* send, void
         op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(send));
         op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(recv);
         op->dtype = dtype;
-        op->kernel = reduceKernel(dtype, braidSum);
-        op->reduceSpec = ReduceSpec{applyKernel, &op->kernel, dtypeSize(dtype)};
+        op->reduceSpec = reduceSpecOf(op, dtype, braidSum);
       },
       [&](const Op* op) {
         BRAID_INFO(kLogColl, "%s #%llu: %s %s, %zu steps", collName(coll), static_cast<unsigned long long>(op->seq),

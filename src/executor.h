@@ -68,6 +68,7 @@ struct braidRequest {
   uint64_t count = 0;
   int32_t root = -1;
   braid::ReduceKernel kernel = nullptr;
+  braid::FoldStreamKernel streamKernel = nullptr;  // kernel's fold with its output streamed
   braid::ReduceSpec reduceSpec;
   std::vector<braid::Xfer> xfers;
   std::vector<uint8_t> done;

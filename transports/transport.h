@@ -62,6 +62,11 @@ struct ReduceSpec {
   ReduceFn fn = nullptr;
   const void* ctx = nullptr;
   size_t elemSize = 1;
+  // The same fold with `out` written by non-temporal stores straight from registers (fenced by the
+  // caller), for receives whose output bypasses the cache (Xfer::stream); null: the transport folds
+  // into a block of its own and streams that out.
+  ReduceFn streamFn = nullptr;
+  const void* streamCtx = nullptr;
 };
 
 // A registered memory range. Returned by Transport::registerMemory and owned by the transport's

@@ -428,6 +428,8 @@ void ShmLink::deliver(Xfer* x, size_t offset, const unsigned char* src, size_t b
   }
   if (r == nullptr) {
     copyStreaming(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), bytes);
+  } else if (r->streamFn != nullptr) {
+    r->streamFn(dst, static_cast<const unsigned char*>(x->local) + offset, src, bytes / r->elemSize, r->streamCtx);
   } else {
     // Folded a block at a time in the bounce block (it stays in L1), then streamed out.
     const unsigned char* local = static_cast<const unsigned char*>(x->local) + offset;
