@@ -61,7 +61,7 @@ constexpr size_t kPassBytes = 1 << 20;
 // Both were measured, 2 ranks on braidMemAlloc memory, AllReduce out of place, interleaved with the
 // limit program (../shared/peers/limits/ideal_allreduce.c, which does the same work from two threads
 // of one process): the 1 KiB blocks made 6.1-7.6 GB/s at 16-256 MiB, 0.58-0.64 of the limit by the
-// medians; the one pass 9.6-17.5, 0.95-1.2 of it (perf/results/2026-12-07-fold-stream.md). An
+// medians; the one pass 9.6-17.5, 0.95-1.2 of it (perf/results/2026-12-06-fold-stream.md). An
 // earlier two-thread test had put 0.5-2 KiB blocks ahead of a fused loop (24-28 GB/s against
 // 16-20): the blocks' cost is the calls and copies around each one, which that test did not pay.
 constexpr size_t kStreamFoldBytes = 1 << 10;
