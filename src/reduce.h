@@ -24,8 +24,8 @@ void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const
 // j < nouts and i < count, nins >= 2, nouts >= 1. One pass: each input is read once, and the result
 // of each vector goes from registers to every output with non-temporal stores (plain ones into an
 // output not 16-byte aligned, and for the last partial vector), so nothing is staged in between.
-// For big outputs that will not be read again soon (src/direct_coll.cc); the caller fences
-// (storeFence) before it publishes them. No output may overlap an input or another output.
+// For big outputs that will not be read again soon (src/direct_coll.cc, the shm FIFO's streamed
+// receives); the caller fences (storeFence) before it publishes them. No output may overlap an input or another output.
 // braidAvg folds as braidSum (the caller divides; the direct path keeps avg off this kernel).
 using FoldStreamKernel = void (*)(void* const* outs, int nouts, const void* const* ins, int nins, size_t count);
 FoldStreamKernel foldStreamKernel(braidDataType_t dt, braidRedOp_t op);
