@@ -458,3 +458,35 @@ TEST_CASE(
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
+
+TEST_CASE("tcp: reduces whose outputs are streamed (BRAID_NT_STORES_MIN) fold right, over one and several sockets",
+          "[mp][tcpnet]") {
+  if (!underTest("tcp")) return;
+  const int n = GENERATE(2, 3);
+  const int lanes = GENERATE(1, 3);
+  INFO("nranks " << n << ", BRAID_NSOCKS " << lanes);
+  // Every call here has more than 4 KiB of buffers on the host: its receives that fold into the
+  // output take the fold that streams it (ReduceSpec::streamFn).
+  const Env env = {{"BRAID_TRANSPORTS", "tcp"},
+                   {"BRAID_TIMEOUT", "60"},
+                   {"BRAID_NSOCKS", std::to_string(lanes)},
+                   {"BRAID_NT_STORES_MIN", "4K"}};
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 300007;  // past a chunk of the sockets' reads, ending mid-line
+    std::vector<char> send(count * 8 * static_cast<size_t>(size) + 64), recv(send.size());
+    for (braidDataType_t dt : {braidInt32, braidFloat32, braidFloat64})
+      for (braidRedOp_t op : {braidSum, braidMax, braidAvg}) {
+        if (op == braidAvg && dt == braidInt32) continue;
+        for (bool inPlace : {false, true})
+          if (braidtest::allReduceChecked(comm, rank, size, send.data(), recv.data(), count, dt, op, inPlace) != 0 ||
+              rootedOrScatteredChecked(comm, rank, size, false, send.data(), recv.data(), count, dt, op, inPlace) !=
+                  0 ||
+              rootedOrScatteredChecked(comm, rank, size, true, send.data(), recv.data(), count / 4, dt, op, inPlace) !=
+                  0)
+            return 1;
+      }
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "src/base/log.h"
+#include "src/base/nt_store.h"
 
 namespace braid {
 
@@ -522,7 +523,11 @@ Status TcpLink::recvOnce(int l, bool* more) {
       const size_t whole = count * r.elemSize;
       if (count > 0) {
         const size_t at = off + ln.recvDone;
-        r.fn(static_cast<char*>(x->data) + at, static_cast<const char*>(x->local) + at, ln.staging.get(), count, r.ctx);
+        // An output past the cache (Xfer::stream) takes the fold that streams it, fenced once the
+        // receive is whole.
+        const bool stream = x->stream && r.streamFn != nullptr;
+        (stream ? r.streamFn : r.fn)(static_cast<char*>(x->data) + at, static_cast<const char*>(x->local) + at,
+                                     ln.staging.get(), count, stream ? r.streamCtx : r.ctx);
         ln.recvDone += whole;
         if (avail > whole) memmove(ln.staging.get(), ln.staging.get() + whole, avail - whole);
       }
@@ -531,6 +536,7 @@ Status TcpLink::recvOnce(int l, bool* more) {
       ln.recvDone += p;
     }
     if (ln.recvDone < part) break;
+    if (x->stream && x->reduce != nullptr) storeFence();
     x->tp[0] |= bit;
     ln.recvDone = 0;
     ln.carry = 0;
