@@ -22,11 +22,12 @@ void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const
 // outs[j][i] = ins[0][i] op ins[1][i] op ... op ins[nins - 1][i] (folded in that order, with the
 // pairwise rounding of ReduceKernel: the very bits of folding the inputs one by one), for every
 // j < nouts and i < count, nins >= 2, nouts >= 1. One pass: each input is read once, and the result
-// of each vector goes from registers to every output with non-temporal stores (plain ones into an
-// output not 16-byte aligned, and for the last partial vector), so nothing is staged in between.
-// For big outputs that will not be read again soon (src/direct_coll.cc, the shm FIFO's streamed
-// receives); the caller fences (storeFence) before it publishes them. No output may overlap an input or another output.
-// braidAvg folds as braidSum (the caller divides; the direct path keeps avg off this kernel).
+// of each cache line goes from the core to every output with non-temporal stores (plain ones into
+// an output not 16-byte aligned, and for the last partial vector), so nothing is staged in between.
+// For big outputs that will not be read again soon (src/direct_coll.cc; the shm and tcp links'
+// streamed receives); the caller fences (storeFence) before it publishes them. An output may be
+// exactly an input (each line is read before it is written, as ReduceKernel allows), but no other
+// overlap. braidAvg folds as braidSum (the caller divides; the direct path keeps avg off it).
 using FoldStreamKernel = void (*)(void* const* outs, int nouts, const void* const* ins, int nins, size_t count);
 FoldStreamKernel foldStreamKernel(braidDataType_t dt, braidRedOp_t op);
 

@@ -659,5 +659,39 @@ TEST_CASE("the fold to several outputs folds the inputs in order into every outp
   CHECK(cases == static_cast<int>(supportedLevels().size() * 10 * 3 * std::size(kFoldCounts) * 5 * 3));
 }
 
+// An output that is exactly one of the inputs (a receive folded in place: Xfer::local == data) gets
+// the same bits as a separate one: each line of the inputs is read before it is written.
+TEST_CASE("the fold to several outputs may write over one of its inputs exactly", "[unit]") {
+  std::mt19937_64 rng(13);
+  const size_t count = 1000 + 17;
+  for (braidDataType_t dt : kAllTypes) {
+    const size_t es = dtypeSize(dt);
+    for (braidRedOp_t op : kAllOps) {
+      for (SimdLevel level : supportedLevels()) {
+        std::vector<std::vector<unsigned char>> ins(3, std::vector<unsigned char>(count * es));
+        for (auto& in : ins) {
+          const std::vector<uint64_t> values = randomElements(dt, count, rng);
+          for (size_t i = 0; i < count; ++i) storeElement(dt, in.data(), i, values[i]);
+        }
+        std::vector<unsigned char> want(count * es), other(count * es);
+        const ReduceKernel scalar = reduceKernelFor(SimdLevel::kScalar, dt, op);
+        scalar(want.data(), ins[0].data(), ins[1].data(), count);
+        scalar(want.data(), want.data(), ins[2].data(), count);
+        const void* inPtrs[] = {ins[0].data(), ins[1].data(), ins[2].data()};
+        void* outPtrs[] = {ins[1].data(), other.data()};
+        foldStreamKernelFor(level, dt, op)(outPtrs, 2, inPtrs, 3, count);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i)
+          for (const unsigned char* got : {ins[1].data(), other.data()}) {
+            const uint64_t w = loadElement(dt, want.data(), i), g = loadElement(dt, got, i);
+            if (w != g && !(isNanBits(dt, w) && isNanBits(dt, g))) ++bad;
+          }
+        INFO(simdLevelString(level) << " " << dtypeName(dt) << " " << redopName(op));
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace braid
