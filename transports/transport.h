@@ -62,9 +62,10 @@ struct ReduceSpec {
   ReduceFn fn = nullptr;
   const void* ctx = nullptr;
   size_t elemSize = 1;
-  // The same fold with `out` written by non-temporal stores straight from registers (fenced by the
-  // caller), for receives whose output bypasses the cache (Xfer::stream); null: the transport folds
-  // into a block of its own and streams that out.
+  // The same fold with `out` written by non-temporal stores straight from the core (the transport
+  // fences before the receive completes), for receives whose output may bypass the cache
+  // (Xfer::stream): the shm and tcp links take it. Null: they fold with `fn` (shm into a block of
+  // its own, then streamed out; tcp with plain stores).
   ReduceFn streamFn = nullptr;
   const void* streamCtx = nullptr;
 };
