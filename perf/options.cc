@@ -30,15 +30,6 @@ constexpr const char* kOpNames[] = {"sum", "prod", "min", "max", "avg"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == braidNumOps);
 constexpr const char* kAverageNames[] = {"rank0", "avg", "min", "max"};
 
-bool parseInt(const char* s, long lo, long hi, int* out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
-  *out = static_cast<int>(v);
-  return true;
-}
-
 bool parseTypes(const char* s, std::vector<braidDataType_t>* out) {
   static const struct {
     const char* name;
@@ -154,6 +145,15 @@ void printHelp(const char* prog) {
 }
 
 }  // namespace
+
+bool parseInt(const char* s, long lo, long hi, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
 
 void budgetIters(size_t budget, size_t bytes, int* iters, int* warmup) {
   const size_t it = budget / std::max<size_t>(bytes, 1);

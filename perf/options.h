@@ -40,6 +40,8 @@ void budgetIters(size_t budget, size_t bytes, int* iters, int* warmup);
 // A byte count as the flags take it: digits with an optional K, M or G (powers of 1024); false for
 // anything else or an overflow.
 bool parseSize(const char* s, size_t* out);
+// A decimal integer in [lo, hi], nothing after it; false for anything else.
+bool parseInt(const char* s, long lo, long hi, int* out);
 
 // Parses argv. -h prints the help and exits 0; a bad flag prints one line and exits 2.
 Options parseOptions(int argc, char** argv);

@@ -89,10 +89,10 @@ int main(int argc, char** argv) {
         if (!braid::perf::parseSize(optarg, &bytes)) bytes = 0;
         break;
       case 'r':
-        rounds = std::atoi(optarg);
+        if (!braid::perf::parseInt(optarg, 1, 1 << 20, &rounds)) rounds = 0;
         break;
       case 'k':
-        block = std::atoi(optarg);
+        if (!braid::perf::parseInt(optarg, 1, 1 << 20, &block)) block = 0;
         break;
       case 'i':
         inPlace = true;
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   }
   const int nsets = argc - optind;
   if (rounds < 1 || block < 1 || bytes == 0) {
-    std::fprintf(stderr, "settings_ab: -b takes a byte count above 0 (K, M, G), -r and -k a count above 0\n");
+    std::fprintf(stderr, "settings_ab: -b takes a byte count above 0 (K, M, G), -r and -k a count from 1 to 1048576\n");
     return 2;
   }
   const char* known[] = {"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "alltoall"};
