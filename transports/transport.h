@@ -64,8 +64,8 @@ struct ReduceSpec {
   size_t elemSize = 1;
   // The same fold with `out` written by non-temporal stores straight from the core (the transport
   // fences before the receive completes), for receives whose output may bypass the cache
-  // (Xfer::stream): the shm and tcp links take it. Null: they fold with `fn` (shm into a block of
-  // its own, then streamed out; tcp with plain stores).
+  // (Xfer::stream): the shm, tcp and chunk (ucx rma, ibverbs) links take it. Null: they fold with
+  // `fn` (shm into a block of its own, then streamed out; the others with plain stores).
   ReduceFn streamFn = nullptr;
   const void* streamCtx = nullptr;
 };

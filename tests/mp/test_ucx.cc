@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -314,4 +315,40 @@ TEST_CASE("ucx: UCX is loaded only into a process whose BRAID_TRANSPORTS names i
   });
   INFO(describe(res));
   CHECK(allOk(res));
+}
+
+TEST_CASE("ucx: outputs written around the cache (BRAID_NT_STORES_MIN) arrive right, copies and folds", "[mp][ucx]") {
+  if (!underTest("ucx")) return;
+  const int n = GENERATE(2, 3);
+  INFO("nranks " << n << ", BRAID_UCX_PROTO " << (getenv("BRAID_UCX_PROTO") ? getenv("BRAID_UCX_PROTO") : "(tag)"));
+  // Every call here has more than 4 KiB of buffers on the host: its receives into the output take
+  // streaming stores, a fold's through ReduceSpec::streamFn (the rma protocol's chunk links).
+  const Env env = {{"BRAID_TRANSPORTS", "ucx"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_NT_STORES_MIN", "4K"}};
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 300007;  // past a chunk, ending mid-line
+    std::vector<char> send(count * 8 * static_cast<size_t>(size) + 64), recv(send.size());
+    for (braidDataType_t dt : {braidInt32, braidFloat64})
+      for (braidRedOp_t op : {braidSum, braidMax}) {
+        for (bool inPlace : {false, true})
+          if (allReduceChecked(comm, rank, size, send.data(), recv.data(), count, dt, op, inPlace) != 0 ||
+              rootedOrScatteredChecked(comm, rank, size, false, send.data(), recv.data(), count, dt, op, inPlace) !=
+                  0 ||
+              rootedOrScatteredChecked(comm, rank, size, true, send.data(), recv.data(), count / 4, dt, op, inPlace) !=
+                  0)
+            return 1;
+      }
+    // Copies into the output: a Broadcast from every root, out of place.
+    std::vector<int32_t> b(count), out(count);
+    for (int root = 0; root < size; ++root) {
+      for (size_t i = 0; i < count; ++i) b[i] = static_cast<int32_t>(i * 7 + root);
+      std::fill(out.begin(), out.end(), -1);
+      CHECK_BRAID(rank, braidBroadcast(b.data(), out.data(), count, braidInt32, root, comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != static_cast<int32_t>(i * 7 + root))
+          return fail(rank, "Broadcast from %d: [%zu] = %d", root, i, static_cast<int>(out[i]));
+    }
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
 }

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "src/base/log.h"
+#include "src/base/nt_store.h"
 
 namespace braid::net {
 
@@ -175,6 +176,9 @@ Status ChunkLink::deliver(Xfer* x, const uint8_t* src, size_t bytes, bool last) 
   if (x->tp[0] <= x->capacity && bytes > 0) {
     if (x->reduce != nullptr) {
       reduceInto(x, src, bytes);
+    } else if (x->stream) {  // an output past the cache: written around it, fenced when whole
+      copyStreaming(static_cast<char*>(x->data) + before, reinterpret_cast<const char*>(src), bytes);
+      x->progressed += bytes;
     } else {
       memcpy(static_cast<uint8_t*>(x->data) + before, src, bytes);
       x->progressed += bytes;
@@ -187,7 +191,8 @@ Status ChunkLink::deliver(Xfer* x, const uint8_t* src, size_t bytes, bool last) 
   x->bytes = x->capacity;
   recvs_.pop();
   carryBytes_ = 0;
-  x->complete = true;  // last: the owner may reuse x as soon as it sees this
+  if (x->stream) storeFence();  // before the owner, maybe another thread, reads the output
+  x->complete = true;           // last: the owner may reuse x as soon as it sees this
   return okStatus();
 }
 
@@ -209,8 +214,10 @@ void ChunkLink::reduceInto(Xfer* x, const uint8_t* src, size_t bytes) {
   }
   const size_t count = bytes / es;
   if (count > 0) {
-    r.fn(static_cast<uint8_t*>(x->data) + x->progressed, static_cast<const uint8_t*>(x->local) + x->progressed, src,
-         count, r.ctx);
+    const bool stream = x->stream && r.streamFn != nullptr;
+    (stream ? r.streamFn : r.fn)(static_cast<uint8_t*>(x->data) + x->progressed,
+                                 static_cast<const uint8_t*>(x->local) + x->progressed, src, count,
+                                 stream ? r.streamCtx : r.ctx);
     x->progressed += count * es;
   }
   const size_t rest = bytes - count * es;
