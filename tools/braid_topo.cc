@@ -5,7 +5,6 @@
 // main() parses the command line into Options and dispatches to one run* function per mode; --plan
 // and --config print through tools/braid_topo_plan.cc.
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -178,9 +177,8 @@ int runPlan(const Options& o, const TopoFile& f) {
     cluster = ClusterShape::blocks(o.ranks, o.hosts > 0 ? o.hosts : 1, f.machine.cores);
     if (o.fifoFrom != nullptr) {
       uint64_t from = 0;
-      const std::string_view text = o.fifoFrom;
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), from);
-      if (text.empty() || ec != std::errc() || end != text.data() + text.size() || from == ClusterShape::kNever) {
+      // A byte count as a file's fifo_from= entry takes it; "-" (never) is what leaving it out says.
+      if (!ClusterShape::parseTwoCopiesFrom(o.fifoFrom, &from) || from == ClusterShape::kNever) {
         fprintf(stderr, "braid-topo: --fifo-from wants a byte count below 2^64 - 1, got '%s'\n", o.fifoFrom);
         return kExitUsage;
       }

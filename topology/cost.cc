@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
@@ -384,6 +385,18 @@ std::string ClusterShape::twoCopiesList(int hosts) const {
     out += (h ? "," : "") + (from == kNever ? std::string("-") : std::to_string(from));
   }
   return any ? out : std::string();
+}
+
+bool ClusterShape::parseTwoCopiesFrom(std::string_view item, uint64_t* out) {
+  if (item == "-") {
+    *out = kNever;
+    return true;
+  }
+  uint64_t x = 0;
+  auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+  if (item.empty() || ec != std::errc() || p != item.data() + item.size() || x == kNever) return false;
+  *out = x;
+  return true;
 }
 
 ClusterShape ClusterShape::blocks(int nranks, int hosts, int cores) {

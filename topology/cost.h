@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "src/base/status.h"
@@ -82,6 +83,9 @@ struct ClusterShape {
   // Hosts 0..hosts-1's values as a topology file's fifo_from= lists them ("0,-,33554432"), or ""
   // when every one is kNever.
   std::string twoCopiesList(int hosts) const;
+  // One entry of such a list: a byte count below kNever into *out, or "-" for kNever; false for
+  // anything else (a suffix, a sign, an overflow, kNever's own digits).
+  static bool parseTwoCopiesFrom(std::string_view item, uint64_t* out);
   // Whether a call with `hostBytes` on `host` moves its transfers there with two copies.
   bool twoCopies(int host, double hostBytes) const {
     const uint64_t from = twoCopiesFrom(host);

@@ -403,13 +403,10 @@ Status Parser::bytesList(const Token& t, size_t maxItems, std::vector<uint64_t>*
     if (v->size() >= maxItems) return fail("%s= has more than %zu items", std::string(t.key).c_str(), maxItems);
     size_t end = std::min(s.find(',', pos), s.size());
     const std::string_view item = s.substr(pos, end - pos);
-    uint64_t x = ClusterShape::kNever;
-    if (item != "-") {
-      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
-      if (item.empty() || ec != std::errc() || p != item.data() + item.size() || x == ClusterShape::kNever)
-        return fail("%s= item %zu ('%s') is neither '-' nor a byte count below 2^64 - 1", std::string(t.key).c_str(),
-                    v->size(), text::shown(item).c_str());
-    }
+    uint64_t x = 0;
+    if (!ClusterShape::parseTwoCopiesFrom(item, &x))
+      return fail("%s= item %zu ('%s') is neither '-' nor a byte count below 2^64 - 1", std::string(t.key).c_str(),
+                  v->size(), text::shown(item).c_str());
     v->push_back(x);
     if (end == s.size()) return okStatus();
     pos = end + 1;
