@@ -26,6 +26,11 @@
 #   braidMemAlloc memory
 #   BRAID_ENV / BASELINE_ENV: settings (NAME=value words) for this build's / the baseline's runs,
 #   e.g. BASELINE=build BASELINE_ENV="BRAID_SHM_CMA_SPEED=0": one build with and without a setting
+#   PAIRED=1: each size a run of its own, braid's (and the baseline's) and Open MPI's back to back,
+#   who goes first swapped every round: a pair then meets the same state of the machine (a second
+#   apart, where a sweep of every size puts up to a minute between them, and this VM changes state
+#   for seconds at a time); costs a program start per size and side (0.1-0.3 s here). SIZES must
+#   be "-b MIN -e MAX -f FACTOR" then.
 # Needs: openmpi-bin libopenmpi-dev (see ../shared/peers/README.md) and a built tree (build/).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,23 +65,74 @@ ompi_prog() {
 }
 btl() { if [ "$1" = shm ]; then echo self,vader; else echo self,tcp; fi; }
 
+# The sizes of "-b MIN -e MAX -f FACTOR" (K, M, G suffixes), one per line.
+size_list() {
+  python3 - "$@" <<'PY'
+import sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+num = lambda t: int(t[:-1]) << {"K": 10, "M": 20, "G": 30}[t[-1].upper()] if t[-1].isalpha() else int(t)
+if set(a) != {"-b", "-e", "-f"} or int(a["-f"]) < 2:
+    sys.exit("compare_colls.sh: PAIRED=1 takes SIZES of the form -b MIN -e MAX -f FACTOR (FACTOR >= 2)")
+s, e = num(a["-b"]), num(a["-e"])
+while s <= e:
+    print(s)
+    s *= int(a["-f"])
+PY
+}
+
+# One side's run of ranks $1, transport $2, collective $3 in round $4, over the sizes in the rest.
+run_base() {
+  local np=$1 t=$2 c=$3 r=$4
+  shift 4
+  # shellcheck disable=SC2086  # the argument lists are words
+  measure "$OUT/base_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BASELINE_ENV:-} \
+    "$BASELINE/tools/braidrun" -n "$np" "$BASELINE/perf/$(braid_prog "$c")" "$@" $BRAID_ITERS ${BASELINE_ARGS:-} -z 1
+}
+run_braid() {
+  local np=$1 t=$2 c=$3 r=$4
+  shift 4
+  # shellcheck disable=SC2086  # the argument lists are words
+  measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BRAID_ENV:-} \
+    "$BUILD/tools/braidrun" -n "$np" "$BUILD/perf/$(braid_prog "$c")" "$@" $BRAID_ITERS ${BRAID_ARGS:-} -z 1
+}
+run_ompi() {
+  local np=$1 t=$2 c=$3 r=$4
+  shift 4
+  # shellcheck disable=SC2086,SC2046
+  measure "$OUT/ompi_np${np}_${t}_$c.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ob1 \
+    --mca btl "$(btl "$t")" -np "$np" --oversubscribe $(ompi_prog "$c") "$@" $OMPI_ITERS
+}
+
+if [ -n "${PAIRED:-}" ]; then
+  # shellcheck disable=SC2086  # SIZES is words
+  sizes=$(size_list $SIZES) || exit 2
+fi
 for r in $(seq 1 "$REPS"); do
   echo "round $r of $REPS"
   [ -z "${NO_LIMIT:-}" ] && measure "$OUT/limit.run$r.txt" ./build/ideal 3
   for np in $NPS; do
     for t in $TRANSPORTS; do
       for c in $COLLS; do
-        if [ -n "${BASELINE:-}" ]; then
-          # shellcheck disable=SC2086  # the argument lists are words
-          measure "$OUT/base_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BASELINE_ENV:-} \
-            "$BASELINE/tools/braidrun" -n "$np" "$BASELINE/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS ${BASELINE_ARGS:-} -z 1
+        if [ -z "${PAIRED:-}" ]; then
+          # shellcheck disable=SC2086  # SIZES is words
+          [ -z "${BASELINE:-}" ] || run_base "$np" "$t" "$c" "$r" $SIZES
+          # shellcheck disable=SC2086
+          run_braid "$np" "$t" "$c" "$r" $SIZES
+          # shellcheck disable=SC2086
+          run_ompi "$np" "$t" "$c" "$r" $SIZES
+          continue
         fi
-        # shellcheck disable=SC2086  # the argument lists are words
-        measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BRAID_ENV:-} \
-          "$BUILD/tools/braidrun" -n "$np" "$BUILD/perf/$(braid_prog "$c")" $SIZES $BRAID_ITERS ${BRAID_ARGS:-} -z 1
-        # shellcheck disable=SC2086,SC2046
-        measure "$OUT/ompi_np${np}_${t}_$c.run$r.txt" mpirun.openmpi --allow-run-as-root --mca pml ob1 \
-          --mca btl "$(btl "$t")" -np "$np" --oversubscribe $(ompi_prog "$c") $SIZES $OMPI_ITERS
+        for s in $sizes; do
+          if [ $((r % 2)) = 1 ]; then
+            { [ -z "${BASELINE:-}" ] || run_base "$np" "$t" "$c" "$r" -b "$s" -e "$s"; }
+            run_braid "$np" "$t" "$c" "$r" -b "$s" -e "$s"
+            run_ompi "$np" "$t" "$c" "$r" -b "$s" -e "$s"
+          else
+            run_ompi "$np" "$t" "$c" "$r" -b "$s" -e "$s"
+            run_braid "$np" "$t" "$c" "$r" -b "$s" -e "$s"
+            { [ -z "${BASELINE:-}" ] || run_base "$np" "$t" "$c" "$r" -b "$s" -e "$s"; }
+          fi
+        done
       done
     done
   done
