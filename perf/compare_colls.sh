@@ -27,10 +27,11 @@
 #   BRAID_ENV / BASELINE_ENV: settings (NAME=value words) for this build's / the baseline's runs,
 #   e.g. BASELINE=build BASELINE_ENV="BRAID_SHM_CMA_SPEED=0": one build with and without a setting
 #   PAIRED=1: each size a run of its own, braid's (and the baseline's) and Open MPI's back to back,
-#   who goes first swapped every round: a pair then meets the same state of the machine (a second
-#   apart, where a sweep of every size puts up to a minute between them, and this VM changes state
-#   for seconds at a time); costs a program start per size and side (0.1-0.3 s here). SIZES must
-#   be "-b MIN -e MAX -f FACTOR" then.
+#   who goes first swapped every round, so that a pair is a second apart where a sweep of every
+#   size puts up to a minute between them; costs a program start per size and side (0.1-0.3 s
+#   here). On this VM it did not shorten the list of points behind over tcp (30 of 156 against 33
+#   swept: its states change within a second too; perf/results/2026-12-06-standing-tcp-41.md).
+#   SIZES must be "-b MIN -e MAX -f FACTOR" then.
 # Needs: openmpi-bin libopenmpi-dev (see ../shared/peers/README.md) and a built tree (build/).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
