@@ -382,7 +382,8 @@ std::string ClusterShape::twoCopiesList(int hosts) const {
   for (int h = 0; h < hosts; ++h) {
     const uint64_t from = twoCopiesFrom(h);
     any = any || from != kNever;
-    out += (h ? "," : "") + (from == kNever ? std::string("-") : std::to_string(from));
+    if (h != 0) out += ',';
+    out += from == kNever ? std::string("-") : std::to_string(from);
   }
   return any ? out : std::string();
 }
