@@ -68,6 +68,15 @@ struct ReduceSpec {
   // `fn` (shm into a block of its own, then streamed out; the others with plain stores).
   ReduceFn streamFn = nullptr;
   const void* streamCtx = nullptr;
+
+  // The fold of a receive: with streamFn where its output is streamed and there is one, else fn.
+  void apply(void* out, const void* local, const void* incoming, size_t count, bool stream) const {
+    if (stream && streamFn != nullptr) {
+      streamFn(out, local, incoming, count, streamCtx);
+    } else {
+      fn(out, local, incoming, count, ctx);
+    }
+  }
 };
 
 // A registered memory range. Returned by Transport::registerMemory and owned by the transport's

@@ -214,10 +214,8 @@ void ChunkLink::reduceInto(Xfer* x, const uint8_t* src, size_t bytes) {
   }
   const size_t count = bytes / es;
   if (count > 0) {
-    const bool stream = x->stream && r.streamFn != nullptr;
-    (stream ? r.streamFn : r.fn)(static_cast<uint8_t*>(x->data) + x->progressed,
-                                 static_cast<const uint8_t*>(x->local) + x->progressed, src, count,
-                                 stream ? r.streamCtx : r.ctx);
+    r.apply(static_cast<uint8_t*>(x->data) + x->progressed, static_cast<const uint8_t*>(x->local) + x->progressed, src,
+            count, x->stream);
     x->progressed += count * es;
   }
   const size_t rest = bytes - count * es;

@@ -525,9 +525,8 @@ Status TcpLink::recvOnce(int l, bool* more) {
         const size_t at = off + ln.recvDone;
         // An output past the cache (Xfer::stream) takes the fold that streams it, fenced once the
         // receive is whole.
-        const bool stream = x->stream && r.streamFn != nullptr;
-        (stream ? r.streamFn : r.fn)(static_cast<char*>(x->data) + at, static_cast<const char*>(x->local) + at,
-                                     ln.staging.get(), count, stream ? r.streamCtx : r.ctx);
+        r.apply(static_cast<char*>(x->data) + at, static_cast<const char*>(x->local) + at, ln.staging.get(), count,
+                x->stream);
         ln.recvDone += whole;
         if (avail > whole) memmove(ln.staging.get(), ln.staging.get() + whole, avail - whole);
       }
