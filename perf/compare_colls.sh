@@ -82,20 +82,16 @@ PY
 }
 
 # One side's run of ranks $1, transport $2, collective $3 in round $4, over the sizes in the rest.
-run_base() {
-  local np=$1 t=$2 c=$3 r=$4
-  shift 4
+# A braid build's: file prefix, build folder, settings and flags (words) first.
+run_build() {
+  local who=$1 build=$2 envs=$3 args=$4 np=$5 t=$6 c=$7 r=$8
+  shift 8
   # shellcheck disable=SC2086  # the argument lists are words
-  measure "$OUT/base_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BASELINE_ENV:-} \
-    "$BASELINE/tools/braidrun" -n "$np" "$BASELINE/perf/$(braid_prog "$c")" "$@" $BRAID_ITERS ${BASELINE_ARGS:-} -z 1
+  measure "$OUT/${who}_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" $envs \
+    "$build/tools/braidrun" -n "$np" "$build/perf/$(braid_prog "$c")" "$@" $BRAID_ITERS $args -z 1
 }
-run_braid() {
-  local np=$1 t=$2 c=$3 r=$4
-  shift 4
-  # shellcheck disable=SC2086  # the argument lists are words
-  measure "$OUT/braid_np${np}_${t}_$c.run$r.txt" env BRAID_TRANSPORTS="$t" ${BRAID_ENV:-} \
-    "$BUILD/tools/braidrun" -n "$np" "$BUILD/perf/$(braid_prog "$c")" "$@" $BRAID_ITERS ${BRAID_ARGS:-} -z 1
-}
+run_base() { run_build base "$BASELINE" "${BASELINE_ENV:-}" "${BASELINE_ARGS:-}" "$@"; }
+run_braid() { run_build braid "$BUILD" "${BRAID_ENV:-}" "${BRAID_ARGS:-}" "$@"; }
 run_ompi() {
   local np=$1 t=$2 c=$3 r=$4
   shift 4
@@ -123,16 +119,13 @@ for r in $(seq 1 "$REPS"); do
           run_ompi "$np" "$t" "$c" "$r" $SIZES
           continue
         fi
+        sides="base braid ompi"
+        [ $((r % 2)) = 0 ] && sides="ompi braid base"
         for s in $sizes; do
-          if [ $((r % 2)) = 1 ]; then
-            { [ -z "${BASELINE:-}" ] || run_base "$np" "$t" "$c" "$r" -b "$s" -e "$s"; }
-            run_braid "$np" "$t" "$c" "$r" -b "$s" -e "$s"
-            run_ompi "$np" "$t" "$c" "$r" -b "$s" -e "$s"
-          else
-            run_ompi "$np" "$t" "$c" "$r" -b "$s" -e "$s"
-            run_braid "$np" "$t" "$c" "$r" -b "$s" -e "$s"
-            { [ -z "${BASELINE:-}" ] || run_base "$np" "$t" "$c" "$r" -b "$s" -e "$s"; }
-          fi
+          for side in $sides; do
+            [ "$side" = base ] && [ -z "${BASELINE:-}" ] && continue
+            "run_$side" "$np" "$t" "$c" "$r" -b "$s" -e "$s"
+          done
         done
       done
     done
