@@ -56,15 +56,14 @@ static_assert(sizeof(DirectMail) <= 64, "a direct call's mail fits the smallest 
 constexpr size_t kPassBytes = 1 << 20;
 
 // A streamed fold goes in one pass of foldStreamKernel (src/reduce.h): each line of the result is
-// folded from every input in registers and streamed from there to every output. braidAvg, which
-// divides before it stores, folds 1 KiB at a time into a block of its own and streams that out.
-// Both were measured, 2 ranks on braidMemAlloc memory, AllReduce out of place, interleaved with the
-// limit program (../shared/peers/limits/ideal_allreduce.c, which does the same work from two threads
-// of one process): the 1 KiB blocks made 6.1-7.6 GB/s at 16-256 MiB, 0.58-0.64 of the limit by the
-// medians; the one pass 9.6-17.5, 0.95-1.2 of it (perf/results/2026-12-06-fold-stream.md). An
-// earlier two-thread test had put 0.5-2 KiB blocks ahead of a fused loop (24-28 GB/s against
-// 16-20): the blocks' cost is the calls and copies around each one, which that test did not pay.
-constexpr size_t kStreamFoldBytes = 1 << 10;
+// folded from every input in registers (and divided there, for braidAvg) and streamed from there to
+// every output. Measured against 1 KiB blocks folded and then streamed out, 2 ranks on braidMemAlloc
+// memory, AllReduce out of place, interleaved with the limit program
+// (../shared/peers/limits/ideal_allreduce.c, which does the same work from two threads of one
+// process): the blocks made 6.1-7.6 GB/s at 16-256 MiB, 0.58-0.64 of the limit by the medians; the
+// one pass 9.6-17.5, 0.95-1.2 of it (perf/results/2026-12-06-fold-stream.md). An earlier
+// two-thread test had put 0.5-2 KiB blocks ahead of a fused loop (24-28 GB/s against 16-20): the
+// blocks' cost is the calls and copies around each one, which that test did not pay.
 // A streamed copy goes 4 KiB at a time, for the same reason (medians of 5 alternations against
 // 32 KiB, out of place: AllGather 2 ranks 16 / 64 MiB 1.26x / 1.55x faster, 4 ranks 1.26x / 1.18x;
 // AllToAll 2 ranks 1.17x / 1.21x; Broadcast 2 ranks 1.11x / 1.41x, 4 ranks 1.31x / 1.14x).
@@ -361,11 +360,11 @@ void SmallColls::workDirect(SmallCall* c) {
   // through a block of its own first.
   const bool folds = c->coll == Coll::kAllReduce || c->coll == Coll::kReduce || c->coll == Coll::kReduceScatter;
   const bool aside = folds && (stream || (c->inPlace && rank_ >= 2) || c->coll == Coll::kReduce);
-  const size_t step = !stream ? kBlockBytes : folds ? kStreamFoldBytes : kStreamCopyBytes;
+  const size_t step = stream ? kStreamCopyBytes : kBlockBytes;
   const size_t end = std::min(hi, c->at + kPassBytes);
-  if (stream && folds && c->op != braidAvg && c->at < end) {
-    // The fold in one pass (see kStreamFoldBytes): AllReduce into every rank's output, Reduce into
-    // the root's, ReduceScatter (its inputs at this rank's block) into this rank's.
+  if (stream && folds && c->at < end) {
+    // The fold in one pass (see "A streamed fold" above): AllReduce into every rank's output, Reduce
+    // into the root's, ReduceScatter (its inputs at this rank's block) into this rank's.
     const size_t off = c->at;
     const size_t base = c->coll == Coll::kReduceScatter ? r * b : 0;
     for (int p = 0; p < nranks_; ++p) foldIns_[p] = ins_[p] + base + off;
@@ -376,7 +375,7 @@ void SmallColls::workDirect(SmallCall* c) {
       foldOuts_[outs++] = (c->coll == Coll::kReduce ? outs_[c->root] : outs_[rank_]) + off;
     }
     foldStreamKernel(c->dtype, c->op)(foldOuts_.data(), outs, foldIns_.data(), nranks_,
-                                      (end - off) / dtypeSize(c->dtype));
+                                      (end - off) / dtypeSize(c->dtype), nranks_);
     c->at = end;
   }
   while (c->at < end) {

@@ -23,7 +23,7 @@ void applyKernel(void* out, const void* local, const void* incoming, size_t coun
 void applyStreamKernel(void* out, const void* local, const void* incoming, size_t count, const void* ctx) {
   void* outs[] = {out};
   const void* ins[] = {local, incoming};
-  (*static_cast<const FoldStreamKernel*>(ctx))(outs, 1, ins, 2, count);
+  (*static_cast<const FoldStreamKernel*>(ctx))(outs, 1, ins, 2, count, 1);
 }
 
 // How an op's receives fold: its kernel, and the same with the output streamed.

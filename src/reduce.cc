@@ -56,10 +56,25 @@ void scalarHalfKernel(void* out, const void* a, const void* b, size_t count) {
   for (size_t i = 0; i < count; ++i) o[i] = Codec::narrow(applyOp<kOp>(Codec::widen(x[i]), Codec::widen(y[i])));
 }
 
+// buf[i] /= divisor, one element at a time (divideElem, divideNarrowElem: src/reduce_ops.h).
+template <class T>
+void divideEach(void* buf, size_t count, int divisor) {
+  T* p = static_cast<T*>(buf);
+  for (size_t i = 0; i < count; ++i) p[i] = divideElem(p[i], divisor);
+}
+
+template <class Codec>
+void divideNarrowEach(void* buf, size_t count, int divisor) {
+  uint16_t* p = static_cast<uint16_t*>(buf);
+  for (size_t i = 0; i < count; ++i) p[i] = divideNarrowElem<Codec>(p[i], divisor);
+}
+
 // The scalar FoldStreamKernel: 1 KiB of the result at a time folded into a block on the stack with
-// the pairwise kernel, then streamed to every output (copyStreaming). For the scalar level only.
-template <class Kernel, size_t kSize>
-void scalarFoldStream(void* const* outs, int nouts, const void* const* ins, int nins, size_t count) {
+// the pairwise kernel (and divided, for braidAvg: kDivide), then streamed to every output
+// (copyStreaming). For the scalar level only.
+template <class Kernel, size_t kSize, DivideKernel kDivide = nullptr>
+void scalarFoldStream(void* const* outs, int nouts, const void* const* ins, int nins, size_t count,
+                      [[maybe_unused]] int divisor) {
   constexpr size_t kBlock = 1024 / kSize;
   alignas(64) unsigned char acc[kBlock * kSize];
   for (size_t i = 0; i < count; i += kBlock) {
@@ -67,12 +82,15 @@ void scalarFoldStream(void* const* outs, int nouts, const void* const* ins, int 
     const size_t at = i * kSize;
     Kernel::run(acc, static_cast<const char*>(ins[0]) + at, static_cast<const char*>(ins[1]) + at, n);
     for (int p = 2; p < nins; ++p) Kernel::run(acc, acc, static_cast<const char*>(ins[p]) + at, n);
+    if constexpr (kDivide != nullptr) {
+      if (divisor > 1) kDivide(acc, n, divisor);
+    }
     for (int j = 0; j < nouts; ++j)
       copyStreaming(static_cast<char*>(outs[j]) + at, reinterpret_cast<const char*>(acc), n * kSize);
   }
 }
 
-template <template <braidRedOp_t> class Kernel, size_t kSize>
+template <template <braidRedOp_t> class Kernel, size_t kSize, DivideKernel kDivide>
 constexpr void setRow(KernelTable& table, braidDataType_t dt) {
   table.kernels[dt][braidSum] = &Kernel<braidSum>::run;
   table.kernels[dt][braidProd] = &Kernel<braidProd>::run;
@@ -83,7 +101,8 @@ constexpr void setRow(KernelTable& table, braidDataType_t dt) {
   table.foldStreams[dt][braidProd] = &scalarFoldStream<Kernel<braidProd>, kSize>;
   table.foldStreams[dt][braidMin] = &scalarFoldStream<Kernel<braidMin>, kSize>;
   table.foldStreams[dt][braidMax] = &scalarFoldStream<Kernel<braidMax>, kSize>;
-  table.foldStreams[dt][braidAvg] = &scalarFoldStream<Kernel<braidSum>, kSize>;
+  table.foldStreams[dt][braidAvg] = &scalarFoldStream<Kernel<braidSum>, kSize, kDivide>;
+  table.divides[dt] = kDivide;
 }
 
 template <class T>
@@ -106,16 +125,16 @@ struct Narrow {
 
 constexpr KernelTable makeScalarTable() {
   KernelTable table{};
-  setRow<Plain<int8_t>::Of, 1>(table, braidInt8);
-  setRow<Plain<uint8_t>::Of, 1>(table, braidUint8);
-  setRow<Plain<int32_t>::Of, 4>(table, braidInt32);
-  setRow<Plain<uint32_t>::Of, 4>(table, braidUint32);
-  setRow<Plain<int64_t>::Of, 8>(table, braidInt64);
-  setRow<Plain<uint64_t>::Of, 8>(table, braidUint64);
-  setRow<Narrow<HalfCodec>::Of, 2>(table, braidFloat16);
-  setRow<Narrow<Bf16Codec>::Of, 2>(table, braidBfloat16);
-  setRow<Plain<float>::Of, 4>(table, braidFloat32);
-  setRow<Plain<double>::Of, 8>(table, braidFloat64);
+  setRow<Plain<int8_t>::Of, 1, &divideEach<int8_t>>(table, braidInt8);
+  setRow<Plain<uint8_t>::Of, 1, &divideEach<uint8_t>>(table, braidUint8);
+  setRow<Plain<int32_t>::Of, 4, &divideEach<int32_t>>(table, braidInt32);
+  setRow<Plain<uint32_t>::Of, 4, &divideEach<uint32_t>>(table, braidUint32);
+  setRow<Plain<int64_t>::Of, 8, &divideEach<int64_t>>(table, braidInt64);
+  setRow<Plain<uint64_t>::Of, 8, &divideEach<uint64_t>>(table, braidUint64);
+  setRow<Narrow<HalfCodec>::Of, 2, &divideNarrowEach<HalfCodec>>(table, braidFloat16);
+  setRow<Narrow<Bf16Codec>::Of, 2, &divideNarrowEach<Bf16Codec>>(table, braidBfloat16);
+  setRow<Plain<float>::Of, 4, &divideEach<float>>(table, braidFloat32);
+  setRow<Plain<double>::Of, 8, &divideEach<double>>(table, braidFloat64);
   return table;
 }
 
@@ -136,7 +155,6 @@ bool initKernels() {
   fillAvx512Kernels(gLevelTables[static_cast<int>(SimdLevel::kAvx512)]);
   for (KernelTable& table : gLevelTables) {
     for (auto& row : table.kernels) row[braidAvg] = row[braidSum];
-    for (auto& row : table.foldStreams) row[braidAvg] = row[braidSum];
   }
   // Read once, here: BRAID_SIMD is meant for tests and comparisons, set before the process starts.
   // This runs during static initialization, before the config table (another translation unit)
@@ -151,20 +169,6 @@ bool initKernels() {
 }
 
 [[maybe_unused]] const bool gKernelsReady = initKernels();
-
-// ---- scaleDivide ---------------------------------------------------------------------------------
-
-template <class T>
-void divideEach(void* buf, size_t count, int divisor) {
-  T* p = static_cast<T*>(buf);
-  for (size_t i = 0; i < count; ++i) p[i] = divideElem(p[i], divisor);
-}
-
-template <class Codec>
-void divideNarrowEach(void* buf, size_t count, int divisor) {
-  uint16_t* p = static_cast<uint16_t*>(buf);
-  for (size_t i = 0; i < count; ++i) p[i] = divideNarrowElem<Codec>(p[i], divisor);
-}
 
 // ---- Weighted steps (gossip) ---------------------------------------------------------------------
 // Plain loops: the compiler vectorizes the float and double ones; fp16/bf16 go through the scalar
@@ -310,31 +314,8 @@ void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const
 void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor) {
   // The divisor is a rank count (>= 1); dividing by 1 changes nothing, and smaller divisors have no
   // meaning for an average, so both leave the buffer as it is.
-  if (divisor <= 1) return;
-  switch (dt) {
-    case braidInt8:
-      return divideEach<int8_t>(buf, count, divisor);
-    case braidUint8:
-      return divideEach<uint8_t>(buf, count, divisor);
-    case braidInt32:
-      return divideEach<int32_t>(buf, count, divisor);
-    case braidUint32:
-      return divideEach<uint32_t>(buf, count, divisor);
-    case braidInt64:
-      return divideEach<int64_t>(buf, count, divisor);
-    case braidUint64:
-      return divideEach<uint64_t>(buf, count, divisor);
-    case braidFloat16:
-      return divideNarrowEach<HalfCodec>(buf, count, divisor);
-    case braidBfloat16:
-      return divideNarrowEach<Bf16Codec>(buf, count, divisor);
-    case braidFloat32:
-      return divideEach<float>(buf, count, divisor);
-    case braidFloat64:
-      return divideEach<double>(buf, count, divisor);
-    case braidNumTypes:
-      break;
-  }
+  if (divisor <= 1 || !validDtype(dt)) return;
+  gActive.divides[dt](buf, count, divisor);
 }
 
 // ---- SIMD levels -----------------------------------------------------------------------------------
@@ -403,6 +384,12 @@ FoldStreamKernel foldStreamKernelFor(SimdLevel level, braidDataType_t dt, braidR
   if (index < 0 || index >= kNumSimdLevels || !simdLevelSupported(level)) return nullptr;
   if (!validDtype(dt) || !validRedop(op)) return nullptr;
   return gLevelTables[index].foldStreams[dt][op];
+}
+
+DivideKernel divideKernelFor(SimdLevel level, braidDataType_t dt) {
+  const int index = static_cast<int>(level);
+  if (index < 0 || index >= kNumSimdLevels || !simdLevelSupported(level) || !validDtype(dt)) return nullptr;
+  return gLevelTables[index].divides[dt];
 }
 
 }  // namespace braid

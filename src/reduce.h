@@ -27,12 +27,16 @@ void reduce(braidDataType_t dt, braidRedOp_t op, void* out, const void* a, const
 // For big outputs that will not be read again soon (src/direct_coll.cc; the shm and tcp links'
 // streamed receives); the caller fences (storeFence) before it publishes them. An output may be
 // exactly an input (each line is read before it is written, as ReduceKernel allows), but no other
-// overlap. braidAvg folds as braidSum (the caller divides; the direct path keeps avg off it).
-using FoldStreamKernel = void (*)(void* const* outs, int nouts, const void* const* ins, int nins, size_t count);
+// overlap. braidAvg's kernel folds as braidSum and divides each result by `divisor` as scaleDivide
+// does (the same bits as folding, then dividing) before it stores it; the other ops ignore `divisor`.
+using FoldStreamKernel = void (*)(void* const* outs, int nouts, const void* const* ins, int nins, size_t count,
+                                  int divisor);
 FoldStreamKernel foldStreamKernel(braidDataType_t dt, braidRedOp_t op);
 
 // buf[i] /= divisor (floats: true division in the type's precision, fp16/bf16 via fp32 with
-// round-to-nearest-even; integers: truncation toward zero). Used for braidAvg.
+// round-to-nearest-even; integers: truncation toward zero). Used for braidAvg. Vectorized at the
+// kernels' level for the float types; a power-of-two divisor multiplies by its exact reciprocal
+// (the same correctly rounded quotient).
 void scaleDivide(braidDataType_t dt, void* buf, size_t count, int divisor);
 
 // Weighted steps of gossip plans (StepKind::kScaleBy, kAxpy), i < count:

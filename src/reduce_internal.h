@@ -17,11 +17,16 @@ namespace braid {
 enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 inline constexpr int kNumSimdLevels = 3;
 
-// One kernel per (datatype, op). The braidAvg slot holds the sum kernel (avg divides afterwards,
-// see scaleDivide). An aggregate so that the scalar table can be built at compile time.
+// buf[i] /= divisor, i < count, divisor >= 2: scaleDivide's work for one datatype.
+using DivideKernel = void (*)(void* buf, size_t count, int divisor);
+
+// One kernel per (datatype, op). The braidAvg slot of `kernels` holds the sum kernel (avg divides
+// afterwards, see scaleDivide); that of `foldStreams` divides each line before it stores it. An
+// aggregate so that the scalar table can be built at compile time.
 struct KernelTable {
   ReduceKernel kernels[braidNumTypes][braidNumOps];
   FoldStreamKernel foldStreams[braidNumTypes][braidNumOps];
+  DivideKernel divides[braidNumTypes];
 };
 
 // "scalar", "avx2", "avx512".
@@ -44,6 +49,7 @@ SimdLevel activeSimdLevel();
 // this CPU (its kernels would fault) or (dt, op) is invalid. Thread-safe.
 ReduceKernel reduceKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op);
 FoldStreamKernel foldStreamKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op);
+DivideKernel divideKernelFor(SimdLevel level, braidDataType_t dt);
 
 // One 16-byte piece of a fold's result to an output: a non-temporal store where `to` is 16-byte
 // aligned (x86-64), a plain one otherwise. Baseline x86-64 and inline, so the SIMD files' kernels
@@ -62,8 +68,10 @@ inline void streamPiece(void* to, const void* from) {
 }
 
 // Defined in reduce_avx2.cc and reduce_avx512.cc: overwrite the slots of `table` that the file
-// vectorizes (sum, prod, min and max of each datatype; never the avg slot). Installing a kernel
-// does not run it, so these are safe to call on any CPU; off x86-64 they do nothing.
+// vectorizes (reduce_avx2.cc: sum, prod, min and max of each datatype, avg's fold to several
+// outputs and the divisions; reduce_avx512.cc: sum, prod, min and max, the rest kept from AVX2).
+// Installing a kernel does not run it, so these are safe to call on any CPU; off x86-64 they do
+// nothing.
 void fillAvx2Kernels(KernelTable& table);
 void fillAvx512Kernels(KernelTable& table);
 

@@ -45,8 +45,8 @@ TEST_CASE(
     "place and not",
     "[mp][shm][direct]") {
   const int n = GENERATE(2, 3, 4);
-  // With BRAID_NT_STORES_MIN at 64 KiB the outputs out of place are streamed: the fold then goes
-  // through its own block a kilobyte at a time, which these counts cut off mid-block.
+  // With BRAID_NT_STORES_MIN at 64 KiB the outputs out of place are streamed: the fold then goes in
+  // one pass (foldStreamKernel; avg divides each line in it), which these counts end mid-line.
   const bool streamed = GENERATE(false, true);
   INFO("nranks " << n << (streamed ? ", outputs streamed" : ""));
   Env env = kShm;

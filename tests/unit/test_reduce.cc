@@ -420,39 +420,81 @@ TEST_CASE("avg slot is the sum kernel; scaleDivide truncates integers toward zer
   CHECK(unchanged[0] == -9);
 }
 
+// At every level (a power-of-two divisor multiplies by its reciprocal there), with a partial last
+// vector.
 TEST_CASE("scaleDivide of floats rounds the true quotient", "[unit]") {
   std::mt19937_64 rng(99);
-  for (const int divisor : {2, 3, 7, 10, 1000}) {
-    INFO("divisor " << divisor);
+  for (const int divisor : {2, 3, 4, 7, 10, 64, 1000}) {
     for (braidDataType_t dt : {braidFloat16, braidBfloat16, braidFloat32, braidFloat64}) {
-      const size_t count = 20000;
-      const std::vector<uint64_t> values = randomElements(dt, count, rng);
-      std::vector<unsigned char> buf(count * dtypeSize(dt));
-      for (size_t i = 0; i < count; ++i) storeElement(dt, buf.data(), i, values[i]);
-      scaleDivide(dt, buf.data(), count, divisor);
-      size_t bad = 0;
-      for (size_t i = 0; i < count; ++i) {
-        uint64_t want = 0;
-        bool nan = false;
-        if (dt == braidFloat16 || dt == braidBfloat16) {
-          const Format f = dt == braidFloat16 ? kHalf : kBf16;
-          const double q = refDecode(f, static_cast<uint16_t>(values[i])) / divisor;
-          want = refRound(f, q);
-          nan = std::isnan(q);
-        } else if (dt == braidFloat32) {
-          const double q = std::bit_cast<float>(static_cast<uint32_t>(values[i])) / static_cast<double>(divisor);
-          want = std::bit_cast<uint32_t>(static_cast<float>(q));
-          nan = std::isnan(q);
-        } else {
-          const double q = std::bit_cast<double>(values[i]) / divisor;
-          want = std::bit_cast<uint64_t>(q);
-          nan = std::isnan(q);
+      for (SimdLevel level : supportedLevels()) {
+        INFO("divisor " << divisor << " level " << simdLevelString(level));
+        const size_t count = 20000 + 13;
+        const std::vector<uint64_t> values = randomElements(dt, count, rng);
+        std::vector<unsigned char> buf(count * dtypeSize(dt));
+        for (size_t i = 0; i < count; ++i) storeElement(dt, buf.data(), i, values[i]);
+        divideKernelFor(level, dt)(buf.data(), count, divisor);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i) {
+          uint64_t want = 0;
+          bool nan = false;
+          if (dt == braidFloat16 || dt == braidBfloat16) {
+            const Format f = dt == braidFloat16 ? kHalf : kBf16;
+            const double q = refDecode(f, static_cast<uint16_t>(values[i])) / divisor;
+            want = refRound(f, q);
+            nan = std::isnan(q);
+          } else if (dt == braidFloat32) {
+            const double q = std::bit_cast<float>(static_cast<uint32_t>(values[i])) / static_cast<double>(divisor);
+            want = std::bit_cast<uint32_t>(static_cast<float>(q));
+            nan = std::isnan(q);
+          } else {
+            const double q = std::bit_cast<double>(values[i]) / divisor;
+            want = std::bit_cast<uint64_t>(q);
+            nan = std::isnan(q);
+          }
+          const uint64_t got = loadElement(dt, buf.data(), i);
+          bad += nan ? !isNanBits(dt, got) : got != want;
         }
-        const uint64_t got = loadElement(dt, buf.data(), i);
-        bad += nan ? !isNanBits(dt, got) : got != want;
+        INFO(dtypeName(dt));
+        CHECK(bad == 0);
       }
-      INFO(dtypeName(dt));
-      CHECK(bad == 0);
+    }
+  }
+}
+
+// Integers too: every level's division is the scalar one, bit for bit, for every count (whole
+// vectors and a partial last one) and divisors that are powers of two and not; scaleDivide is the
+// active level's, and 1 or less leaves the buffer alone.
+TEST_CASE("every level divides as the scalar level does, every datatype", "[unit]") {
+  std::mt19937_64 rng(101);
+  for (braidDataType_t dt : kAllTypes) {
+    for (const size_t count : kCounts) {
+      for (const int divisor : {2, 3, 4, 5, 8, 9, 64, 1000, 1 << 20}) {
+        const std::vector<uint64_t> values = randomElements(dt, count, rng);
+        std::vector<unsigned char> want(count * dtypeSize(dt) + 1);
+        for (size_t i = 0; i < count; ++i) storeElement(dt, want.data(), i, values[i]);
+        const std::vector<unsigned char> input = want;
+        divideKernelFor(SimdLevel::kScalar, dt)(want.data(), count, divisor);
+        for (SimdLevel level : supportedLevels()) {
+          std::vector<unsigned char> got = input;
+          divideKernelFor(level, dt)(got.data(), count, divisor);
+          size_t bad = 0;
+          for (size_t i = 0; i < count; ++i) {
+            const uint64_t w = loadElement(dt, want.data(), i), g = loadElement(dt, got.data(), i);
+            if (w != g && !(isNanBits(dt, w) && isNanBits(dt, g))) ++bad;
+          }
+          INFO(simdLevelString(level) << " " << dtypeName(dt) << " count " << count << " divisor " << divisor);
+          CHECK(bad == 0);
+          CHECK(got.back() == input.back());  // nothing past the end
+        }
+        std::vector<unsigned char> viaApi = input;
+        scaleDivide(dt, viaApi.data(), count, divisor);
+        CHECK(std::memcmp(viaApi.data(), want.data(), count * dtypeSize(dt)) == 0);
+        for (const int none : {1, 0, -2}) {
+          viaApi = input;
+          scaleDivide(dt, viaApi.data(), count, none);
+          CHECK(viaApi == input);
+        }
+      }
     }
   }
 }
@@ -594,9 +636,10 @@ TEST_CASE("SIMD level selection and BRAID_SIMD capping", "[unit]") {
 }
 
 // The fold to several outputs (src/direct_coll.cc's streamed folds): every output holds the inputs
-// folded in rank order, bit for bit what the scalar pairwise kernel gives folding them one by one,
-// at every level, every count (whole lines, vectors and the partial tail), with outputs aligned for
-// non-temporal stores and not; nothing before or past an output's range is written.
+// folded in rank order (avg: and divided), bit for bit what the scalar pairwise kernel gives folding
+// them one by one (and the scalar division after), at every level, every count (whole lines, vectors
+// and the partial tail), with outputs aligned for non-temporal stores and not; nothing before or past
+// an output's range is written.
 TEST_CASE("the fold to several outputs folds the inputs in order into every output, at every level", "[unit]") {
   std::mt19937_64 rng(11);
   constexpr size_t kFoldCounts[] = {0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 4099};
@@ -614,10 +657,13 @@ TEST_CASE("the fold to several outputs folds the inputs in order into every outp
           inPtrs.push_back(in.data());
         }
         for (braidRedOp_t op : kAllOps) {
+          // avg divides by the input count (powers of two and not); the other ops must ignore it.
+          const int divisor = op == braidAvg ? nins : 3;
           std::vector<unsigned char> want(count * es + 1);
           const ReduceKernel scalar = reduceKernelFor(SimdLevel::kScalar, dt, op);
           scalar(want.data(), ins[0].data(), ins[1].data(), count);
           for (int p = 2; p < nins; ++p) scalar(want.data(), want.data(), ins[p].data(), count);
+          if (op == braidAvg) divideKernelFor(SimdLevel::kScalar, dt)(want.data(), count, divisor);
           for (SimdLevel level : supportedLevels()) {
             for (const int nouts : {1, 2, 4}) {
               // Output j starts `shift` bytes into its buffer: 64 (aligned for streaming) or, for
@@ -632,7 +678,7 @@ TEST_CASE("the fold to several outputs folds the inputs in order into every outp
                 outPtrs.push_back(outs[j].data() + shift);
               }
               // The vectors' own allocations are 16-byte aligned at least; the shift says the rest.
-              foldStreamKernelFor(level, dt, op)(outPtrs.data(), nouts, inPtrs.data(), nins, count);
+              foldStreamKernelFor(level, dt, op)(outPtrs.data(), nouts, inPtrs.data(), nins, count, divisor);
               for (int j = 0; j < nouts; ++j) {
                 size_t bad = 0, stray = 0;
                 for (size_t i = 0; i < count; ++i) {
@@ -677,9 +723,10 @@ TEST_CASE("the fold to several outputs may write over one of its inputs exactly"
         const ReduceKernel scalar = reduceKernelFor(SimdLevel::kScalar, dt, op);
         scalar(want.data(), ins[0].data(), ins[1].data(), count);
         scalar(want.data(), want.data(), ins[2].data(), count);
+        if (op == braidAvg) divideKernelFor(SimdLevel::kScalar, dt)(want.data(), count, 3);
         const void* inPtrs[] = {ins[0].data(), ins[1].data(), ins[2].data()};
         void* outPtrs[] = {ins[1].data(), other.data()};
-        foldStreamKernelFor(level, dt, op)(outPtrs, 2, inPtrs, 3, count);
+        foldStreamKernelFor(level, dt, op)(outPtrs, 2, inPtrs, 3, count, 3);
         size_t bad = 0;
         for (size_t i = 0; i < count; ++i)
           for (const unsigned char* got : {ins[1].data(), other.data()}) {
