@@ -204,22 +204,10 @@ BRAID_AVX2 void streamKernel(void* out, const void* a, const void* b, size_t cou
 // ---- braidAvg's division ---------------------------------------------------------------------------
 // v / n in every lane, the bits of divideElem and divideNarrowElem (src/reduce_ops.h): floats divide
 // in their own precision, fp16 and bf16 in fp32 and are then rounded as the Steps round; integers one
-// element at a time (there is no vector division). A power-of-two n has an exact reciprocal, and
-// v * (1 / n) is then the same quotient, v x 2^-k rounded once (subnormal or flushed alike, whatever
-// MXCSR says), for a fraction of a division's cost: at SSE width scaleDivide took 44% of a 2-rank avg
-// AllReduce of 1 MiB on braidMemAlloc memory (perf record), more than the fold.
-
-struct Divisor {
-  explicit Divisor(int divisor)
-      : n(divisor > 1 ? divisor : 1),
-        exact((n & (n - 1)) == 0),
-        f(exact ? 1.0f / static_cast<float>(n) : static_cast<float>(n)),
-        d(exact ? 1.0 / static_cast<double>(n) : static_cast<double>(n)) {}
-  int n;
-  bool exact;  // n is a power of two: multiply by f or d, its reciprocal
-  float f;
-  double d;
-};
+// element at a time (there is no vector division). A power-of-two n multiplies by its reciprocal
+// (Divisor, src/reduce_internal.h). The plain loop of the scalar level (SSE width for fp32, one
+// element at a time for fp16 and bf16) took 44% of a 2-rank avg AllReduce of fp32 on braidMemAlloc
+// memory at 1 MiB (perf record), more than the fold; fp16 and bf16 divided at 1-3 GB/s.
 
 struct DivF32 {
   using T = float;
@@ -287,24 +275,6 @@ struct DivInt {
     for (size_t i = 0; i < n; ++i) p[i] = divideElem(p[i], by.n);
   }
 };
-
-// scaleDivide's kernel (DivideKernel): whole vectors in place, the last partial one through a
-// zero-padded copy.
-template <class Div>
-BRAID_AVX2 void divideKernel(void* buf, size_t count, int divisor) {
-  using T = typename Div::T;
-  constexpr size_t kWidth = Div::kWidth;
-  const Divisor by(divisor);
-  T* p = static_cast<T*>(buf);
-  const size_t whole = count / kWidth * kWidth;
-  Div::run(p, whole, by);
-  if (whole < count) {
-    T tail[kWidth] = {};
-    std::memcpy(tail, p + whole, (count - whole) * sizeof(T));
-    Div::run(tail, kWidth, by);
-    std::memcpy(p + whole, tail, (count - whole) * sizeof(T));
-  }
-}
 
 // ---- The fold to several outputs -------------------------------------------------------------------
 

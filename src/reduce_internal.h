@@ -51,6 +51,22 @@ ReduceKernel reduceKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t o
 FoldStreamKernel foldStreamKernelFor(SimdLevel level, braidDataType_t dt, braidRedOp_t op);
 DivideKernel divideKernelFor(SimdLevel level, braidDataType_t dt);
 
+// braidAvg's divisor as the SIMD files' divisions use it (their Div types): a power-of-two n has an
+// exact reciprocal, and v * (1 / n) is then the same quotient as v / n, v x 2^-k rounded once
+// (subnormal or flushed alike, whatever MXCSR says), for a fraction of a division's cost. A divisor
+// below 2 divides by 1.
+struct Divisor {
+  explicit Divisor(int divisor)
+      : n(divisor > 1 ? divisor : 1),
+        exact((n & (n - 1)) == 0),
+        f(exact ? 1.0f / static_cast<float>(n) : static_cast<float>(n)),
+        d(exact ? 1.0 / static_cast<double>(n) : static_cast<double>(n)) {}
+  int n;
+  bool exact;  // n is a power of two: multiply by f or d, its reciprocal; else divide by them
+  float f;
+  double d;
+};
+
 // One 16-byte piece of a fold's result to an output: a non-temporal store where `to` is 16-byte
 // aligned (x86-64), a plain one otherwise. Baseline x86-64 and inline, so the SIMD files' kernels
 // take it without a call.
@@ -69,9 +85,9 @@ inline void streamPiece(void* to, const void* from) {
 
 // Defined in reduce_avx2.cc and reduce_avx512.cc: overwrite the slots of `table` that the file
 // vectorizes (reduce_avx2.cc: sum, prod, min and max of each datatype, avg's fold to several
-// outputs and the divisions; reduce_avx512.cc: sum, prod, min and max, the rest kept from AVX2).
-// Installing a kernel does not run it, so these are safe to call on any CPU; off x86-64 they do
-// nothing.
+// outputs and the divisions; reduce_avx512.cc: sum, prod, min and max, and avg's fold and division
+// of fp16 and bf16, the rest kept from AVX2). Installing a kernel does not run it, so these are
+// safe to call on any CPU; off x86-64 they do nothing.
 void fillAvx2Kernels(KernelTable& table);
 void fillAvx512Kernels(KernelTable& table);
 
