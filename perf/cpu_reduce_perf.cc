@@ -42,10 +42,8 @@ double divideUs(DivideKernel divide, char* buf, const char* from, size_t count, 
   double us = 0;
   for (int i = 0; i < warmup + iters; ++i) {
     std::memcpy(buf, from, bytes);
-    const auto t0 = std::chrono::steady_clock::now();
-    divide(buf, count, divisor);
-    const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - t0;
-    if (i >= warmup) us += took.count();
+    const double one = timeUs(0, 1, [&] { divide(buf, count, divisor); });
+    if (i >= warmup) us += one;
   }
   return us / iters;
 }

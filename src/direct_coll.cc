@@ -355,11 +355,11 @@ void SmallColls::workDirect(SmallCall* c) {
       memcpy(dst, src, len);
     }
   };
-  // A fold whose output is one of its inputs (in place past rank 1: the fold of ranks 0 and 1
-  // would overwrite it before its turn), or whose output is streamed, or another rank's, goes
-  // through a block of its own first.
+  // A fold whose output is streamed goes in one pass (below); one whose output is one of its inputs
+  // (in place past rank 1: the fold of ranks 0 and 1 would overwrite it before its turn), or another
+  // rank's, goes through a block of its own first.
   const bool folds = c->coll == Coll::kAllReduce || c->coll == Coll::kReduce || c->coll == Coll::kReduceScatter;
-  const bool aside = folds && (stream || (c->inPlace && rank_ >= 2) || c->coll == Coll::kReduce);
+  const bool aside = folds && ((c->inPlace && rank_ >= 2) || c->coll == Coll::kReduce);
   const size_t step = stream ? kStreamCopyBytes : kBlockBytes;
   const size_t end = std::min(hi, c->at + kPassBytes);
   if (stream && folds && c->at < end) {

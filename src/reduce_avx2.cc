@@ -204,8 +204,8 @@ BRAID_AVX2 void streamKernel(void* out, const void* a, const void* b, size_t cou
 // ---- braidAvg's division ---------------------------------------------------------------------------
 // v / n in every lane, the bits of divideElem and divideNarrowElem (src/reduce_ops.h): floats divide
 // in their own precision, fp16 and bf16 in fp32 and are then rounded as the Steps round; 8- and
-// 32-bit integers in double (exact, below), 64-bit ones one at a time. A power-of-two n multiplies by its reciprocal
-// (Divisor, src/reduce_internal.h). The plain loop of the scalar level (SSE width for fp32, one
+// 32-bit integers in double (exact, below), 64-bit ones one at a time. A power-of-two n multiplies by
+// its reciprocal (Divisor, src/reduce_internal.h). The plain loop of the scalar level (SSE width for fp32, one
 // element at a time for fp16 and bf16) took 44% of a 2-rank avg AllReduce of fp32 on braidMemAlloc
 // memory at 1 MiB (perf record), more than the fold; fp16 and bf16 divided at 1-3 GB/s.
 
@@ -222,16 +222,18 @@ struct DivF32 {
   }
 };
 
+// v / n in four double lanes (fp64, and the integers below).
+BRAID_AVX2_INLINE __m256d divideDoubles(__m256d v, const Divisor& by) {
+  const __m256d s = _mm256_set1_pd(by.d);
+  return by.exact ? _mm256_mul_pd(v, s) : _mm256_div_pd(v, s);
+}
+
 struct DivF64 {
   using T = double;
   using By = Divisor;
   static constexpr size_t kWidth = 4;
   BRAID_AVX2_INLINE static void run(T* p, size_t n, const Divisor& by) {
-    const __m256d s = _mm256_set1_pd(by.d);
-    for (size_t i = 0; i < n; i += kWidth) {
-      const __m256d v = _mm256_loadu_pd(p + i);
-      _mm256_storeu_pd(p + i, by.exact ? _mm256_mul_pd(v, s) : _mm256_div_pd(v, s));
-    }
+    for (size_t i = 0; i < n; i += kWidth) _mm256_storeu_pd(p + i, divideDoubles(_mm256_loadu_pd(p + i), by));
   }
 };
 
@@ -277,15 +279,12 @@ struct DivInt {
   }
 };
 
-// 8- and 32-bit integers, eight a vector, in double: for |v| < 2^53 the double quotient's rounding
-// error (at most 2^-53 |v| / n) is less than the 1/n that separates a quotient that is not whole
-// from the next whole number, so truncating it gives the integer quotient (truncated toward zero,
-// as divideElem does); a power-of-two n scales exactly. Unsigned 32-bit lanes go biased by 2^31
-// through the signed conversions and are floored, not truncated, on the way back.
-BRAID_AVX2_INLINE __m256d divideDoubles(__m256d v, const Divisor& by) {
-  const __m256d s = _mm256_set1_pd(by.d);
-  return by.exact ? _mm256_mul_pd(v, s) : _mm256_div_pd(v, s);
-}
+// 8- and 32-bit integers, eight a vector, in double (divideDoubles): for |v| < 2^53 the double
+// quotient's rounding error (at most 2^-53 |v| / n) is less than the 1/n that separates a quotient
+// that is not whole from the next whole number, so truncating it gives the integer quotient
+// (truncated toward zero, as divideElem does); a power-of-two n scales exactly. Unsigned 32-bit
+// lanes go biased by 2^31 through the signed conversions and are floored, not truncated, on the way
+// back.
 
 // Four signed 32-bit lanes' quotients, truncated.
 BRAID_AVX2_INLINE __m128i divideSigned4(__m128i v, const Divisor& by) {
