@@ -29,10 +29,17 @@
 // Whether a call runs here is known only once every rank's mail is read: a rank whose buffers are
 // not braidMemAlloc memory says so in its mail, and then every rank runs the call on its plan
 // instead (SmallColls::step returns 2). Such a rank need not read the others' mail: it knows.
+#include <sched.h>
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include "src/base/clock.h"
+#include "src/base/log.h"
 #include "src/base/nt_store.h"
 #include "src/small_coll.h"
 
@@ -108,6 +115,23 @@ struct DeviceMail {
 
 // Every collective with data has a direct form (extentsOf says what each touches).
 bool hasDirectForm(Coll coll, size_t bytes) { return bytes > 0 && coll != Coll::kBarrier && coll != Coll::kSendRecv; }
+
+// Whether process `pid` can no longer touch memory: there is no such process, or it exited and waits
+// to be reaped (a zombie, the state after the ')' that ends its name in /proc/pid/stat).
+bool processGone(int64_t pid) {
+  if (pid <= 0) return false;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%lld/stat", static_cast<long long>(pid));
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) return errno == ENOENT;
+  char buf[512];
+  const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char* end = strrchr(buf, ')');
+  return end != nullptr && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
 
 }  // namespace
 
@@ -432,6 +456,82 @@ void SmallColls::publishDone(const SmallCall& c) {
     if (p != rank_) mail_[p].out[c.k % kMailDepth].done.store(c.k, std::memory_order_release);
 }
 
+int SmallColls::abandonedBy(const SmallCall& c) const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the one in abandon()
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_ && mail_[p].in[c.k % kMailDepth].done.load(std::memory_order_acquire) == (c.k | kMailAbandoned))
+      return p;
+  return -1;
+}
+
+bool SmallColls::givenUp(SmallCall* c, Status* err) const {
+  const int p = abandonedBy(*c);
+  if (p < 0) return false;
+  *err = errorf(braidRemoteError, "%s gave up %s #%llu, a call in place on braidMemAlloc memory (it failed)",
+                names_[p].c_str(), collName(c->coll), static_cast<unsigned long long>(c->seq));
+  c->phase = 5;
+  c->waitingOn = p;
+  return true;
+}
+
+bool SmallColls::planRuns(const SmallCall& c) const {
+  if (c.device) return false;  // device calls always run here
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_ || mail_[p].in[c.k % kMailDepth].seq.load(std::memory_order_acquire) != c.k) continue;
+    DirectMail m;
+    memcpy(&m, mail_[p].inPayload(c.k, kMaxMailBytes), sizeof(m));
+    if (m.bytes == c.bytes && m.runsHere == 0) return true;
+  }
+  return false;
+}
+
+bool SmallColls::abandon(SmallCall* c, double graceSec) {
+  if (!c->direct || c->phase == 0 || c->phase == 2) return true;  // its mail is not out, or it is over
+  const int64_t deadline = nowNs() + static_cast<int64_t>(graceSec * 1e9);
+  if (c->phase == 6) {  // our kernels write into the peers' outputs: they end first
+    Status e;
+    while (ipc_->poll(&e) == 0) {
+      if (nowNs() > deadline) {
+        BRAID_WARN(kLogColl,
+                   "%s #%llu failed while its kernels still run on this rank's device after %.0f s: its peers "
+                   "may see their buffers written after their own calls failed",
+                   collName(c->coll), static_cast<unsigned long long>(c->seq), graceSec);
+        return false;
+      }
+      sched_yield();
+    }
+  }
+  c->phase = 5;
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_) mail_[p].out[c->k % kMailDepth].done.store(c->k | kMailAbandoned, std::memory_order_release);
+  // Pairs with abandonedBy's: a peer that posts c after this sees our mark before it touches ours.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!c->pinned && !c->device) return true;  // our mail said our buffers are not theirs to touch
+  std::vector<int> inCall;
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_ && mail_[p].in[c->k % kMailDepth].seq.load(std::memory_order_acquire) == c->k) inCall.push_back(p);
+  for (uint32_t pass = 0; !inCall.empty(); ++pass) {
+    std::erase_if(inCall, [&](int p) {
+      const uint64_t d = mail_[p].in[c->k % kMailDepth].done.load(std::memory_order_acquire);
+      return d == c->k || d == (c->k | kMailAbandoned) ||
+             ((pass & 63) == 0 && p < static_cast<int>(pids_.size()) && processGone(pids_[p]));
+    });
+    if (inCall.empty() || ((pass & 63) == 0 && planRuns(*c))) return true;
+    if (nowNs() > deadline) {
+      BRAID_WARN(
+          kLogColl,
+          "%s #%llu failed, but %s entered it and has not let go of this rank's buffers after %.0f s (stopped?): "
+          "they stay pinned (braidMemFree refuses them) and may still change",
+          collName(c->coll), static_cast<unsigned long long>(c->seq), names_[inCall[0]].c_str(), graceSec);
+      c->mine[0] = c->mine[1] = SharedRange{};  // the pins are kept: unpin() finds nothing to release
+      c->pinned = false;
+      return false;
+    }
+    sched_yield();
+  }
+  return true;
+}
+
 bool SmallColls::peersDone(SmallCall* c) {
   for (; c->next < nranks_; ++c->next) {
     const int p = c->next;
@@ -461,6 +561,7 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
       c->next = 0;
       [[fallthrough]];
     case 1: {
+      if (givenUp(c, err)) return -2;
       const int r = c->device ? readDevice(c, err) : readDirect(c, err);
       if (r == 0) return 0;
       if (r == 2) {  // the plan runs it
@@ -482,6 +583,8 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
       [[fallthrough]];
     }
     case 3:
+      // Before each pass of work (a peer that gave up is done with ours, and wants ours untouched).
+      if (givenUp(c, err)) return -2;
       if (c->device) {
         const Status launched = launchDevice(*c);
         if (!launched.ok()) {
@@ -498,6 +601,7 @@ int SmallColls::stepDirect(SmallCall* c, Status* err) {
       c->next = 0;
       [[fallthrough]];
     case 4:
+      if (givenUp(c, err)) return -2;
       if (!peersDone(c)) return 0;
       unpin(c);
       c->phase = 2;

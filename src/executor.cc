@@ -57,6 +57,11 @@ constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
 // rank 0 may still relay the notice (progressOnce).
 constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
 
+// How long a failed call in place waits for the peers in it to let go of its buffers
+// (SmallColls::abandon; BRAID_TIMEOUT if shorter). A live peer does at its next step, a pass of work
+// at most (or once its device kernels end); one that is stopped keeps them pinned after this.
+constexpr double kAbandonGraceSec = 10.0;
+
 }  // namespace
 
 Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(control), compute_(makeCpuCompute()) {
@@ -581,6 +586,9 @@ void Engine::failAll() {
   if (head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0) failureMet_ = true;
   for (size_t i = head_; i < active_.size(); ++i) {
     Op* op = active_[i];
+    // A call in place on its peers' memory ends only once they let go of its buffers: the caller
+    // may reuse them as soon as it sees the error.
+    if (op->isDirect) small_->abandon(&op->small, std::min(timeoutSec_, kAbandonGraceSec));
     // A device call's stream must not wait forever for a result that will not come.
     if (op->gate != nullptr && !op->gateReleased) {
       op->gate->release(false);

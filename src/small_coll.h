@@ -122,6 +122,15 @@ class SmallColls {
   void pin(SmallCall* c) const;
   size_t mappedFiles() const { return maps_.size(); }
   static void unpin(SmallCall* c);
+  // A direct call that fails (the engine's failAll): its mail may have let peers into its buffers,
+  // and its own work may be in theirs (its kernels, on device memory). Waits for its kernels, marks
+  // the call given up toward every peer (transports/mailbox.h: kMailAbandoned), then waits until
+  // every peer that entered the call is done with it or gave it up too (it sees our mark at its
+  // next step, at the latest after its pass of work), or its process is gone: only then may the
+  // caller see the error and reuse the buffers. Up to `graceSec`; past it (a peer stopped, not dead)
+  // false, with a warning, and the buffers stay pinned for good (braidMemFree refuses them). True at
+  // once for a call whose mail is not out or that is over.
+  bool abandon(SmallCall* c, double graceSec);
 
  private:
   // Whether `peer` started call j (so it finished every call before j); refreshes what is known of
@@ -169,6 +178,14 @@ class SmallColls {
   // Peer p's mail for direct call c: 1 when there (*mail: its payload), 0 while not (waitingOn),
   // -1 when it is another call (*err says how).
   int mailOf(SmallCall* c, int p, const unsigned char** mail, Status* err);
+  // A peer that gave call c up (its kMailAbandoned mark), or -1. After a full fence: a peer that
+  // marks c after our mail is out either sees the mail (and waits for us) or we see its mark.
+  int abandonedBy(const SmallCall& c) const;
+  // When a peer gave c up: c stops here (phase 5, touching nothing more), *err names the peer.
+  bool givenUp(SmallCall* c, Status* err) const;
+  // Whether some mail of call c that arrived says its rank's buffers are not braidMemAlloc memory:
+  // then no rank touches any other's (every one runs the plan).
+  bool planRuns(const SmallCall& c) const;
   // On device memory (src/direct_coll.cc).
   void postDevice(const SmallCall& c);
   int readDevice(SmallCall* c, Status* err);  // phase 1: the peers' handles opened

@@ -47,11 +47,16 @@ struct alignas(64) MailSlot {
   uint64_t check;
   unsigned char inlineData[kMailInline];
   // A call that writes into its peers' buffers in place (src/direct_coll.cc) stores its number here,
-  // with release, once it wrote all it writes and read all it reads.
+  // with release, once it wrote all it writes and read all it reads; or its number | kMailAbandoned
+  // once it gave the call up (it failed): it touches none of the peer's buffers any more, and the
+  // peer must not touch its own.
   std::atomic<uint64_t> done;
 };
 static_assert(sizeof(MailSlot) == 64, "a mail slot is one cache line");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "mail slots are shared between processes");
+
+// MailSlot::done of a direct call given up (above); call numbers never reach this bit.
+constexpr uint64_t kMailAbandoned = 1ull << 63;
 
 // One link's two rings as this process sees them: kMailDepth slots, then kMailDepth near payloads
 // of kNearBytes, then kPayloadDepth payloads of `capacity` bytes (outData and inData: the first
