@@ -424,68 +424,83 @@ bool waitStopped(pid_t pid) {
   return false;
 }
 
+// Rank 1 writes its part of a 64 MiB AllReduce into every rank's output. Rank 0 stops rank 1 in the
+// middle of that and kills rank 2: rank 0's call fails (rank 2 died). With `resumeAfterMs` >= 0,
+// rank 1 goes on that long after the kill, and once rank 0's call returned, rank 0 owns its output
+// again: a sentinel written there must stay. With -1, rank 1 stays stopped until rank 0 is done: rank
+// 0's call fails once the grace for letting go is over, and its buffers stay pinned.
+int failWithPeerStopped(braidComm_t comm, int rank, int resumeAfterMs) {
+  const size_t count = 16u << 20;  // rank 1's part takes about 21 passes of work
+  BraidMem send(count * 4), recv(count * 4);
+  if (send.get() == nullptr || recv.get() == nullptr) return fail(rank, "braidMemAlloc: %s", braidGetLastError());
+  int64_t pid = getpid();
+  std::vector<int64_t> pids(3);
+  CHECK_BRAID(rank, braidAllGather(&pid, pids.data(), 1, braidInt64, comm, nullptr));
+  const pid_t p1 = static_cast<pid_t>(pids[1]), p2 = static_cast<pid_t>(pids[2]);
+  float* in = reinterpret_cast<float*>(send.get());
+  float* out = reinterpret_cast<float*>(recv.get());
+  std::fill(in, in + count, 1.0f);
+  const size_t part = ((count + 2) / 3 + 15) / 16 * 16;  // rank 1's part, as workRange cuts it
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::fill(out, out + count, -1.0f);
+    braidRequest_t req = nullptr;
+    CHECK_BRAID(rank, braidIAllReduce(in, out, count, braidFloat32, braidSum, comm, nullptr, &req));
+    if (rank != 0) {
+      if (braidWait(req) != braidSuccess) return 0;  // rank 1, once rank 2 died (rank 2 is killed)
+      continue;
+    }
+    volatile const float* first = out + part;
+    volatile const float* last = out + 2 * part - 1;
+    while (*first == -1.0f) {
+    }
+    kill(p1, SIGSTOP);
+    if (!waitStopped(p1)) return fail(rank, "rank 1 did not stop");
+    if (*last != -1.0f) {  // rank 1 was through its part already: again
+      kill(p1, SIGCONT);
+      CHECK_BRAID(rank, braidWait(req));
+      continue;
+    }
+    kill(p2, SIGKILL);
+    std::thread resume([&] {
+      if (resumeAfterMs < 0) return;
+      usleep(resumeAfterMs * 1000);
+      kill(p1, SIGCONT);
+    });
+    const braidResult_t r = braidWait(req);
+    const std::string msg = braidGetLastError();
+    resume.join();
+    if (r == braidSuccess) return fail(rank, "the call succeeded without rank 2");
+    if (resumeAfterMs < 0) {
+      const braidResult_t freed = braidMemFree(recv.p);
+      kill(p1, SIGCONT);
+      if (freed != braidInvalidUsage)
+        return fail(rank, "braidMemFree of the output a stopped peer may still write: %s", braidGetErrorString(freed));
+      recv.p = nullptr;  // pinned for good
+      return 0;
+    }
+    std::fill(out, out + count, 7.0f);
+    usleep(500 * 1000);
+    const size_t changed = static_cast<size_t>(std::count_if(out, out + count, [](float v) { return v != 7.0f; }));
+    if (changed != 0)
+      return fail(rank, "%zu floats of this rank's output changed after its failed call returned (%s)", changed,
+                  msg.c_str());
+    return 0;
+  }
+  return fail(rank, "rank 1 was never caught in the middle of its part in 20 calls");
+}
+
 }  // namespace
 
 TEST_CASE("a call in place that fails returns only once its live peers let go of its buffers", "[mp][shm][direct]") {
-  // Rank 1 writes its part of the AllReduce into every rank's output. Rank 0 stops rank 1 in the
-  // middle of that, kills rank 2, and lets rank 1 go on 300 ms later. Rank 0's call fails (rank 2
-  // died); once it returned, rank 0 owns its output again: a sentinel written there must stay.
-  // Before SmallColls::abandon, the call returned at rank 2's death and rank 1's late writes landed
-  // on the sentinel.
+  // Before SmallColls::abandon, rank 0's call returned at rank 2's death and rank 1's late writes
+  // landed on the sentinel. A peer stopped for good is waited for BRAID_TIMEOUT (2 s here), then the
+  // buffers stay pinned.
+  const int resumeAfterMs = GENERATE(300, -1);
+  INFO("rank 1 resumed after " << resumeAfterMs << " ms (-1: not before rank 0 is done)");
   auto res = runComm(
-      3, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "200"}},
-      [&](braidComm_t comm, int rank, int) {
-        const size_t count = 16u << 20;  // 64 MiB a buffer: rank 1's part takes about 21 passes of work
-        BraidMem send(count * 4), recv(count * 4);
-        if (send.get() == nullptr || recv.get() == nullptr) return fail(rank, "braidMemAlloc: %s", braidGetLastError());
-        int64_t pid = getpid();
-        std::vector<int64_t> pids(3);
-        CHECK_BRAID(rank, braidAllGather(&pid, pids.data(), 1, braidInt64, comm, nullptr));
-        float* in = reinterpret_cast<float*>(send.get());
-        float* out = reinterpret_cast<float*>(recv.get());
-        std::fill(in, in + count, 1.0f);
-        // Rank 1's part, as workRange cuts it: whole cache lines of floats.
-        const size_t part = ((count + 2) / 3 + 15) / 16 * 16;
-        for (int attempt = 0; attempt < 20; ++attempt) {
-          std::fill(out, out + count, -1.0f);
-          braidRequest_t req = nullptr;
-          CHECK_BRAID(rank, braidIAllReduce(in, out, count, braidFloat32, braidSum, comm, nullptr, &req));
-          if (rank != 0) {
-            if (braidWait(req) != braidSuccess) return 0;  // rank 1, once rank 2 died (rank 2 is killed)
-            continue;
-          }
-          volatile const float* first = out + part;
-          volatile const float* last = out + 2 * part - 1;
-          while (*first == -1.0f) {
-          }
-          kill(static_cast<pid_t>(pids[1]), SIGSTOP);
-          if (!waitStopped(static_cast<pid_t>(pids[1]))) return fail(rank, "rank 1 did not stop");
-          if (*last != -1.0f) {  // rank 1 was through its part already: again
-            kill(static_cast<pid_t>(pids[1]), SIGCONT);
-            CHECK_BRAID(rank, braidWait(req));
-            continue;
-          }
-          kill(static_cast<pid_t>(pids[2]), SIGKILL);
-          std::thread resume([&] {
-            usleep(300 * 1000);
-            kill(static_cast<pid_t>(pids[1]), SIGCONT);
-          });
-          const braidResult_t r = braidWait(req);
-          const std::string msg = braidGetLastError();
-          std::fill(out, out + count, 7.0f);
-          resume.join();
-          usleep(500 * 1000);
-          const size_t changed =
-              static_cast<size_t>(std::count_if(out, out + count, [](float v) { return v != 7.0f; }));
-          if (r == braidSuccess) return fail(rank, "the call succeeded without rank 2");
-          if (changed != 0)
-            return fail(rank, "%zu floats of this rank's output changed after its failed call returned (%s)", changed,
-                        msg.c_str());
-          return 0;
-        }
-        return fail(rank, "rank 1 was never caught in the middle of its part in 20 calls");
-      },
-      120);
+      3,
+      {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", resumeAfterMs < 0 ? "2" : "60"}, {"BRAID_HEARTBEAT_MS", "200"}},
+      [&](braidComm_t comm, int rank, int) { return failWithPeerStopped(comm, rank, resumeAfterMs); }, 120);
   INFO(describe(res));
   CHECK((res[0].status == 0 && !res[0].timedOut));
   CHECK((res[1].status == 0 && !res[1].timedOut));
