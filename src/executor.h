@@ -301,6 +301,10 @@ class Engine {
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
   bool checkHeaders(const CallHeader& mine, const CallHeader& theirs);
   void failAll();
+  // The first failAll of a failure: the peers are kept out of this rank's buffers before its
+  // operations end (Link::stopPeerAccess, SmallColls::abandon), waiting up to `graceSec` for those
+  // inside to leave; a peer still inside after that is named in a warning.
+  void keepPeersOut(double graceSec);
   void checkDeadline();
   void backoff(int64_t idleSinceNs);
   bool worthWaking(const Op* op) const;
@@ -335,6 +339,7 @@ class Engine {
   Plan smallPlans_[kNumColls];                       // by collective: the plan of a small op
   std::atomic<uint64_t> directCalls_{0};
   mutable bool failureMet_ = false;  // engine lock: see failureMet()
+  bool peersKeptOut_ = false;        // keepPeersOut ran (a failure is for good)
   uint64_t seq_ = 0;
   Status linkFailure_;  // a link's error, held back briefly (see progressOnce)
   int linkFailedPeer_ = -1;

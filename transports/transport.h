@@ -181,6 +181,15 @@ class Link {
   // anything else (sockets, RDMA).
   enum class Copies : uint8_t { kOther, kTwo, kOne };
   virtual Copies receiveCopies() const { return Copies::kOther; }
+  // The communicator failed: its operations end with this rank's error, and the caller may reuse
+  // their buffers at once, so a peer that can reach into this rank's memory by itself (shm's single
+  // copy: it writes pieces of our receives, and reads what we send) must be out of it first.
+  // stopPeerAccess() closes the ways in and tells the peer that this rank no longer reads its
+  // buffers (no waiting); peerAccessEnded() then says, without waiting, whether the peer is out (or
+  // gone). Called by the engine's thread once progress() has stopped for good; the default: nothing
+  // of the kind.
+  virtual void stopPeerAccess() {}
+  virtual bool peerAccessEnded() { return true; }
 };
 
 // What a transport publishes about this rank before connecting (its fabric id, GID, GPU UUID;

@@ -439,4 +439,21 @@ int rootedOrScatteredChecked(braidComm_t comm, int rank, int n, bool scatter, ch
   return 0;
 }
 
+// State T (stopped) or t (traced) after the ')' that ends the name in /proc/pid/stat.
+bool waitStopped(pid_t pid) {
+  for (int i = 0; i < 2000; ++i) {
+    char path[64], buf[512] = {};
+    snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+    FILE* f = fopen(path, "re");
+    if (f == nullptr) return false;
+    const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char* end = strrchr(buf, ')');
+    if (end != nullptr && (end[2] == 'T' || end[2] == 't')) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
 }  // namespace braidtest

@@ -28,6 +28,9 @@ pid_t spawnProcess(const Env& env, const std::function<int()>& fn);
 // Waits for a process from spawnProcess, killing it after timeoutSec (a hang is a failure).
 RankResult waitProcess(pid_t pid, int timeoutSec);
 
+// Whether process `pid` (another rank, stopped with SIGSTOP) is stopped within two seconds.
+bool waitStopped(pid_t pid);
+
 // Forks n ranks; each runs body(rank, n) and exits with its return value. Returns per-rank results.
 std::vector<RankResult> forkRanks(int n, const Env& env, const std::function<int(int rank, int n)>& body,
                                   int timeoutSec = 240);

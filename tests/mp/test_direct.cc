@@ -407,23 +407,6 @@ TEST_CASE("a rank killed between direct AllReduces: every other rank fails namin
 
 namespace {
 
-// Whether process `pid` stopped (state T in /proc/pid/stat) within two seconds.
-bool waitStopped(pid_t pid) {
-  for (int i = 0; i < 2000; ++i) {
-    char path[64], buf[512] = {};
-    snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-    FILE* f = fopen(path, "re");
-    if (f == nullptr) return false;
-    const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char* end = strrchr(buf, ')');
-    if (end != nullptr && (end[2] == 'T' || end[2] == 't')) return true;
-    usleep(1000);
-  }
-  return false;
-}
-
 // Rank 1 writes its part of a 64 MiB AllReduce into every rank's output. Rank 0 stops rank 1 in the
 // middle of that and kills rank 2: rank 0's call fails (rank 2 died). With `resumeAfterMs` >= 0,
 // rank 1 goes on that long after the kill, and once rank 0's call returned, rank 0 owns its output

@@ -442,3 +442,53 @@ TEST_CASE("a root killed while it writes pieces of a split receive becomes an er
   CHECK(res[0].status == 128 + SIGKILL);
   CHECK(res[1].status == 0);
 }
+
+TEST_CASE("a receiver whose call fails keeps the root out of its split receive before the error returns",
+          "[mp][shm][forward]") {
+  // The root writes pieces of rank 1's split receive into rank 1's buffer (process_vm_writev), here
+  // 200 ms after it claimed each (BRAID_SHM_TEST_CLAIM_DELAY_US: a root descheduled there). Rank 1
+  // reads the other pieces itself, so its receive waits for the root's; it then aborts its
+  // communicator, and once braidCommAbort returned it owns its buffer again: a sentinel written there
+  // must stay. Before Link::stopPeerAccess, the abort returned at once and the root's piece landed
+  // on the sentinel.
+  Env env = shmEnv({{"BRAID_SHM_CMA", "auto"}, {"BRAID_NT_STORES_MIN", "1G"}, {"BRAID_TIMEOUT", "60"}});
+  braidUniqueId uid;
+  REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
+  auto res = forkRanks(2, env, [&](int rank, int size) {
+    if (rank == 0) setenv("BRAID_SHM_TEST_CLAIM_DELAY_US", "200000", 1);
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, uid, rank));
+    if (!cmaEverywhere(comm, rank, size)) {
+      fprintf(stderr, "rank %d: process_vm_readv does not work here: not checked\n", rank);
+      CHECK_BRAID(rank, braidCommDestroy(comm));
+      return 0;
+    }
+    const size_t count = 4u << 20;  // 16 MiB: 16 pieces of 1 MiB
+    std::vector<int32_t> b(count, rank == 0 ? 5 : -1);
+    if (rank == 0) {
+      // Fails once rank 1 aborted; a call that ended whole (rank 1 read every piece) goes again.
+      for (int i = 0; i < 20; ++i)
+        if (braidBroadcast(b.data(), b.data(), count, braidInt32, 0, comm, nullptr) != braidSuccess) break;
+      braidCommAbort(comm);
+      return 0;
+    }
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      std::fill(b.begin(), b.end(), -1);
+      braidRequest_t req = nullptr;
+      CHECK_BRAID(rank, braidIBroadcast(b.data(), b.data(), count, braidInt32, 0, comm, nullptr, &req));
+      usleep(100 * 1000);  // rank 1's own pieces take a few ms
+      int done = 0;
+      CHECK_BRAID(rank, braidTest(req, &done));
+      if (done != 0) continue;  // the root claimed none of this one
+      braidCommAbort(comm);
+      std::fill(b.begin(), b.end(), 7);
+      usleep(400 * 1000);
+      const size_t changed = static_cast<size_t>(std::count_if(b.begin(), b.end(), [](int32_t x) { return x != 7; }));
+      return changed == 0 ? 0
+                          : fail(rank, "%zu ints of this rank's buffer changed after braidCommAbort returned", changed);
+    }
+    return fail(rank, "the root claimed no piece in 20 calls");
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}

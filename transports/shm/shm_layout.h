@@ -32,7 +32,7 @@ namespace shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68736469617262ull;  // "braidshm" in memory order
 // Bump on any change of the structs below: peers with another version refuse to attach.
-constexpr uint32_t kSegmentVersion = 3;
+constexpr uint32_t kSegmentVersion = 4;
 constexpr size_t kCacheLine = 64;
 // Payload bytes that fit in a slot's header line after seq and msgBytes.
 constexpr size_t kInlineBytes = 48;
@@ -98,7 +98,14 @@ struct alignas(kCacheLine) FifoControl {
   std::atomic<uint64_t> coopClaim;
   std::atomic<uint64_t> coopDone;
   std::atomic<uint64_t> coopLost;
-  unsigned char pad2[kCacheLine - 5 * sizeof(uint64_t)];
+  // The sender's writes in flight: raised before it claims a piece, lowered after its write. A
+  // receiver that fails takes the claims away (coopClaim past every piece) and waits for this to be
+  // 0: no write of the sender's lands in its buffer after its error (Link::stopPeerAccess).
+  std::atomic<uint64_t> coopBusy;
+  // 1 once the receiver failed: it reads none of the sender's buffers any more (what the sender's
+  // own failure waits for, where its CMA sends are not acked).
+  std::atomic<uint64_t> readerStopped;
+  unsigned char pad2[kCacheLine - 7 * sizeof(uint64_t)];
 };
 static_assert(sizeof(FifoControl) == 2 * kCacheLine);
 

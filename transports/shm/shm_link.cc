@@ -384,10 +384,20 @@ bool ShmLink::helpSplit(Xfer* x) {
   if (c->coopOffer.load(std::memory_order_acquire) != m) return false;
   const auto [piece, pieces] = splitCut(x->bytes);
   uint64_t w = c->coopClaim.load(std::memory_order_relaxed);
+  if ((w >> 32) != (m & kClaimMask) || (w & kClaimMask) >= pieces) return false;  // nothing left to claim
+  // Counted busy before the claim (both seq_cst): a receiver that takes the claims away after it
+  // (stopPeerAccess) sees us busy until the write is over.
+  c->coopBusy.fetch_add(1, std::memory_order_seq_cst);
+  struct Idle {
+    FifoControl* c;
+    ~Idle() { c->coopBusy.fetch_sub(1, std::memory_order_release); }
+  } idle{c};
+  w = c->coopClaim.load(std::memory_order_seq_cst);
   do {
     if ((w >> 32) != (m & kClaimMask) || (w & kClaimMask) >= pieces) return false;
-  } while (!c->coopClaim.compare_exchange_weak(w, w + 1, std::memory_order_relaxed));
+  } while (!c->coopClaim.compare_exchange_weak(w, w + 1, std::memory_order_seq_cst));
   const uint64_t i = w & kClaimMask;
+  if (claimDelayUs_ > 0) usleep(static_cast<useconds_t>(claimDelayUs_));
   // The piece is ours until counted: the receiver cannot finish message m, nor offer m + 1.
   const uint64_t addr = c->coopAddr.load(std::memory_order_relaxed);
   const size_t off = i * piece, len = std::min(piece, x->bytes - off);
@@ -409,6 +419,30 @@ bool ShmLink::helpSplit(Xfer* x) {
   c->coopDone.fetch_add(len, std::memory_order_release);
   gSplitPieces.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void ShmLink::stopPeerAccess() {
+  if (stopped_) return;
+  stopped_ = true;
+  helpOff_ = true;  // nor do we write into the peer's buffers any more
+  FifoControl* in = in_.control();
+  // A split receive in flight: the sender's claims end here (every piece taken), and the writes of
+  // those it holds are waited for in peerAccessEnded.
+  if (recvSplit_)
+    in->coopClaim.exchange((((cmaRecvDone_ + 1) & kClaimMask) << 32) | kClaimMask, std::memory_order_seq_cst);
+  // We read none of the sender's buffers any more (progress() never runs again).
+  in->readerStopped.store(1, std::memory_order_release);
+}
+
+bool ShmLink::peerAccessEnded() {
+  if (!stopped_ || peerGone()) return true;
+  if (recvSplit_ && in_.control()->coopBusy.load(std::memory_order_seq_cst) != 0) return false;
+  // Our CMA sends the peer may still be reading: the published ones it has not acked.
+  uint64_t published = cmaSendsDone_;
+  for (Xfer* x = sends_.front(); x != nullptr && x != sendCur_; x = x->next) published += usesCma(x) ? 1 : 0;
+  FifoControl* out = out_.control();
+  return out->cmaAcks.load(std::memory_order_acquire) >= published ||
+         out->readerStopped.load(std::memory_order_acquire) != 0;
 }
 
 void ShmLink::deliver(Xfer* x, size_t offset, const unsigned char* src, size_t bytes) {

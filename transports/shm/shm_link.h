@@ -88,6 +88,8 @@ class ShmLink final : public Link {
   const Mailboxes* mailboxes() const override { return mail_.capacity > 0 ? &mail_ : nullptr; }
   Status peerCheck() override { return checkPeerAlive(); }
   Copies receiveCopies() const override { return cmaIn_ ? Copies::kOne : Copies::kTwo; }
+  void stopPeerAccess() override;
+  bool peerAccessEnded() override;
 
   FifoControl* inControl() const { return in_.control(); }
   FifoControl* outControl() const { return out_.control(); }
@@ -101,10 +103,13 @@ class ShmLink final : public Link {
   // Called by connect() before first use when the peer accepts CMA: messages of at least `minBytes`
   // (>= 1) are then sent by single copy. The peer may then also write into our buffers (the same
   // permission): with `split`, our single-copy receives offer it some of their pieces (cmaStep).
-  void enableCmaSend(size_t minBytes, bool split) {
+  // claimDelayUs: BRAID_SHM_TEST_CLAIM_DELAY_US, the tests' stand-in for a sender descheduled
+  // between claiming a piece of the peer's split receive and writing it.
+  void enableCmaSend(size_t minBytes, bool split, int64_t claimDelayUs = 0) {
     cmaSend_ = true;
     cmaMin_ = minBytes < 1 ? 1 : minBytes;
     cmaSplit_ = split;
+    claimDelayUs_ = claimDelayUs;
   }
 
  private:
@@ -172,6 +177,8 @@ class ShmLink final : public Link {
   bool cmaSplit_ = false;            // our CMA receives may be split (BRAID_SHM_CMA_SPLIT, peer can write)
   bool recvSplit_ = false;           // the front CMA receive is split
   bool helpOff_ = false;             // a write into the peer failed: we no longer take pieces
+  bool stopped_ = false;             // stopPeerAccess ran: the peer is kept out of our buffers
+  int64_t claimDelayUs_ = 0;         // BRAID_SHM_TEST_CLAIM_DELAY_US
   size_t splitOwn_ = 0;              // bytes of the split receive this side read
   unsigned char* bounce_ = nullptr;  // reduce receives by CMA read pieces here first
   size_t bounceBytes_ = 0;
