@@ -3,7 +3,6 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "src/base/log.h"
@@ -57,11 +56,6 @@ constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
 // ... and at most this long while the peer's control socket still holds unread bytes, or while
 // rank 0 may still relay the notice (progressOnce).
 constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
-
-// How long a failed call in place waits for the peers in it to let go of its buffers
-// (SmallColls::abandon; BRAID_TIMEOUT if shorter). A live peer does at its next step, a pass of work
-// at most (or once its device kernels end); one that is stopped keeps them pinned after this.
-constexpr double kAbandonGraceSec = 10.0;
 
 }  // namespace
 
@@ -582,40 +576,13 @@ void Engine::markDone(Op* op) {
   if (op->detached) releaseLocked(op);
 }
 
-void Engine::keepPeersOut(double graceSec) {
-  // Every way in closed first, on every rank before any waits (no rank then waits on one that
-  // waits in turn): the links' (no waiting; not while a drain still moves them), then the call in
-  // place's mark, with its wait.
-  std::vector<Link*> links;
-  if (!peersKeptOut_ && !draining()) {
-    peersKeptOut_ = true;
-    for (auto* v : {&comm_->links, &comm_->tagLinks})
-      for (auto& l : *v)
-        if (l != nullptr) links.push_back(l.get());
-    for (Link* l : links) l->stopPeerAccess();
-  }
-  for (size_t i = head_; i < active_.size(); ++i)
-    if (active_[i]->isDirect) small_->abandon(&active_[i]->small, graceSec);
-  const int64_t deadline = nowNs() + static_cast<int64_t>(graceSec * 1e9);
-  for (;;) {
-    std::erase_if(links, [](Link* l) { return l->peerAccessEnded(); });
-    if (links.empty()) return;
-    if (nowNs() > deadline) break;
-    sched_yield();
-  }
-  for (int r = 0; r < comm_->nranks; ++r)
-    if (comm_->links[r] != nullptr && std::find(links.begin(), links.end(), comm_->links[r].get()) != links.end())
-      BRAID_WARN(kLogColl, "%s may still be reading or writing this rank's buffers after %.0f s (stopped?)",
-                 comm_->describeRank(r).c_str(), graceSec);
-}
-
 void Engine::failAll() {
   Status f = control_.failure();
   if (head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0) failureMet_ = true;
   // Calls in place on the peers' memory, and transfers by the peers' own hands (shm's single copy),
   // end only once the peers are out of their buffers: the caller may reuse them as soon as it sees
   // the error.
-  keepPeersOut(std::min(timeoutSec_, kAbandonGraceSec));
+  keepPeersOut();
   for (size_t i = head_; i < active_.size(); ++i) {
     Op* op = active_[i];
     // A device call's stream must not wait forever for a result that will not come.

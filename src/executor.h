@@ -301,10 +301,10 @@ class Engine {
   // The kCheck step: fails the communicator (braidInvalidUsage naming both ranks) on a mismatch.
   bool checkHeaders(const CallHeader& mine, const CallHeader& theirs);
   void failAll();
-  // The first failAll of a failure: the peers are kept out of this rank's buffers before its
-  // operations end (Link::stopPeerAccess, SmallColls::abandon), waiting up to `graceSec` for those
+  // failAll's first step: the peers are kept out of this rank's buffers before its operations end
+  // (Link::stopPeerAccess, SmallColls::abandon), waiting a grace (src/executor_wait.cc) for those
   // inside to leave; a peer still inside after that is named in a warning.
-  void keepPeersOut(double graceSec);
+  void keepPeersOut();
   void checkDeadline();
   void backoff(int64_t idleSinceNs);
   bool worthWaking(const Op* op) const;

@@ -1,9 +1,12 @@
 // The executor's waiting: a caller driving progress until its operation is done (wait, test,
-// drain, with the backstop that ends a wait nothing would complete), and the background thread that
-// drives it while nobody waits (bgLoop). The rest of the engine is src/executor.cc.
+// drain, with the backstop that ends a wait nothing would complete), the background thread that
+// drives it while nobody waits (bgLoop), and a failure's wait for the peers to leave this rank's
+// buffers (keepPeersOut). The rest of the engine is src/executor.cc.
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "src/base/log.h"
 #include "src/comm.h"
@@ -36,6 +39,11 @@ constexpr int64_t kEagerSpinNs = 2000;
 // (an op's deadline runs from its post, before the wait began), so this only catches a wait that
 // nothing would ever complete. The slack covers the deadline check's stride and kMaxBlameGraceNs (src/executor.cc).
 constexpr double kBackstopSlackSec = 3.0;
+
+// How long a failed call in place waits for the peers in it to let go of its buffers
+// (SmallColls::abandon, Link::stopPeerAccess; BRAID_TIMEOUT if shorter). A live peer does at its next step, a pass of
+// work at most (or once its device kernels end); one that is stopped keeps them pinned after this.
+constexpr double kAbandonGraceSec = 10.0;
 
 }  // namespace
 
@@ -241,6 +249,34 @@ void Engine::bgLoop() {
     lastControl = nowNs();
     idleSince = lastControl;
   }
+}
+
+void Engine::keepPeersOut() {
+  const double graceSec = std::min(timeoutSec_, kAbandonGraceSec);
+  // Every way in closed first, on every rank before any waits (no rank then waits on one that
+  // waits in turn): the links' (no waiting; not while a drain still moves them), then the call in
+  // place's mark, with its wait.
+  std::vector<Link*> links;
+  if (!peersKeptOut_ && !draining()) {
+    peersKeptOut_ = true;
+    for (auto* v : {&comm_->links, &comm_->tagLinks})
+      for (auto& l : *v)
+        if (l != nullptr) links.push_back(l.get());
+    for (Link* l : links) l->stopPeerAccess();
+  }
+  for (size_t i = head_; i < active_.size(); ++i)
+    if (active_[i]->isDirect) small_->abandon(&active_[i]->small, graceSec);
+  const int64_t deadline = nowNs() + static_cast<int64_t>(graceSec * 1e9);
+  for (;;) {
+    std::erase_if(links, [](Link* l) { return l->peerAccessEnded(); });
+    if (links.empty()) return;
+    if (nowNs() > deadline) break;
+    sched_yield();
+  }
+  for (int r = 0; r < comm_->nranks; ++r)
+    if (comm_->links[r] != nullptr && std::find(links.begin(), links.end(), comm_->links[r].get()) != links.end())
+      BRAID_WARN(kLogColl, "%s may still be reading or writing this rank's buffers after %.0f s (stopped?)",
+                 comm_->describeRank(r).c_str(), graceSec);
 }
 
 }  // namespace braid
