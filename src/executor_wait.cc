@@ -40,9 +40,10 @@ constexpr int64_t kEagerSpinNs = 2000;
 // nothing would ever complete. The slack covers the deadline check's stride and kMaxBlameGraceNs (src/executor.cc).
 constexpr double kBackstopSlackSec = 3.0;
 
-// How long a failed call in place waits for the peers in it to let go of its buffers
-// (SmallColls::abandon, Link::stopPeerAccess; BRAID_TIMEOUT if shorter). A live peer does at its next step, a pass of
-// work at most (or once its device kernels end); one that is stopped keeps them pinned after this.
+// How long a failure waits for the peers to leave this rank's buffers (keepPeersOut; BRAID_TIMEOUT
+// if shorter). A live peer leaves at its next step, after a pass of work at most (or once its device
+// kernels end); past this, a warning names the one still inside, and a call in place's buffers stay
+// pinned.
 constexpr double kAbandonGraceSec = 10.0;
 
 }  // namespace
@@ -273,10 +274,11 @@ void Engine::keepPeersOut() {
     if (nowNs() > deadline) break;
     sched_yield();
   }
-  for (int r = 0; r < comm_->nranks; ++r)
-    if (comm_->links[r] != nullptr && std::find(links.begin(), links.end(), comm_->links[r].get()) != links.end())
-      BRAID_WARN(kLogColl, "%s may still be reading or writing this rank's buffers after %.0f s (stopped?)",
-                 comm_->describeRank(r).c_str(), graceSec);
+  for (auto* v : {&comm_->links, &comm_->tagLinks})
+    for (size_t r = 0; r < v->size(); ++r)
+      if ((*v)[r] != nullptr && std::find(links.begin(), links.end(), (*v)[r].get()) != links.end())
+        BRAID_WARN(kLogColl, "%s may still be reading or writing this rank's buffers after %.0f s (stopped?)",
+                   comm_->describeRank(static_cast<int>(r)).c_str(), graceSec);
 }
 
 }  // namespace braid
