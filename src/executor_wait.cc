@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "src/base/log.h"
@@ -257,28 +258,29 @@ void Engine::keepPeersOut() {
   // Every way in closed first, on every rank before any waits (no rank then waits on one that
   // waits in turn): the links' (no waiting; not while a drain still moves them), then the call in
   // place's mark, with its wait.
-  std::vector<Link*> links;
+  std::vector<std::pair<Link*, int>> links;  // and the rank at its other end
   if (!peersKeptOut_ && !draining()) {
     peersKeptOut_ = true;
     for (auto* v : {&comm_->links, &comm_->tagLinks})
-      for (auto& l : *v)
-        if (l != nullptr) links.push_back(l.get());
-    for (Link* l : links) l->stopPeerAccess();
+      for (size_t r = 0; r < v->size(); ++r)
+        if ((*v)[r] != nullptr) links.emplace_back((*v)[r].get(), static_cast<int>(r));
+    for (auto& [l, r] : links) l->stopPeerAccess();
   }
   for (size_t i = head_; i < active_.size(); ++i)
     if (active_[i]->isDirect) small_->abandon(&active_[i]->small, graceSec);
+  // A peer that left the communicator (braidCommDestroy) finished its calls: it reads nothing more
+  // of ours, though it never says so on the link.
   const int64_t deadline = nowNs() + static_cast<int64_t>(graceSec * 1e9);
   for (;;) {
-    std::erase_if(links, [](Link* l) { return l->peerAccessEnded(); });
+    std::erase_if(
+        links, [&](const std::pair<Link*, int>& e) { return e.first->peerAccessEnded() || control_.left(e.second); });
     if (links.empty()) return;
     if (nowNs() > deadline) break;
     sched_yield();
   }
-  for (auto* v : {&comm_->links, &comm_->tagLinks})
-    for (size_t r = 0; r < v->size(); ++r)
-      if ((*v)[r] != nullptr && std::find(links.begin(), links.end(), (*v)[r].get()) != links.end())
-        BRAID_WARN(kLogColl, "%s may still be reading or writing this rank's buffers after %.0f s (stopped?)",
-                   comm_->describeRank(static_cast<int>(r)).c_str(), graceSec);
+  for (const auto& [l, r] : links)
+    BRAID_WARN(kLogColl, "%s may still be reading or writing this rank's buffers after %.0f s (stopped?)",
+               comm_->describeRank(r).c_str(), graceSec);
 }
 
 }  // namespace braid
