@@ -158,9 +158,9 @@ const std::vector<ParamInfo> kParams = {
     // Measured slower on loopback, where the kernel copies the pages anyway.
     boolean("BRAID_TCP_ZEROCOPY", "0", "tcp sends of 64K and more with MSG_ZEROCOPY"),
     // Test-only stand-ins for netem (absent from this kernel), for the multi-host test bed.
-    integer("BRAID_SHM_TEST_CLAIM_DELAY_US", "0", 0, 1e7,
-            "test knob: microseconds a sender waits between claiming a piece of a split single-copy receive and "
-            "writing it (0 = off)"),
+    integer("BRAID_SHM_TEST_CMA_DELAY_US", "0", 0, 1e7,
+            "test knob: microseconds a rank waits before each single-copy read, and between claiming a piece of a "
+            "peer's split receive and writing it (0 = off)"),
     integer("BRAID_TCP_TEST_DELAY_US", "0", 0, 1e7,
             "test knob: microseconds each tcp message waits after it is posted before it is sent (0 = off)"),
     bytes("BRAID_TCP_TEST_RATE", "0", 1, 1e15, "test knob: tcp send rate limit per peer in bytes/s (0 = off)", true),

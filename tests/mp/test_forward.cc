@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
@@ -446,7 +447,7 @@ TEST_CASE("a root killed while it writes pieces of a split receive becomes an er
 TEST_CASE("a receiver whose call fails keeps the root out of its split receive before the error returns",
           "[mp][shm][forward]") {
   // The root writes pieces of rank 1's split receive into rank 1's buffer (process_vm_writev), here
-  // 200 ms after it claimed each (BRAID_SHM_TEST_CLAIM_DELAY_US: a root descheduled there). Rank 1
+  // 200 ms after it claimed each (BRAID_SHM_TEST_CMA_DELAY_US: a root descheduled there). Rank 1
   // reads the other pieces itself, so its receive waits for the root's; it then aborts its
   // communicator, and once braidCommAbort returned it owns its buffer again: a sentinel written there
   // must stay. Before Link::stopPeerAccess, the abort returned at once and the root's piece landed
@@ -455,7 +456,7 @@ TEST_CASE("a receiver whose call fails keeps the root out of its split receive b
   braidUniqueId uid;
   REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
   auto res = forkRanks(2, env, [&](int rank, int size) {
-    if (rank == 0) setenv("BRAID_SHM_TEST_CLAIM_DELAY_US", "200000", 1);
+    if (rank == 0) setenv("BRAID_SHM_TEST_CMA_DELAY_US", "200000", 1);
     braidComm_t comm = nullptr;
     CHECK_BRAID(rank, braidCommInitRank(&comm, size, uid, rank));
     if (!cmaEverywhere(comm, rank, size)) {
@@ -488,6 +489,56 @@ TEST_CASE("a receiver whose call fails keeps the root out of its split receive b
                           : fail(rank, "%zu ints of this rank's buffer changed after braidCommAbort returned", changed);
     }
     return fail(rank, "the root claimed no piece in 20 calls");
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("a root whose call fails returns only once the receiver stopped reading its buffer", "[mp][shm][forward]") {
+  // Rank 1 reads the root's buffer by single copy, each read 200 ms after it decided on it
+  // (BRAID_SHM_TEST_CMA_DELAY_US: a receiver descheduled there). The root aborts its communicator
+  // 100 ms into the call and, once braidCommAbort returned, writes a sentinel into its buffer: rank 1
+  // must never read it. Before Link::stopPeerAccess, the abort returned at once and rank 1's reads
+  // brought the sentinel, its Broadcast succeeding with it.
+  Env env = shmEnv({{"BRAID_SHM_CMA", "auto"},
+                    {"BRAID_NT_STORES_MIN", "1G"},
+                    {"BRAID_SHM_CMA_SPLIT", "0"},
+                    {"BRAID_TIMEOUT", "60"}});
+  braidUniqueId uid;
+  REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
+  auto res = forkRanks(2, env, [&](int rank, int size) {
+    if (rank == 1) setenv("BRAID_SHM_TEST_CMA_DELAY_US", "200000", 1);
+    braidComm_t comm = nullptr;
+    CHECK_BRAID(rank, braidCommInitRank(&comm, size, uid, rank));
+    if (!cmaEverywhere(comm, rank, size)) {
+      fprintf(stderr, "rank %d: process_vm_readv does not work here: not checked\n", rank);
+      CHECK_BRAID(rank, braidCommDestroy(comm));
+      return 0;
+    }
+    const size_t count = 64u << 10;  // 256 KiB: one read (of up to 1 MiB)
+    std::vector<int32_t> b(count, rank == 0 ? 5 : -1);
+    CHECK_BRAID(rank, braidBarrier(comm, nullptr));
+    if (rank == 0) {
+      braidRequest_t req = nullptr;
+      CHECK_BRAID(rank, braidIBroadcast(b.data(), b.data(), count, braidInt32, 0, comm, nullptr, &req));
+      // Driven for 100 ms (rank 1 reads 200 ms after it began, so it cannot end meanwhile), then aborted.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      for (int done = 0; std::chrono::steady_clock::now() < until;) CHECK_BRAID(rank, braidTest(req, &done));
+      braidCommAbort(comm);
+      std::fill(b.begin(), b.end(), 7);
+      usleep(1000 * 1000);  // alive while rank 1 might still read
+      return 0;
+    }
+    // Whole (it read everything before the root's abort returned) or failed; never the sentinel.
+    const braidResult_t r = braidBroadcast(b.data(), b.data(), count, braidInt32, 0, comm, nullptr);
+    braidCommAbort(comm);
+    const size_t late = static_cast<size_t>(std::count(b.begin(), b.end(), 7));
+    if (late != 0)
+      return fail(rank, "%zu ints read from the root's buffer after its braidCommAbort returned (the call %s)", late,
+                  r == braidSuccess ? "succeeded" : "failed");
+    if (r == braidSuccess && std::count(b.begin(), b.end(), 5) != static_cast<ptrdiff_t>(count))
+      return fail(rank, "the Broadcast succeeded with a result that is not the root's");
+    return 0;
   });
   INFO(describe(res));
   REQUIRE(allOk(res));

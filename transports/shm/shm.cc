@@ -89,7 +89,7 @@ struct Config {
   CmaMode cma = CmaMode::kAuto;
   size_t cmaMin = 0;
   bool cmaSplit = true;                     // BRAID_SHM_CMA_SPLIT
-  int64_t claimDelayUs = 0;                 // BRAID_SHM_TEST_CLAIM_DELAY_US
+  int64_t cmaDelayUs = 0;                   // BRAID_SHM_TEST_CMA_DELAY_US
   uint32_t cmaSpeedMin = 0;                 // BRAID_SHM_CMA_SPEED: thousandths of memcpy's rate
   StoreKind slotStores = StoreKind::kAuto;  // BRAID_SHM_SLOT_STORES
   StoreKind mailStores = StoreKind::kAuto;  // BRAID_SHM_MAIL_STORES
@@ -134,7 +134,7 @@ Status loadConfig(size_t nfifos, Config* out) {
   // paramEnum gives one of the table's spellings: 0, 1 or auto.
   c.cma = mode == "auto" ? CmaMode::kAuto : mode == "1" ? CmaMode::kOn : CmaMode::kOff;
   BRAID_TRY(paramBool("BRAID_SHM_CMA_SPLIT", &c.cmaSplit));
-  BRAID_TRY(paramInt("BRAID_SHM_TEST_CLAIM_DELAY_US", &c.claimDelayUs));
+  BRAID_TRY(paramInt("BRAID_SHM_TEST_CMA_DELAY_US", &c.cmaDelayUs));
   int64_t speed = 0;
   BRAID_TRY(paramInt("BRAID_SHM_CMA_SPEED", &speed));  // the table holds it to [0, 100000]
   c.cmaSpeedMin = static_cast<uint32_t>(speed);
@@ -597,12 +597,13 @@ Status ShmTransport::connect(const TransportContext& ctx, const std::vector<int>
   for (size_t i = 0; i < n; ++i) {
     // Pairs with the peer's release store before the barrier.
     if (fastEnough && links[i]->outControl()->cmaAccept.load(std::memory_order_acquire) == 1) {
-      links[i]->enableCmaSend(cfg.cmaMin, cfg.cmaSplit, cfg.claimDelayUs);
+      links[i]->enableCmaSend(cfg.cmaMin, cfg.cmaSplit);
       ++cmaLinks;
     }
     // The peer took the same host-wide decision (BRAID_SHM_CMA alike on both), so it sends to us
     // by single copy exactly when we accept it.
     links[i]->setCmaIn(fastEnough && links[i]->cmaRecv());
+    links[i]->setCmaTestDelay(cfg.cmaDelayUs);
     links_.push_back({links[i].get(), peers[i]});
     (*out)[i] = std::move(links[i]);
   }

@@ -294,6 +294,7 @@ int ShmLink::recvStep() {
 }
 
 int ShmLink::readWhole(unsigned char* dst, size_t off, size_t len) {
+  if (cmaDelayUs_ > 0) usleep(static_cast<useconds_t>(cmaDelayUs_));
   while (len > 0) {
     iovec local = {dst, len};
     iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(recvCmaAddr_ + off)), len};
@@ -397,7 +398,7 @@ bool ShmLink::helpSplit(Xfer* x) {
     if ((w >> 32) != (m & kClaimMask) || (w & kClaimMask) >= pieces) return false;
   } while (!c->coopClaim.compare_exchange_weak(w, w + 1, std::memory_order_seq_cst));
   const uint64_t i = w & kClaimMask;
-  if (claimDelayUs_ > 0) usleep(static_cast<useconds_t>(claimDelayUs_));
+  if (cmaDelayUs_ > 0) usleep(static_cast<useconds_t>(cmaDelayUs_));
   // The piece is ours until counted: the receiver cannot finish message m, nor offer m + 1.
   const uint64_t addr = c->coopAddr.load(std::memory_order_relaxed);
   const size_t off = i * piece, len = std::min(piece, x->bytes - off);

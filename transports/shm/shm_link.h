@@ -103,14 +103,14 @@ class ShmLink final : public Link {
   // Called by connect() before first use when the peer accepts CMA: messages of at least `minBytes`
   // (>= 1) are then sent by single copy. The peer may then also write into our buffers (the same
   // permission): with `split`, our single-copy receives offer it some of their pieces (cmaStep).
-  // claimDelayUs: BRAID_SHM_TEST_CLAIM_DELAY_US, the tests' stand-in for a sender descheduled
-  // between claiming a piece of the peer's split receive and writing it.
-  void enableCmaSend(size_t minBytes, bool split, int64_t claimDelayUs = 0) {
+  void enableCmaSend(size_t minBytes, bool split) {
     cmaSend_ = true;
     cmaMin_ = minBytes < 1 ? 1 : minBytes;
     cmaSplit_ = split;
-    claimDelayUs_ = claimDelayUs;
   }
+  // BRAID_SHM_TEST_CMA_DELAY_US: the tests' stand-in for a rank descheduled right before a
+  // single-copy read, or between claiming a piece of the peer's split receive and writing it.
+  void setCmaTestDelay(int64_t us) { cmaDelayUs_ = us; }
 
  private:
   bool usesCma(const Xfer* x) const { return cmaSend_ && x->singleCopy && x->bytes >= cmaMin_; }
@@ -178,7 +178,7 @@ class ShmLink final : public Link {
   bool recvSplit_ = false;           // the front CMA receive is split
   bool helpOff_ = false;             // a write into the peer failed: we no longer take pieces
   bool stopped_ = false;             // stopPeerAccess ran: the peer is kept out of our buffers
-  int64_t claimDelayUs_ = 0;         // BRAID_SHM_TEST_CLAIM_DELAY_US
+  int64_t cmaDelayUs_ = 0;           // BRAID_SHM_TEST_CMA_DELAY_US
   size_t splitOwn_ = 0;              // bytes of the split receive this side read
   unsigned char* bounce_ = nullptr;  // reduce receives by CMA read pieces here first
   size_t bounceBytes_ = 0;
