@@ -30,11 +30,9 @@
 // not braidMemAlloc memory says so in its mail, and then every rank runs the call on its plan
 // instead (SmallColls::step returns 2). Such a rank need not read the others' mail: it knows.
 #include <sched.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -115,23 +113,6 @@ struct DeviceMail {
 
 // Every collective with data has a direct form (extentsOf says what each touches).
 bool hasDirectForm(Coll coll, size_t bytes) { return bytes > 0 && coll != Coll::kBarrier && coll != Coll::kSendRecv; }
-
-// Whether process `pid` can no longer touch memory: there is no such process, or it exited and waits
-// to be reaped (a zombie, the state after the ')' that ends its name in /proc/pid/stat).
-bool processGone(int64_t pid) {
-  if (pid <= 0) return false;
-  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%lld/stat", static_cast<long long>(pid));
-  FILE* f = fopen(path, "re");
-  if (f == nullptr) return errno == ENOENT;
-  char buf[512];
-  const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char* end = strrchr(buf, ')');
-  return end != nullptr && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
-}
 
 }  // namespace
 
@@ -513,8 +494,8 @@ bool SmallColls::abandon(SmallCall* c, double graceSec) {
   for (uint32_t pass = 0; !inCall.empty(); ++pass) {
     std::erase_if(inCall, [&](int p) {
       const uint64_t d = mail_[p].in[c->k % kMailDepth].done.load(std::memory_order_acquire);
-      return d == c->k || d == (c->k | kMailAbandoned) ||
-             ((pass & 63) == 0 && p < static_cast<int>(pids_.size()) && processGone(pids_[p]));
+      // A peer whose process is gone (its link's check, as a mailbox wait makes it) touches nothing.
+      return d == c->k || d == (c->k | kMailAbandoned) || !links_[p]->peerCheck().ok();
     });
     if (inCall.empty() || ((pass & 63) == 0 && planRuns(*c))) return true;
     if (nowNs() > deadline) {

@@ -108,7 +108,8 @@ SmallColls::SmallColls(int rank, std::vector<Link*> links, std::vector<std::stri
       mailStores_(links.size()),
       readCosts_(links.size()),
       started_(links.size(), 0),
-      pids_(std::move(pids)) {
+      pids_(std::move(pids)),
+      links_(links) {
   if (!pids_.empty()) {  // direct calls: their per-call state, sized once
     ins_.resize(nranks_);
     outs_.resize(nranks_);

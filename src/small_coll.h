@@ -126,7 +126,8 @@ class SmallColls {
   // and its own work may be in theirs (its kernels, on device memory). Waits for its kernels, marks
   // the call given up toward every peer (transports/mailbox.h: kMailAbandoned), then waits until
   // every peer that entered the call is done with it or gave it up too (it sees our mark at its
-  // next step, at the latest after its pass of work), or its process is gone: only then may the
+  // next step, at the latest after its pass of work), or its process is gone (Link::peerCheck, the
+  // check a mailbox wait makes): only then may the
   // caller see the error and reuse the buffers. Up to `graceSec`; past it (a peer stopped, not dead)
   // false, with a warning, and the buffers stay pinned for good (braidMemFree refuses them). True at
   // once for a call whose mail is not out or that is over.
@@ -208,6 +209,7 @@ class SmallColls {
   // Direct calls: the peers' processes, their memory mapped here, and the current call's buffers
   // by rank (this rank's own among them).
   std::vector<int64_t> pids_;
+  std::vector<Link*> links_;  // by rank (null at rank_): for peerCheck while a failed call waits
   PeerMaps maps_;
   std::vector<const char*> ins_;
   std::vector<char*> outs_;
