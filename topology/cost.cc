@@ -103,6 +103,21 @@ class Model {
   int n() const { return c_.nranks; }
   double chunk() const { return std::max(64.0, p_.chunkBytes); }
 
+  // A Broadcast of a few KiB on one host (the binomial tree's sizes) is priced as one call of a
+  // stream of three, not alone. Broadcasts overlap back to back (a rank starts its next call once
+  // its own part is done: the root once its sends are out), so a stream goes at the pace of the
+  // rank that sends most, and on one host there is no wire: a step's alpha is its sender's work
+  // (over loopback tcp the sender runs the receiver's half of the stack too). The binomial tree
+  // (ceil(log2 n) hops, its root sending ceil(log2 n) messages a call) keeps its price: its path
+  // and its pace are the same. The chain, n - 1 hops but one message a rank, averages
+  // (n - 1 + 2 x 1) / 3 steps a call: below the tree's up to 7 ranks and at 9-10, equal at 8 and
+  // 11, above from 12 ranks, where its hops would cost an isolated call dearly. Measured
+  // (perf/results/2026-12-07-small-broadcast-stream.md). Across hosts alpha is mostly the wire's,
+  // which the root does not spend, and the call alone is priced as before (not measured).
+  bool smallOneHostBroadcast(double S) const {
+    return !multiHost() && binomialTreeFits(static_cast<uint64_t>(S), static_cast<uint64_t>(chunk()));
+  }
+
   double ring(Coll coll, double S) const {
     const int p = n();
     // AllToAll goes pairwise, to every other rank: all of a host's ranks cross at once.
@@ -133,6 +148,7 @@ class Model {
       case Coll::kReduce: {  // pipelined chain: (n - 1) hops to fill, then one chunk per step
         const double k = std::max(1.0, std::ceil(S / chunk())), c = S / k;
         const double g = coll == Coll::kReduce ? c * r.gammaUs : 0;
+        if (coll == Coll::kBroadcast && smallOneHostBroadcast(S)) return (p + 1) / 3.0 * (r.alphaUs + S * r.betaUs);
         return (p - 2 + k) * (r.alphaUs + c * r.betaUs + g);
       }
       case Coll::kBarrier:
