@@ -40,6 +40,7 @@ void buildHierarchicalAllReduce(const CollArgs& a, Plan* plan);
 void buildGossipAllReduce(const CollArgs& a, Plan* plan);
 void buildRingAllGather(const CollArgs& a, Plan* plan);
 void buildLinearAllGather(const CollArgs& a, Plan* plan);
+void buildDoublingAllGather(const CollArgs& a, Plan* plan);
 void buildRingReduceScatter(const CollArgs& a, Plan* plan);
 void buildHalvingReduceScatter(const CollArgs& a, Plan* plan);
 void buildChainBroadcast(const CollArgs& a, Plan* plan);

@@ -47,6 +47,8 @@ void buildPlan(const CollArgs& a, Plan* plan) {
     case Coll::kAllGather:
       if (a.algo == Algo::kLinear)
         buildLinearAllGather(a, plan);
+      else if (a.algo == Algo::kRecursiveDoubling)
+        buildDoublingAllGather(a, plan);
       else
         buildRingAllGather(a, plan);
       break;

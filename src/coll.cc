@@ -63,8 +63,8 @@ bool algoAvailable(Coll coll, Algo a) {
     case Coll::kBroadcast:
     case Coll::kReduce:
       return a == Algo::kRing || a == Algo::kTree;
-    case Coll::kAllGather:
-      return a == Algo::kRing || a == Algo::kLinear;
+    case Coll::kAllGather:  // recursive_doubling: the gathered blocks doubling each round (Bruck's)
+      return a == Algo::kRing || a == Algo::kLinear || a == Algo::kRecursiveDoubling;
     case Coll::kReduceScatter:
       return a == Algo::kRing || a == Algo::kRabenseifner;  // rabenseifner: its recursive-halving half
     case Coll::kAllToAll:

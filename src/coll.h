@@ -26,12 +26,12 @@ const char* collName(Coll c);  // "AllReduce", ...
 // The algorithms a caller can choose (BRAID_ALGO, `-A`, braid-topo). Not every collective has every
 // algorithm: algoAvailable() says which pairs exist. AllToAll (pairwise exchange) and Barrier
 // (dissemination) have one algorithm each, reported under the name kRing. Gather and Scatter have
-// kLinear and kTree (a binomial tree); AllGather has kRing and kLinear.
+// kLinear and kTree (a binomial tree); AllGather has kRing, kLinear and kRecursiveDoubling.
 enum class Algo : uint8_t {
   kRing,               // ring (AllReduce/AllGather/ReduceScatter), pipelined chain (Broadcast/Reduce)
   kTree,               // double binary tree, pipelined (AllReduce/Broadcast/Reduce; small: binomial)
   kRabenseifner,       // recursive-halving reduce-scatter + recursive-doubling all-gather (AllReduce)
-  kRecursiveDoubling,  // log2(n) full-buffer exchanges (AllReduce)
+  kRecursiveDoubling,  // log2(n) full-buffer exchanges (AllReduce); AllGather: held blocks doubling (Bruck's)
   kHierarchical,       // intra-host reduce-scatter, inter-host allreduce of shards, intra-host all-gather
   kGossip,             // K rounds of one-peer exponential averaging (AllReduce avg, approximate comms)
   kLinear,             // the root (AllGather: every rank) exchanges with every rank directly

@@ -52,12 +52,13 @@ TEST_CASE("ring and recursive-halving reduce-scatter plans give rank r the full 
     }
 }
 
-TEST_CASE("ring and linear allgather, chain broadcast and reduce, pairwise alltoall, barrier plans", "[unit][plan]") {
+TEST_CASE("ring, linear and doubling allgather, chain broadcast and reduce, pairwise alltoall, barrier plans",
+          "[unit][plan]") {
   for (int n = 1; n <= 16; ++n) {
     for (uint64_t count : {0, 1, 6, 13}) {
       for (bool inPlace : {false, true}) {
         INFO("n=" << n << " count=" << count << " inPlace=" << inPlace);
-        for (Algo algo : {Algo::kRing, Algo::kLinear}) {
+        for (Algo algo : {Algo::kRing, Algo::kLinear, Algo::kRecursiveDoubling}) {
           INFO("allgather " << algoName(algo));
           Sim ag = simulate(Coll::kAllGather, n, count, inPlace, false, 0, 3, algo);
           REQUIRE(ag.run());
