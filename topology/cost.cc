@@ -181,14 +181,53 @@ class Model {
   // from 512 KiB-1 MiB, 1.05-1.5x; over sockets the linear plan stays ahead (tcp: 1.4-1.7x from
   // 1 MiB), and by single copy (under the cut) it reads each block once where the ring cannot do
   // better. With these passes the table switches at 1 MiB for 3 and 4 ranks of 2 cores.
+  //
+  //
+  // A small gather (smallGather) is its messages' handling, not their bytes: each rank sends n - 1
+  // and takes n - 1. They go at once, so past the first a message costs its handling at both ends
+  // but no latency of its own; on one host, where a step's alpha is mostly that work (there is no
+  // wire), 3/4 of a step. Fitted to tcp on 2 cores (perf/results/2026-12-07-allgather-doubling.md):
+  // 64 B-1 KiB, the linear plan about as fast as the doubling on 3 ranks and 1.04-1.1x the ring,
+  // 0.8-0.9x the doubling on 4 ranks, 0.6-0.7x on 8.
   double linearAllGather(double S) const {
     if (multiHost()) return kInf;
     const int p = n();
     const Rates r = rates(false, c_.maxHostSize());
-    // The call's buffers on the host, as src/api_coll.cc counts them for the single-copy cut: each
-    // rank's block in and the whole output, S / n + S on each of n ranks.
-    const double passes = c_.twoCopies(0, S * (p + 1)) ? (4.0 * p - 4) / (3.0 * p - 2) : 1.0;
-    return r.alphaUs + (p - 1) * (S / p) * r.betaUs * passes;
+    const double steps = smallGather(S) ? 1 + 0.75 * (p - 2) : 1;
+    return steps * r.alphaUs + (p - 1) * (S / p) * r.betaUs * gatherPasses(S);
+  }
+
+  // The passes over a block of a one-host gather that copies every block it moves twice through
+  // the FIFOs against the ring's (above). The call's buffers on the host, as src/api_coll.cc counts
+  // them for the single-copy cut: each rank's block in and the whole output, S / n + S on each of
+  // n ranks.
+  double gatherPasses(double S) const {
+    const int p = n();
+    return !multiHost() && c_.twoCopies(0, S * (p + 1)) ? (4.0 * p - 4) / (3.0 * p - 2) : 1.0;
+  }
+
+  // A gather whose doubling's last message (about half of it) fits one chunk. Beyond, the gathers
+  // are bytes: over sockets the linear plan's n - 1 connections at once moved 4-16 MiB 1.6-1.9x
+  // faster than the ring or the doubling (4 ranks on 2 cores), through the FIFOs the ring's forwarding
+  // wins, and across hosts every library keeps the ring's neighbours for large gathers (the doubling's
+  // far partners contend in the network, which this model does not see).
+  bool smallGather(double S) const { return S <= 2 * chunk(); }
+
+  // AllGather by doubling (algorithms/allgather/doubling.cc), small gathers only: ceil(log2 n)
+  // rounds, the round of distance d moving min(d, n - d) blocks to the rank d below; every block
+  // moved is copied in and out as in the linear plan (gatherPasses). Measured over tcp on 2 cores
+  // (the same file): 1.1-1.3x the linear plan at 64 B-256 KiB on 4 ranks, 1.5-1.6x on 8, about the
+  // same on 3; over shm FIFOs (4 ranks, 256 KiB) 1.2-1.3x the linear plan and 1.4-1.5x the ring.
+  double doublingAllGather(double S) const {
+    if (!smallGather(S)) return kInf;
+    const int p = n();
+    double t = 0;
+    for (int d = 1; d < p; d <<= 1) {
+      const int cross = crossing([d, p](int q) { return (q + p - d) % p; });
+      const Rates r = rates(cross > 0, cross);
+      t += r.alphaUs + std::min(d, p - d) * (S / p) * r.betaUs * gatherPasses(S);
+    }
+    return t;
   }
 
   // Gather/Scatter, binomial tree: ceil(log2 n) message steps on the critical path, and the root
@@ -454,6 +493,7 @@ double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, co
       if (coll == Coll::kReduceScatter) return m.halvingReduceScatter(S);
       return coll == Coll::kAllReduce ? m.rabenseifner(S) : kInf;
     case Algo::kRecursiveDoubling:
+      if (coll == Coll::kAllGather) return m.doublingAllGather(S);
       return coll == Coll::kAllReduce ? m.recursiveDoubling(S) : kInf;
     case Algo::kHierarchical:
       return coll == Coll::kAllReduce ? m.hierarchical(S) : kInf;

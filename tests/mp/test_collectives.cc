@@ -269,8 +269,9 @@ TEST_CASE("every algorithm is exact on 1..8 ranks, on one host and on 2 and 3 em
   const std::pair<int, int> layouts[] = {{1, 1}, {2, 1}, {3, 1}, {4, 2}, {5, 2}, {6, 3}, {7, 3}, {8, 2}, {5, -2}};
   const char* algo = GENERATE("ring", "tree", "rabenseifner", "recursive_doubling", "hierarchical");
   SweepSet set;
-  // ReduceScatter: "rabenseifner" is its recursive halving; the other names leave it to the selector.
-  set.colls = {C::kAllReduce, C::kReduce, C::kBroadcast, C::kReduceScatter};
+  // ReduceScatter: "rabenseifner" is its recursive halving; AllGather: "recursive_doubling" its
+  // doubling, "ring" its ring; the other names leave them to the selector.
+  set.colls = {C::kAllReduce, C::kReduce, C::kBroadcast, C::kReduceScatter, C::kAllGather};
   set.types = {braidInt8, braidInt32, braidUint64, braidFloat16, braidBfloat16, braidFloat32, braidFloat64};
   set.largeCount = 70001;  // several pipelining chunks at 4 KiB
   for (auto [n, hosts] : layouts) {

@@ -145,8 +145,8 @@ TEST_CASE("the links' copies reach the algorithm table", "[mp][topo]") {
       if (c->selector.pick(braid::Coll::kAllGather, large) != algo)
         return fail(rank, "AllGather of 64 MiB picks %d",
                     static_cast<int>(c->selector.pick(braid::Coll::kAllGather, large)));
-      if (c->selector.pick(braid::Coll::kAllGather, 4096) != braid::Algo::kLinear)
-        return fail(rank, "AllGather of 4 KiB is not linear");
+      if (c->selector.pick(braid::Coll::kAllGather, 4096) != braid::Algo::kRecursiveDoubling)
+        return fail(rank, "AllGather of 4 KiB is not by doubling");
       // A call on the chosen plan, large enough for it, is still right.
       const size_t count = (size_t{3} << 20) / sizeof(int32_t);
       std::vector<int32_t> in(count), out(count * n, -1);

@@ -206,33 +206,49 @@ TEST_CASE("cost defaults are the table's; the chunk and gossip rounds of the env
   CHECK(p.chunkBytes == 12345);  // unset variables leave the file's value
 }
 
-TEST_CASE("AllGather goes linear on one host and ring across hosts", "[unit][select]") {
-  // One round of messages beats n - 1 rounds of the ring wherever every pair shares memory; across
-  // hosts the linear gather's messages would all hit the network at once.
+TEST_CASE("AllGather: doubling for small calls from 4 ranks, linear on one host and ring across hosts beyond",
+          "[unit][select]") {
+  // A small gather is its messages' handling: the doubling takes ceil(log2 n) rounds of one message
+  // where the linear plan has every rank send and take n - 1 and the ring runs n - 1 rounds. On 3
+  // ranks the linear plan's two messages at once stay ahead. Large gathers are bytes: one round of
+  // messages beats n - 1 rounds of the ring wherever every pair shares memory; across hosts the
+  // linear gather's messages would all hit the network at once.
+  const uint64_t small[] = {16, 4096, 512 << 10}, large[] = {1 << 20, uint64_t{1} << 28};
   for (int n : {3, 4, 8}) {
     const Selector one = make(ClusterShape::single(n, 2));
-    for (uint64_t bytes : {uint64_t{16}, uint64_t{1} << 20, uint64_t{1} << 28}) {
+    for (uint64_t bytes : small) {
+      INFO("n=" << n << " bytes=" << bytes);
+      CHECK(one.pick(Coll::kAllGather, bytes) == (n == 3 ? Algo::kLinear : Algo::kRecursiveDoubling));
+    }
+    for (uint64_t bytes : large) {
       INFO("n=" << n << " bytes=" << bytes);
       CHECK(one.pick(Coll::kAllGather, bytes) == Algo::kLinear);
+      CHECK(std::isinf(predictUs(Coll::kAllGather, Algo::kRecursiveDoubling, bytes, ClusterShape::single(n, 2),
+                                 CostParams::defaults())));
     }
   }
   CHECK(predictUs(Coll::kAllGather, Algo::kLinear, 1 << 20, ClusterShape::blocks(8, 2, 4), CostParams::defaults()) ==
         std::numeric_limits<double>::infinity());
-  const Selector two = make(ClusterShape::blocks(8, 2, 4));
-  CHECK(two.pick(Coll::kAllGather, 1 << 20) == Algo::kRing);
+  for (const ClusterShape& c : {ClusterShape::blocks(8, 2, 4), ClusterShape::blocks(64, 8, 8)}) {
+    const Selector across = make(c);
+    INFO(c.nranks << " ranks on " << c.nhosts << " hosts");
+    CHECK(across.pick(Coll::kAllGather, 1024) == Algo::kRecursiveDoubling);
+    CHECK(across.pick(Coll::kAllGather, 1 << 20) == Algo::kRing);
+  }
 }
 
 TEST_CASE("AllGather through two-copy FIFOs: linear for small calls, the ring for large ones", "[unit][select]") {
   // A host whose ranks receive through the shm FIFOs (single copy off) pays 4n - 4 passes over a
-  // block in the linear gather's transfers against the ring's 3n - 2; the ring's n - 2 extra
-  // message steps win it the small calls back. Two ranks: the same passes either way.
+  // block in the linear gather's (and the doubling's) transfers against the ring's 3n - 2; the
+  // ring's extra message steps win it the small calls back. Two ranks: the same passes either way.
   for (int n : {3, 4, 8}) {
     ClusterShape c = ClusterShape::single(n, 2);
     c.hostTwoCopiesFrom = {0};
     const Selector fifo = make(c);
     INFO("n=" << n);
-    CHECK(fifo.pick(Coll::kAllGather, 16) == Algo::kLinear);
-    CHECK(fifo.pick(Coll::kAllGather, 64 << 10) == Algo::kLinear);
+    const Algo small = n == 3 ? Algo::kLinear : Algo::kRecursiveDoubling;
+    CHECK(fifo.pick(Coll::kAllGather, 16) == small);
+    CHECK(fifo.pick(Coll::kAllGather, 64 << 10) == small);
     CHECK(fifo.pick(Coll::kAllGather, uint64_t{1} << 26) == Algo::kRing);
     CHECK(predictUs(Coll::kAllGather, Algo::kLinear, 1 << 26, c, CostParams::defaults()) >
           predictUs(Coll::kAllGather, Algo::kLinear, 1 << 26, ClusterShape::single(n, 2), CostParams::defaults()));
