@@ -96,12 +96,13 @@ check "plan for gather: binomial tree for small blocks, linear for large" '[[ $r
 BRAID_ALGO=scatter:linear run --plan --ranks 8 --coll scatter
 check "plan for scatter follows BRAID_ALGO" '[[ $rc == 0 ]] && [[ $(grep -cE "^ +[0-9]+ (B|KiB|MiB|GiB) +linear " $TMP/out) == 28 ]]'
 # --fifo-from: a host of two-copy FIFOs takes the ring for large AllGathers, past the cut only when
-# it is not 0; without it the linear plan at every size. A loaded cluster line says the same.
+# it is not 0; without it the doubling up to two chunks (512 KiB) and the linear plan beyond. A
+# loaded cluster line says the same.
 run --plan --ranks 4 --coll allgather
-check "allgather on one host: linear at every size" '[[ $rc == 0 ]] && [[ $(grep -cE "^ +[0-9]+ (B|KiB|MiB|GiB) +linear " $TMP/out) == 28 ]]'
+check "allgather on one host: doubling to 512 KiB, linear beyond" '[[ $rc == 0 ]] && [[ $(grep -cE "^ +[0-9]+ (B|KiB) +recursive_doubling " $TMP/out) == 17 ]] && [[ $(grep -cE "^ +[0-9]+ (MiB|GiB) +linear " $TMP/out) == 11 ]]'
 printf 'braid-topology 1\nmachine hostname=h cores=2 pus=2\nnode id=0 kind=machine\ncluster ranks=4 hosts=0,0,0,0 cores=2 fifo_from=0\n' > "$TMP/fifo.topo"
 run --plan --load "$TMP/fifo.topo" --ranks 4 --coll allgather --fifo-from 0
-check "--fifo-from 0: linear for small calls, the ring for large" '[[ $rc == 0 ]] && grep -qE "^ +8 B +linear " $TMP/out && grep -qE "^ +1 GiB +ring " $TMP/out && grep -q "two-copy FIFOs above 0 B" $TMP/out'
+check "--fifo-from 0: the doubling for small calls, the ring for large" '[[ $rc == 0 ]] && grep -qE "^ +8 B +recursive_doubling " $TMP/out && grep -qE "^ +1 GiB +ring " $TMP/out && grep -q "two-copy FIFOs above 0 B" $TMP/out'
 cp "$TMP/out" "$TMP/fifo0"
 run --plan --ranks 4 --coll allgather --fifo-from 33554432
 check "--fifo-from the cut: linear under it" '[[ $rc == 0 ]] && grep -qE "^ +4 MiB +linear " $TMP/out && grep -qE "^ +8 MiB +ring " $TMP/out'
