@@ -48,6 +48,7 @@ void buildTreeBroadcast(const CollArgs& a, Plan* plan);
 void buildChainReduce(const CollArgs& a, Plan* plan);
 void buildTreeReduce(const CollArgs& a, Plan* plan);
 void buildPairwiseAllToAll(const CollArgs& a, Plan* plan);
+void buildBruckAllToAll(const CollArgs& a, Plan* plan);
 void buildDisseminationBarrier(const CollArgs& a, Plan* plan);
 void buildLinearGather(const CollArgs& a, Plan* plan);
 void buildTreeGather(const CollArgs& a, Plan* plan);

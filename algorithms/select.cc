@@ -59,7 +59,10 @@ void buildPlan(const CollArgs& a, Plan* plan) {
         buildRingReduceScatter(a, plan);
       break;
     case Coll::kAllToAll:
-      buildPairwiseAllToAll(a, plan);
+      if (a.algo == Algo::kRecursiveDoubling)
+        buildBruckAllToAll(a, plan);
+      else
+        buildPairwiseAllToAll(a, plan);
       break;
     case Coll::kBarrier:
       buildDisseminationBarrier(a, plan);

@@ -41,7 +41,7 @@ const char* algoName(Algo a) {
 }
 
 const char* algoNameFor(Coll c, Algo a) {
-  if (c == Coll::kAllToAll) return "pairwise";
+  if (c == Coll::kAllToAll) return a == Algo::kRecursiveDoubling ? "bruck" : "pairwise";
   if (c == Coll::kBarrier) return "dissemination";
   return algoName(a);
 }
@@ -67,7 +67,8 @@ bool algoAvailable(Coll coll, Algo a) {
       return a == Algo::kRing || a == Algo::kLinear || a == Algo::kRecursiveDoubling;
     case Coll::kReduceScatter:
       return a == Algo::kRing || a == Algo::kRabenseifner;  // rabenseifner: its recursive-halving half
-    case Coll::kAllToAll:
+    case Coll::kAllToAll:  // ring: the pairwise exchange; recursive_doubling: Bruck's
+      return a == Algo::kRing || a == Algo::kRecursiveDoubling;
     case Coll::kBarrier:
     case Coll::kSendRecv:
       return a == Algo::kRing;

@@ -24,8 +24,8 @@ constexpr int kNumColls = 10;
 const char* collName(Coll c);  // "AllReduce", ...
 
 // The algorithms a caller can choose (BRAID_ALGO, `-A`, braid-topo). Not every collective has every
-// algorithm: algoAvailable() says which pairs exist. AllToAll (pairwise exchange) and Barrier
-// (dissemination) have one algorithm each, reported under the name kRing. Gather and Scatter have
+// algorithm: algoAvailable() says which pairs exist. AllToAll's pairwise exchange and Barrier's
+// dissemination go under the name kRing (AllToAll's Bruck under kRecursiveDoubling). Gather and Scatter have
 // kLinear and kTree (a binomial tree); AllGather has kRing, kLinear and kRecursiveDoubling.
 enum class Algo : uint8_t {
   kRing,               // ring (AllReduce/AllGather/ReduceScatter), pipelined chain (Broadcast/Reduce)

@@ -270,8 +270,9 @@ TEST_CASE("every algorithm is exact on 1..8 ranks, on one host and on 2 and 3 em
   const char* algo = GENERATE("ring", "tree", "rabenseifner", "recursive_doubling", "hierarchical");
   SweepSet set;
   // ReduceScatter: "rabenseifner" is its recursive halving; AllGather: "recursive_doubling" its
-  // doubling, "ring" its ring; the other names leave them to the selector.
-  set.colls = {C::kAllReduce, C::kReduce, C::kBroadcast, C::kReduceScatter, C::kAllGather};
+  // doubling, "ring" its ring; AllToAll: "recursive_doubling" Bruck's, "ring" the pairwise
+  // exchange; the other names leave them to the selector.
+  set.colls = {C::kAllReduce, C::kReduce, C::kBroadcast, C::kReduceScatter, C::kAllGather, C::kAllToAll};
   set.types = {braidInt8, braidInt32, braidUint64, braidFloat16, braidBfloat16, braidFloat32, braidFloat64};
   set.largeCount = 70001;  // several pipelining chunks at 4 KiB
   for (auto [n, hosts] : layouts) {

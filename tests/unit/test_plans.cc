@@ -52,7 +52,7 @@ TEST_CASE("ring and recursive-halving reduce-scatter plans give rank r the full 
     }
 }
 
-TEST_CASE("ring, linear and doubling allgather, chain broadcast and reduce, pairwise alltoall, barrier plans",
+TEST_CASE("ring, linear and doubling allgather, chain broadcast and reduce, pairwise and Bruck alltoall, barrier plans",
           "[unit][plan]") {
   for (int n = 1; n <= 16; ++n) {
     for (uint64_t count : {0, 1, 6, 13}) {
@@ -75,11 +75,15 @@ TEST_CASE("ring, linear and doubling allgather, chain broadcast and reduce, pair
           REQUIRE(rd.run());
           for (uint64_t i = 0; i < count; ++i) REQUIRE(rd.ranks[root].recv[i] == (fullMask(n) | (n > 1 ? kScaled : 0)));
         }
-        Sim a2a = simulate(Coll::kAllToAll, n, count, inPlace, false);
-        REQUIRE(a2a.run());
-        for (int r = 0; r < n; ++r)
-          for (int j = 0; j < n; ++j)
-            for (uint64_t i = 0; i < count; ++i) REQUIRE(a2a.ranks[r].recv[j * count + i] == (rankBit(j) | tag(r)));
+        for (Algo algo : {Algo::kRing, Algo::kRecursiveDoubling}) {
+          INFO("alltoall " << algoNameFor(Coll::kAllToAll, algo));
+          Sim a2a = simulate(Coll::kAllToAll, n, count, inPlace, false, 0, 3, algo);
+          INFO(a2a.error);
+          REQUIRE(a2a.run());
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < n; ++j)
+              for (uint64_t i = 0; i < count; ++i) REQUIRE(a2a.ranks[r].recv[j * count + i] == (rankBit(j) | tag(r)));
+        }
       }
     }
     Sim b = simulate(Coll::kBarrier, n, 0, false, false);
