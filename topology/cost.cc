@@ -161,6 +161,27 @@ class Model {
     return kInf;
   }
 
+  // AllToAll by Bruck (algorithms/alltoall/bruck.cc; S: a rank's whole buffer, n blocks), small
+  // calls only (smallGather): ceil(log2 n) rounds of one message, the round of distance d moving
+  // the blocks whose index has that bit (about n / 2), where the pairwise exchange sends n - 1
+  // messages; every block a round moves is packed by a copy, and every block is copied into place
+  // at the end (priced at beta, a copy being a pass in and out like a byte moved).
+  double bruckAllToAll(double S) const {
+    if (!smallGather(S)) return kInf;
+    const int p = n();
+    const double block = S / p;
+    double t = 0, copied = p - 1;
+    for (int d = 1; d < p; d <<= 1) {
+      int moving = 0;
+      for (int i = 1; i < p; ++i) moving += (i & d) != 0;
+      copied += moving;
+      const int cross = crossing([d, p](int q) { return (q + d) % p; });
+      const Rates r = rates(cross > 0, cross);
+      t += r.alphaUs + moving * block * r.betaUs;
+    }
+    return t + copied * block * rates(false).betaUs;
+  }
+
   // Gather/Scatter (S: the root's whole buffer), linear: the root takes or gives the n - 1 blocks one
   // message after another, while every other rank of a host sends or receives at once.
   double linear(double S) const {
@@ -494,6 +515,7 @@ double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, co
       return coll == Coll::kAllReduce ? m.rabenseifner(S) : kInf;
     case Algo::kRecursiveDoubling:
       if (coll == Coll::kAllGather) return m.doublingAllGather(S);
+      if (coll == Coll::kAllToAll) return m.bruckAllToAll(S);
       return coll == Coll::kAllReduce ? m.recursiveDoubling(S) : kInf;
     case Algo::kHierarchical:
       return coll == Coll::kAllReduce ? m.hierarchical(S) : kInf;
