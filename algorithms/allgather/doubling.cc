@@ -51,43 +51,38 @@ void buildDoublingAllGather(const CollArgs& a, Plan* plan) {
   std::vector<std::vector<int32_t>> writers(n);
   writers[r].push_back(own);
   std::vector<int32_t> deps;
+  // Calls piece(offset, bytes) for each chunk of the blocks of runs[0 .. nruns), in order.
+  auto eachChunk = [&](const BlockRun* runs, int nruns, auto&& piece) {
+    for (int i = 0; i < nruns; ++i) {
+      const uint64_t base = runs[i].first * block, elems = runs[i].count * a.count;
+      const uint64_t chunks = chunksFor(elems, es, a.chunkBytes);
+      for (uint64_t c = 0; c < chunks; ++c) {
+        const Range ch = partition(elems, chunks, c);
+        if (ch.count != 0) piece(base + ch.offset * es, ch.count * es);
+      }
+    }
+  };
   for (int d = 1; d < n; d *= 2) {
     const int count = std::min(d, n - d);
     const int to = ringPeer(r, -d, n), from = ringPeer(r, d, n);
     BlockRun runs[2];
     // Sends first, then receives: a receive of this round must not count as a send's writer.
-    const int nsend = blockRuns(r, count, n, runs);
-    for (int i = 0; i < nsend; ++i) {
-      const uint64_t base = runs[i].first * block, elems = runs[i].count * a.count;
-      const uint64_t chunks = chunksFor(elems, es, a.chunkBytes);
-      for (uint64_t c = 0; c < chunks; ++c) {
-        const Range ch = partition(elems, chunks, c);
-        if (ch.count == 0) continue;
-        const uint64_t off = base + ch.offset * es, bytes = ch.count * es;
-        // The first round sends the own block alone: from the send buffer out of place, so that it
-        // need not wait for the copy.
-        if (d == 1 && !a.inPlace) {
-          plan->send(to, sendBuf(ch.offset * es), bytes);
-          continue;
-        }
-        deps.clear();
-        for (uint64_t b = off / block; b <= (off + bytes - 1) / block; ++b)
-          deps.insert(deps.end(), writers[b].begin(), writers[b].end());
-        plan->send(to, recvBuf(off), bytes, deps);
+    eachChunk(runs, blockRuns(r, count, n, runs), [&](uint64_t off, uint64_t bytes) {
+      // The first round sends the own block alone: from the send buffer out of place, so that it
+      // need not wait for the copy.
+      if (d == 1 && !a.inPlace) {
+        plan->send(to, sendBuf(off - r * block), bytes);
+        return;
       }
-    }
-    const int nrecv = blockRuns(ringPeer(r, d, n), count, n, runs);
-    for (int i = 0; i < nrecv; ++i) {
-      const uint64_t base = runs[i].first * block, elems = runs[i].count * a.count;
-      const uint64_t chunks = chunksFor(elems, es, a.chunkBytes);
-      for (uint64_t c = 0; c < chunks; ++c) {
-        const Range ch = partition(elems, chunks, c);
-        if (ch.count == 0) continue;
-        const uint64_t off = base + ch.offset * es, bytes = ch.count * es;
-        const int32_t got = plan->recv(from, recvBuf(off), bytes);
-        for (uint64_t b = off / block; b <= (off + bytes - 1) / block; ++b) writers[b].push_back(got);
-      }
-    }
+      deps.clear();
+      for (uint64_t b = off / block; b <= (off + bytes - 1) / block; ++b)
+        deps.insert(deps.end(), writers[b].begin(), writers[b].end());
+      plan->send(to, recvBuf(off), bytes, deps);
+    });
+    eachChunk(runs, blockRuns(ringPeer(r, d, n), count, n, runs), [&](uint64_t off, uint64_t bytes) {
+      const int32_t got = plan->recv(from, recvBuf(off), bytes);
+      for (uint64_t b = off / block; b <= (off + bytes - 1) / block; ++b) writers[b].push_back(got);
+    });
   }
 }
 
