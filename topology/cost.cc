@@ -162,12 +162,12 @@ class Model {
   }
 
   // AllToAll by Bruck (algorithms/alltoall/bruck.cc; S: a rank's whole buffer, n blocks), small
-  // calls only (smallGather): ceil(log2 n) rounds of one message, the round of distance d moving
+  // calls only (halfInOneChunk): ceil(log2 n) rounds of one message, the round of distance d moving
   // the blocks whose index has that bit (about n / 2), where the pairwise exchange sends n - 1
   // messages; every block a round moves is packed by a copy, and every block is copied into place
   // at the end (priced at beta, a copy being a pass in and out like a byte moved).
   double bruckAllToAll(double S) const {
-    if (!smallGather(S)) return kInf;
+    if (!halfInOneChunk(S)) return kInf;
     const int p = n();
     const double block = S / p;
     double t = 0, copied = p - 1;
@@ -201,11 +201,13 @@ class Model {
   // and 2026-12-06-allgather-fifo-table.md, 3-4 ranks on 2 cores, single copy off): the ring ahead
   // from 512 KiB-1 MiB, 1.05-1.5x; over sockets the linear plan stays ahead (tcp: 1.4-1.7x from
   // 1 MiB), and by single copy (under the cut) it reads each block once where the ring cannot do
-  // better. With these passes the table switches at 1 MiB for 3 and 4 ranks of 2 cores.
+  // better. With these passes the table switched at 1 MiB for 3 and 4 ranks of 2 cores; with the
+  // small gathers' price below and the doubling beside it, at 256 KiB for 3 ranks and 512 KiB for
+  // 4 (the ring measured behind at 192 KiB and ahead at 384 KiB on 3 ranks,
+  // 2026-12-07-allgather-doubling.md).
   //
-  //
-  // A small gather (smallGather) is its messages' handling, not their bytes: each rank sends n - 1
-  // and takes n - 1. They go at once, so past the first a message costs its handling at both ends
+  // A small gather (halfInOneChunk) is its messages' handling, not their bytes: each rank sends
+  // n - 1 and takes n - 1. They go at once, so past the first a message costs its handling at both ends
   // but no latency of its own; on one host, where a step's alpha is mostly that work (there is no
   // wire), 3/4 of a step. Fitted to tcp on 2 cores (perf/results/2026-12-07-allgather-doubling.md):
   // 64 B-1 KiB, the linear plan about as fast as the doubling on 3 ranks and 1.04-1.1x the ring,
@@ -214,7 +216,7 @@ class Model {
     if (multiHost()) return kInf;
     const int p = n();
     const Rates r = rates(false, c_.maxHostSize());
-    const double steps = smallGather(S) ? 1 + 0.75 * (p - 2) : 1;
+    const double steps = halfInOneChunk(S) ? 1 + 0.75 * (p - 2) : 1;
     return steps * r.alphaUs + (p - 1) * (S / p) * r.betaUs * gatherPasses(S);
   }
 
@@ -227,12 +229,13 @@ class Model {
     return !multiHost() && c_.twoCopies(0, S * (p + 1)) ? (4.0 * p - 4) / (3.0 * p - 2) : 1.0;
   }
 
-  // A gather whose doubling's last message (about half of it) fits one chunk. Beyond, the gathers
-  // are bytes: over sockets the linear plan's n - 1 connections at once moved 4-16 MiB 1.6-1.9x
-  // faster than the ring or the doubling (4 ranks on 2 cores), through the FIFOs the ring's forwarding
-  // wins, and across hosts every library keeps the ring's neighbours for large gathers (the doubling's
-  // far partners contend in the network, which this model does not see).
-  bool smallGather(double S) const { return S <= 2 * chunk(); }
+  // A call of S bytes whose half, the largest message of the doubling AllGather and of Bruck's
+  // AllToAll, fits one chunk: where those two are priced. Beyond, the gathers are bytes: over
+  // sockets the linear plan's n - 1 connections at once moved 4-16 MiB 1.6-1.9x faster than the
+  // ring or the doubling (4 ranks on 2 cores), through the FIFOs the ring's forwarding wins, and
+  // across hosts every library keeps the ring's neighbours for large gathers (the doubling's far
+  // partners contend in the network, which this model does not see).
+  bool halfInOneChunk(double S) const { return S <= 2 * chunk(); }
 
   // AllGather by doubling (algorithms/allgather/doubling.cc), small gathers only: ceil(log2 n)
   // rounds, the round of distance d moving min(d, n - d) blocks to the rank d below; every block
@@ -240,7 +243,7 @@ class Model {
   // (the same file): 1.1-1.3x the linear plan at 64 B-256 KiB on 4 ranks, 1.5-1.6x on 8, about the
   // same on 3; over shm FIFOs (4 ranks, 256 KiB) 1.2-1.3x the linear plan and 1.4-1.5x the ring.
   double doublingAllGather(double S) const {
-    if (!smallGather(S)) return kInf;
+    if (!halfInOneChunk(S)) return kInf;
     const int p = n();
     double t = 0;
     for (int d = 1; d < p; d <<= 1) {
