@@ -11,8 +11,8 @@
 // A round's blocks are not contiguous: they are packed into scratch (a copy each) and sent as one
 // message, which lands in scratch of its own; a block is copied from wherever it last landed, and
 // copied into the receive buffer at the end (its own block first, from the send buffer). Scratch
-// per round: two areas of the round's block count. In place, a final copy into the buffer waits
-// for the packs that read the block that was there.
+// per round: two areas of the round's block count. In place, the final copies overwrite blocks
+// that packs read: local steps run in plan order, and every pack comes before every final copy.
 //
 // Steps: ceil(log2 n) sends and receives (more where a message exceeds the chunk size), about
 // n/2 packing copies a round and n - 1 final copies. Bytes on the wire per rank: about
@@ -37,8 +37,6 @@ void buildBruckAllToAll(const CollArgs& a, Plan* plan) {
   std::vector<int32_t> writer(n, -1);
   for (int i = 0; i < n; ++i)
     at[i] = a.inPlace ? recvBuf(ringPeer(r, i, n) * block) : sendBuf(ringPeer(r, i, n) * block);
-  // In place: by block of the buffer, the packs that read it (the final copy into it waits).
-  std::vector<std::vector<int32_t>> readers(a.inPlace ? n : 0);
   std::vector<int32_t> packs;
   uint64_t scratch = 0;
   for (int d = 1; d < n; d *= 2) {
@@ -48,12 +46,8 @@ void buildBruckAllToAll(const CollArgs& a, Plan* plan) {
     const uint64_t bytes = moving.size() * block, packAt = scratch, landAt = scratch + bytes;
     scratch += 2 * bytes;
     packs.clear();
-    for (size_t j = 0; j < moving.size(); ++j) {
-      const int i = moving[j];
-      const int32_t c = plan->copy(scratchBuf(packAt + j * block), at[i], block, writer[i]);
-      packs.push_back(c);
-      if (a.inPlace && writer[i] < 0) readers[ringPeer(r, i, n)].push_back(c);
-    }
+    for (size_t j = 0; j < moving.size(); ++j)
+      packs.push_back(plan->copy(scratchBuf(packAt + j * block), at[moving[j]], block, writer[moving[j]]));
     const int32_t packed = plan->join(packs);
     const int to = ringPeer(r, d, n), from = ringPeer(r, -d, n);
     const uint64_t elems = bytes / es, chunks = chunksFor(elems, es, a.chunkBytes);
@@ -72,13 +66,7 @@ void buildBruckAllToAll(const CollArgs& a, Plan* plan) {
   }
   plan->scratchBytes = scratch;
   // Index i now holds what rank r - i sent to r.
-  std::vector<int32_t> deps;
-  for (int i = 1; i < n; ++i) {
-    const int src = ringPeer(r, -i, n);
-    deps.assign(1, writer[i]);
-    if (a.inPlace) deps.insert(deps.end(), readers[src].begin(), readers[src].end());
-    plan->copy(recvBuf(src * block), at[i], block, deps);
-  }
+  for (int i = 1; i < n; ++i) plan->copy(recvBuf(ringPeer(r, -i, n) * block), at[i], block, writer[i]);
 }
 
 }  // namespace braid
