@@ -88,8 +88,9 @@ class Model {
     }
     return most;
   }
-  int ringCrossing() const {
-    return crossing([this](int r) { return (r + 1) % c_.nranks; });
+  // The same for the partners at ring distance d (the ring's neighbour at 1).
+  int ringCrossing(int d = 1) const {
+    return crossing([this, d](int r) { return (r + d) % c_.nranks; });
   }
   bool multiHost() const { return c_.nhosts > 1; }
   // Whether some rank's partner at distance `d` (XOR) lives on another host.
@@ -175,7 +176,7 @@ class Model {
       int moving = 0;
       for (int i = 1; i < p; ++i) moving += (i & d) != 0;
       copied += moving;
-      const int cross = crossing([d, p](int q) { return (q + d) % p; });
+      const int cross = ringCrossing(d);
       const Rates r = rates(cross > 0, cross);
       t += r.alphaUs + moving * block * r.betaUs;
     }
@@ -240,16 +241,18 @@ class Model {
   // AllGather by doubling (algorithms/allgather/doubling.cc), small gathers only: ceil(log2 n)
   // rounds, the round of distance d moving min(d, n - d) blocks to the rank d below; every block
   // moved is copied in and out as in the linear plan (gatherPasses). Measured over tcp on 2 cores
-  // (the same file): 1.1-1.3x the linear plan at 64 B-256 KiB on 4 ranks, 1.5-1.6x on 8, about the
-  // same on 3; over shm FIFOs (4 ranks, 256 KiB) 1.2-1.3x the linear plan and 1.4-1.5x the ring.
+  // (the same file): 1.04-1.33x the linear plan at 64 B-256 KiB on 4 ranks, 1.5-1.6x on 8, about
+  // the same on 3; over shm FIFOs (4 ranks, 256 KiB) 1.2-1.3x the linear plan and about 1.5x the ring.
   double doublingAllGather(double S) const {
     if (!halfInOneChunk(S)) return kInf;
     const int p = n();
+    const double passes = gatherPasses(S);
     double t = 0;
     for (int d = 1; d < p; d <<= 1) {
-      const int cross = crossing([d, p](int q) { return (q + p - d) % p; });
+      // Rank r sends to r - d and takes from r + d: the links at ring distance d.
+      const int cross = ringCrossing(d);
       const Rates r = rates(cross > 0, cross);
-      t += r.alphaUs + std::min(d, p - d) * (S / p) * r.betaUs * gatherPasses(S);
+      t += r.alphaUs + std::min(d, p - d) * (S / p) * r.betaUs * passes;
     }
     return t;
   }

@@ -358,8 +358,8 @@ TEST_CASE("a small Broadcast on one host is priced in a stream: the chain on a f
           "[unit][select]") {
   // Back-to-back Broadcasts overlap, and on one host the rank that sends most sets their pace: the
   // binomial root sends ceil(log2 n) messages a call, every rank of the chain one. Over tcp on 2
-  // cores the chain streamed 16 B-1 KiB 1.4-1.8x faster on 3 ranks and 1.1-1.45x on 4, and the
-  // table picked the tree (2 hops against 3, the call alone).
+  // cores the chain streamed 1.75-1.86x faster on 3 ranks (16 B, 1 KiB) and 0.97-1.45x on 4 (16 B-
+  // 2 KiB), and the table picked the tree (2 hops against 3, the call alone).
   for (int n : {3, 4, 7}) {
     for (int cores : {2, n}) {
       const Selector s = make(ClusterShape::single(n, cores));
