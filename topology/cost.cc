@@ -281,8 +281,16 @@ class Model {
     const double half = S / 2, k = std::max(1.0, std::ceil(half / chunk())), c = half / k;
     if ((coll == Coll::kBroadcast || coll == Coll::kReduce) &&
         binomialTreeFits(static_cast<uint64_t>(S), static_cast<uint64_t>(chunk()))) {
-      // Small buffers go whole down one binomial tree (algorithms/broadcast/tree.cc).
-      return ceilLog2(p) * (r.alphaUs + S * (r.betaUs + (coll == Coll::kReduce ? r.gammaUs : 0)));
+      // Small buffers go whole down one binomial tree (algorithms/broadcast/tree.cc), or up it. A
+      // Broadcast's root sends to its ceil(log2 n) children one after another. A Reduce's ranks
+      // all send at once, each when its subtree is in: its path is the deepest rank's chain of
+      // sends, floor(log2 n) (relative rank v sits popcount(v) deep), and the root only receives,
+      // the cheap end over loopback. On 3 ranks that is one step against the chain's two, where
+      // the model used to tie them and take the chain; measured over tcp on one host (2 cores,
+      // 16 B-4 KiB), the tree 1.01-1.30x the chain call by call (the slowest rank), 2.0-3.9x by
+      // the benchmarks' mean over ranks (its leaves run ahead; perf/results/2026-12-07-reduce-three.md).
+      const int steps = coll == Coll::kReduce ? std::bit_width(static_cast<unsigned>(p)) - 1 : ceilLog2(p);
+      return steps * (r.alphaUs + S * (r.betaUs + (coll == Coll::kReduce ? r.gammaUs : 0)));
     }
     // Broadcast and Reduce hang both trees under the root (rootedDtreeLinks): one level more than
     // the trees over the other n - 1 ranks. Each level costs two messages in a row, not one: the
