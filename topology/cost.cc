@@ -71,11 +71,24 @@ class Model {
   }
 
   // `senders`: how many ranks of one host cross hosts at once in this step (see the top of the file).
-  Rates rates(bool inter, int senders = 1) const {
+  // `share`: the ranks per core of a step in which not every rank works (0: share_, all of them).
+  Rates rates(bool inter, int senders = 1, double share = 0) const {
     const LinkCost l = p_.link(inter);
     const double links = inter && p_.interLinks > 0 ? std::ceil(static_cast<double>(senders) / p_.interLinks) : 1.0;
-    return Rates{l.alphaUs + p_.oversubUs * (share_ - 1.0), share_ * std::max(1.0, links) / (l.gbps * 1e3),
-                 share_ / (p_.reduceGbps * 1e3)};
+    const double f = share > 0 ? share : share_;
+    return Rates{l.alphaUs + p_.oversubUs * (f - 1.0), f * std::max(1.0, links) / (l.gbps * 1e3),
+                 f / (p_.reduceGbps * 1e3)};
+  }
+  // The ranks per core of the busiest host counting only ranks [0, k), at least 1: what a step in
+  // which only those work shares the cores with.
+  double shareOfFirst(int k) const {
+    std::vector<int> on(c_.nhosts, 0);
+    for (int r = 0; r < std::min(k, c_.nranks); ++r) ++on[c_.hostOf[r]];
+    double f = 1.0;
+    for (int h = 0; h < c_.nhosts; ++h)
+      if (h < static_cast<int>(c_.hostCores.size()) && c_.hostCores[h] > 0)
+        f = std::max(f, static_cast<double>(on[h]) / c_.hostCores[h]);
+    return std::min(f, share_);
   }
   // The most ranks of one host whose partner peer(r) lives on another host.
   template <class Peer>
@@ -317,11 +330,20 @@ class Model {
   }
 
   // Extra cost of folding n down to the power of two below it and back (recursive algorithms).
+  // Only the first 2(n - p) ranks work in those two steps, in pairs (algorithms/patterns/
+  // recursive.h). On a host with more ranks than cores a step's alpha is mostly the wait for the
+  // ranks sharing a core to have their turn, and a rank with nothing to do in the step gives its
+  // turn back at once: the fold's alpha waits on its pairs only. Priced as a step of every rank, it
+  // made the doubling lose small calls on 3 and 6 ranks of 2 cores to the double tree, which the
+  // doubling beat 1.4-1.9x over tcp up to 48 KiB (3 ranks) and 64 KiB (6 ranks;
+  // perf/results/2026-12-07-allreduce-fold.md). Its bytes keep the host's share: priced cheaper,
+  // Rabenseifner took 1 MiB on 9 ranks of 2 cores from the ring, which beat it 1.15-1.4x there.
   double fold(double S) const {
     const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
     if (p == pof2) return 0;
     const Rates r = rates(multiHost());
-    return 2 * (r.alphaUs + S * r.betaUs) + S * r.gammaUs;
+    const double alpha = rates(multiHost(), 1, shareOfFirst(2 * (p - pof2))).alphaUs;
+    return 2 * (alpha + S * r.betaUs) + S * r.gammaUs;
   }
 
   double recursiveDoubling(double S) const {

@@ -206,6 +206,30 @@ TEST_CASE("cost defaults are the table's; the chunk and gossip rounds of the env
   CHECK(p.chunkBytes == 12345);  // unset variables leave the file's value
 }
 
+TEST_CASE("more ranks than cores: a fold's steps wait on its pairs only, so small AllReduces double",
+          "[unit][select]") {
+  // Recursive doubling and Rabenseifner fold n down to a power of two p in two steps that only the
+  // first 2(n - p) ranks work in. On 3-7 ranks of 2 cores over tcp the doubling beat the double
+  // tree 1.15-1.9x up to 32 KiB (perf/results/2026-12-07-allreduce-fold.md); priced as steps of
+  // every rank, the fold had made the tree the pick there.
+  const CostParams p = CostParams::defaults();
+  for (int n : {3, 5, 6, 7}) {
+    const Selector s = make(ClusterShape::single(n, 2));
+    for (uint64_t bytes : {8, 1024, 16384}) {
+      INFO(n << " ranks on 2 cores, " << bytes << " B");
+      CHECK(s.pick(Coll::kAllReduce, bytes) == Algo::kRecursiveDoubling);
+    }
+    // Where every rank has a core the fold costs what it did.
+    const ClusterShape roomy = ClusterShape::single(n, n);
+    INFO(n << " ranks on " << n << " cores");
+    CHECK(predictUs(Coll::kAllReduce, Algo::kRecursiveDoubling, 1024, roomy, p) ==
+          predictUs(Coll::kAllReduce, Algo::kRecursiveDoubling, 1024, ClusterShape::single(n, 64), p));
+  }
+  // The fold's bytes keep the host's share: a large call stays where it was (the ring on 9 ranks at
+  // 1 MiB, which beat Rabenseifner 1.15-1.4x).
+  CHECK(make(ClusterShape::single(9, 2)).pick(Coll::kAllReduce, 1 << 20) == Algo::kRing);
+}
+
 TEST_CASE("AllGather: doubling for small calls from 4 ranks, linear on one host and ring across hosts beyond",
           "[unit][select]") {
   // A small gather is its messages' handling: the doubling takes ceil(log2 n) rounds of one message
