@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "algorithms/patterns/binomial.h"
+#include "algorithms/patterns/recursive.h"
 #include "algorithms/patterns/ring.h"
 #include "algorithms/patterns/tree.h"
 #include "src/base/config.h"
@@ -302,7 +303,7 @@ class Model {
       // the model used to tie them and take the chain; measured over tcp on one host (2 cores,
       // 16 B-4 KiB), the tree 1.01-1.30x the chain call by call (the slowest rank), 2.0-3.9x by
       // the benchmarks' mean over ranks (its leaves run ahead; perf/results/2026-12-07-reduce-three.md).
-      const int steps = coll == Coll::kReduce ? std::bit_width(static_cast<unsigned>(p)) - 1 : ceilLog2(p);
+      const int steps = coll == Coll::kReduce ? log2Floor(p) : ceilLog2(p);
       return steps * (r.alphaUs + S * (r.betaUs + (coll == Coll::kReduce ? r.gammaUs : 0)));
     }
     // Broadcast and Reduce hang both trees under the root (rootedDtreeLinks): one level more than
@@ -334,15 +335,15 @@ class Model {
   // recursive.h). On a host with more ranks than cores a step's alpha is mostly the wait for the
   // ranks sharing a core to have their turn, and a rank with nothing to do in the step gives its
   // turn back at once: the fold's alpha waits on its pairs only. Priced as a step of every rank, it
-  // made the doubling lose small calls on 3 and 6 ranks of 2 cores to the double tree, which the
-  // doubling beat 1.4-1.9x over tcp up to 48 KiB (3 ranks) and 64 KiB (6 ranks;
+  // made the doubling lose small calls on 3-7 ranks of 2 cores to the double tree, which the
+  // doubling beat 1.15-1.9x over tcp up to 32 KiB (and to 48 KiB on 3 ranks, 64 KiB on 6;
   // perf/results/2026-12-07-allreduce-fold.md). Its bytes keep the host's share: priced cheaper,
   // Rabenseifner took 1 MiB on 9 ranks of 2 cores from the ring, which beat it 1.15-1.4x there.
   double fold(double S) const {
     const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
     if (p == pof2) return 0;
     const Rates r = rates(multiHost());
-    const double alpha = rates(multiHost(), 1, shareOfFirst(2 * (p - pof2))).alphaUs;
+    const double alpha = rates(multiHost(), 1, shareOfFirst(2 * foldExtra(p))).alphaUs;
     return 2 * (alpha + S * r.betaUs) + S * r.gammaUs;
   }
 
