@@ -64,12 +64,7 @@ struct Rates {
 
 class Model {
  public:
-  Model(const ClusterShape& c, const CostParams& p) : c_(c), p_(p) {
-    share_ = 1.0;
-    for (int h = 0; h < c.nhosts; ++h)
-      if (h < static_cast<int>(c.hostCores.size()) && c.hostCores[h] > 0 && h < static_cast<int>(c.hostSize.size()))
-        share_ = std::max(share_, static_cast<double>(c.hostSize[h]) / c.hostCores[h]);
-  }
+  Model(const ClusterShape& c, const CostParams& p) : c_(c), p_(p) { share_ = perCore(c.hostSize); }
 
   // `senders`: how many ranks of one host cross hosts at once in this step (see the top of the file).
   // `share`: the ranks per core of a step in which not every rank works (0: share_, all of them).
@@ -80,16 +75,20 @@ class Model {
     return Rates{l.alphaUs + p_.oversubUs * (f - 1.0), f * std::max(1.0, links) / (l.gbps * 1e3),
                  f / (p_.reduceGbps * 1e3)};
   }
-  // The ranks per core of the busiest host counting only ranks [0, k), at least 1: what a step in
-  // which only those work shares the cores with.
+  // The ranks per core of the busiest host, at least 1, for `onHost[h]` working ranks on host h
+  // (hosts of unknown cores left out).
+  double perCore(const std::vector<int>& onHost) const {
+    double f = 1.0;
+    for (int h = 0; h < c_.nhosts; ++h)
+      if (h < static_cast<int>(c_.hostCores.size()) && c_.hostCores[h] > 0 && h < static_cast<int>(onHost.size()))
+        f = std::max(f, static_cast<double>(onHost[h]) / c_.hostCores[h]);
+    return f;
+  }
+  // The same counting only ranks [0, k): what a step in which only those work shares the cores with.
   double shareOfFirst(int k) const {
     std::vector<int> on(c_.nhosts, 0);
     for (int r = 0; r < std::min(k, c_.nranks); ++r) ++on[c_.hostOf[r]];
-    double f = 1.0;
-    for (int h = 0; h < c_.nhosts; ++h)
-      if (h < static_cast<int>(c_.hostCores.size()) && c_.hostCores[h] > 0)
-        f = std::max(f, static_cast<double>(on[h]) / c_.hostCores[h]);
-    return std::min(f, share_);
+    return std::min(perCore(on), share_);
   }
   // The most ranks of one host whose partner peer(r) lives on another host.
   template <class Peer>
