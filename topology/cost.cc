@@ -6,7 +6,22 @@
 //
 // Sharing a core: when a host runs f = ranks / cores > 1 ranks per core, every rank gets 1/f of a
 // core's memory bandwidth and reduction throughput, and each message step waits on average for
-// (f - 1) other ranks to be scheduled: alpha grows by oversubUs * (f - 1).
+// (f - 1) other ranks to be scheduled: alpha grows by oversubUs * (f - 1). That wait is the
+// transport's: a rank blocked on a socket needs the kernel to wake it, where one that waits on shared
+// memory spins a while and then yields its core, so that the rank it waits for runs at once. On one
+// host of two or more ranks a core whose ranks talk through shared memory (ClusterShape::
+// hostTwoCopiesFrom known) a step waits oversubShmUs per extra rank a core instead: 1 KiB
+// AllReduces on 4-8 ranks of 2 cores over the shm FIFOs (mailboxes off) took 0.6-3.0 us a step per
+// extra rank a core, 1.75 the median over four algorithms, where over loopback tcp they took 12-16
+// (perf/results/2026-12-07-oversub-shm.md). With it Rabenseifner takes the 4-rank AllReduce at
+// 64-128 KiB (1.2-2.1x the doubling), the ring the 5-rank one at 48-128 KiB (1.3-1.6x) and the
+// AllGather of 1-2 MiB on 5-12 ranks (1.2-1.6x the linear plan); it loses 1-35% at 6-7 ranks at
+// 32-128 KiB, 9-12 ranks at 256 KiB and in the 16-rank ReduceScatter of 2 MiB (that file). Where the cores are shared
+// by fewer (3 ranks on 2: 3.6-5.2 us per extra rank a core, and the AllReduce and AllGather the shorter wait moved to
+// the ring lost 8-35% at 128 KiB), across hosts (not measured), and for Broadcast and Reduce it stays the socket's.
+// Those two run their chain ahead from call to call (a rank starts the next once its own part is done), which a call
+// priced alone does not see: with the shorter wait their trees took 4-6 ranks at 32-128 KiB, 1.16-1.55x faster than the
+// chain alone but 0.45-0.78 of it back to back, as benchmarks and training steps call them.
 //
 // Sharing a host's links (BRAID_COST_INTER_LINKS = L > 0): a host's ranks whose steps cross hosts at the
 // same time share its L links, so an inter-host byte costs ceil(k / L) times beta, k being the most
@@ -45,9 +60,10 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The knob of each of the first six fields of costFields(); chunk_bytes's is BRAID_CHUNK_SIZE.
+// The knob of each of the first seven fields of costFields(); chunk_bytes's is BRAID_CHUNK_SIZE.
 const char* const kEnvFields[] = {"BRAID_COST_INTRA_ALPHA_US", "BRAID_COST_INTRA_GBPS",  "BRAID_COST_INTER_ALPHA_US",
-                                  "BRAID_COST_INTER_GBPS",     "BRAID_COST_REDUCE_GBPS", "BRAID_COST_OVERSUB_US"};
+                                  "BRAID_COST_INTER_GBPS",     "BRAID_COST_REDUCE_GBPS", "BRAID_COST_OVERSUB_US",
+                                  "BRAID_COST_OVERSUB_SHM_US"};
 
 int ceilLog2(int n) {
   int d = 0;
@@ -64,7 +80,11 @@ struct Rates {
 
 class Model {
  public:
-  Model(const ClusterShape& c, const CostParams& p) : c_(c), p_(p) { share_ = perCore(c.hostSize); }
+  Model(const ClusterShape& c, const CostParams& p, Coll coll) : c_(c), p_(p) {
+    share_ = perCore(c.hostSize);
+    shmWait_ = c.nhosts == 1 && share_ >= 2 && c.twoCopiesFrom(0) != ClusterShape::kNever && coll != Coll::kBroadcast &&
+               coll != Coll::kReduce;
+  }
 
   // `senders`: how many ranks of one host cross hosts at once in this step (see the top of the file).
   // `share`: the ranks per core of a step in which not every rank works (0: share_, all of them).
@@ -72,8 +92,8 @@ class Model {
     const LinkCost l = p_.link(inter);
     const double links = inter && p_.interLinks > 0 ? std::ceil(static_cast<double>(senders) / p_.interLinks) : 1.0;
     const double f = share > 0 ? share : share_;
-    return Rates{l.alphaUs + p_.oversubUs * (f - 1.0), f * std::max(1.0, links) / (l.gbps * 1e3),
-                 f / (p_.reduceGbps * 1e3)};
+    const double wait = !inter && shmWait_ ? p_.oversubShmUs : p_.oversubUs;
+    return Rates{l.alphaUs + wait * (f - 1.0), f * std::max(1.0, links) / (l.gbps * 1e3), f / (p_.reduceGbps * 1e3)};
   }
   // The ranks per core of the busiest host, at least 1, for `onHost[h]` working ranks on host h
   // (hosts of unknown cores left out).
@@ -428,6 +448,7 @@ class Model {
   const ClusterShape& c_;
   const CostParams& p_;
   double share_;
+  bool shmWait_ = false;  // a step waits oversubShmUs (see the top of the file)
 };
 
 }  // namespace
@@ -476,12 +497,12 @@ Status CostParams::applyEnv() {
 }
 
 const std::vector<CostField>& costFields() {
-  // Order matches kEnvFields for the first six.
+  // Order matches kEnvFields for the first seven.
   static const std::vector<CostField> fields = {
       {"intra_alpha_us", &CostParams::intraAlphaUs}, {"intra_gbps", &CostParams::intraGbps},
       {"inter_alpha_us", &CostParams::interAlphaUs}, {"inter_gbps", &CostParams::interGbps},
       {"reduce_gbps", &CostParams::reduceGbps},      {"oversub_us", &CostParams::oversubUs},
-      {"chunk_bytes", &CostParams::chunkBytes},
+      {"oversub_shm_us", &CostParams::oversubShmUs}, {"chunk_bytes", &CostParams::chunkBytes},
   };
   return fields;
 }
@@ -539,7 +560,7 @@ int ClusterShape::maxHostSize() const {
 double predictUs(Coll coll, Algo algo, uint64_t bytes, const ClusterShape& c, const CostParams& p) {
   if (!algoAvailable(coll, algo)) return kInf;
   if (c.nranks <= 1) return 0;
-  const Model m(c, p);
+  const Model m(c, p, coll);
   const double S = static_cast<double>(bytes);
   switch (algo) {
     case Algo::kRing:

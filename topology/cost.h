@@ -25,10 +25,11 @@ struct LinkCost {
 struct CostParams {
   double intraAlphaUs = 0, intraGbps = 0;
   double interAlphaUs = 0, interGbps = 0;
-  double reduceGbps = 0;  // bytes of one input a rank reduces per ns
-  double oversubUs = 0;   // extra per message step per extra rank sharing a core
-  double chunkBytes = 0;  // pipelining chunk the algorithms use (BRAID_CHUNK_SIZE)
-  int gossipRounds = 0;   // BRAID_GOSSIP_ROUNDS (not a cost; changes gossip's price)
+  double reduceGbps = 0;    // bytes of one input a rank reduces per ns
+  double oversubUs = 0;     // extra per message step per extra rank sharing a core, over sockets
+  double oversubShmUs = 0;  // the same between ranks of a host that talk through shared memory
+  double chunkBytes = 0;    // pipelining chunk the algorithms use (BRAID_CHUNK_SIZE)
+  int gossipRounds = 0;     // BRAID_GOSSIP_ROUNDS (not a cost; changes gossip's price)
   // BRAID_COST_INTER_LINKS: inter-host links per host, each interGbps, shared by the host's ranks whose
   // steps cross hosts at once; 0 = one link per rank (the ranks never share). Not in a file's cost line.
   int interLinks = 0;
@@ -47,7 +48,7 @@ struct CostParams {
 };
 
 // The fields by name, for the topology file's `cost` line and braid-topo --json. Stable names:
-// intra_alpha_us intra_gbps inter_alpha_us inter_gbps reduce_gbps oversub_us chunk_bytes.
+// intra_alpha_us intra_gbps inter_alpha_us inter_gbps reduce_gbps oversub_us oversub_shm_us chunk_bytes.
 struct CostField {
   const char* name;
   double CostParams::*member;

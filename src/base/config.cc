@@ -224,7 +224,11 @@ const std::vector<ParamInfo> kParams = {
             "cost model: inter-host links per host, shared by its ranks that cross at once (0 = one per rank; "
             "recursive-halving ReduceScatter then assumes one per host)"),
     real("BRAID_COST_OVERSUB_US", "12", 0, kMaxCostUs,
-         "cost model: extra microseconds per step per extra rank sharing a core"),
+         "cost model: extra microseconds per step per extra rank sharing a core (ranks that wait on "
+         "sockets; and Broadcast and Reduce)"),
+    real("BRAID_COST_OVERSUB_SHM_US", "2", 0, kMaxCostUs,
+         "cost model: the same on a communicator of one host, two or more ranks a core, whose ranks talk "
+         "through shared memory (a waiter spins, then yields its core: no wakeup)"),
     // Algorithms and executor.
     bytes("BRAID_CHUNK_SIZE", "256K", 64, kGi, "pipelining chunk of the ring and chain algorithms, in bytes"),
     integer("BRAID_SPIN_US", "50", 0, 1e6, "microseconds a waiter spins before yielding the CPU"),

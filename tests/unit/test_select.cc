@@ -230,6 +230,67 @@ TEST_CASE("more ranks than cores: a fold's steps wait on its pairs only, so smal
   CHECK(make(ClusterShape::single(9, 2)).pick(Coll::kAllReduce, 1 << 20) == Algo::kRing);
 }
 
+TEST_CASE("a crowded host whose ranks talk through shared memory waits less a step than one on sockets",
+          "[unit][select]") {
+  // A rank waiting on shared memory spins, then yields its core to the rank it waits for; one on a
+  // socket waits for a wakeup. Over the shm FIFOs the step's wait per extra rank a core measured
+  // about 2 us against 12-16 over tcp (perf/results/2026-12-07-oversub-shm.md), and with it the
+  // algorithms with more, smaller steps won: on 2 cores Rabenseifner 1.5-2.1x the doubling at 128
+  // KiB on 4 ranks, the ring 1.5-1.6x on 5, the AllGather's ring 1.2-1.6x the linear plan at 1-2 MiB
+  // on 5-12 ranks (from two ranks a core).
+  const auto fifo = [](ClusterShape c) {
+    c.hostTwoCopiesFrom.assign(c.nhosts, 0);
+    return c;
+  };
+  const ClusterShape four = ClusterShape::single(4, 2), five = ClusterShape::single(5, 2);
+  const ClusterShape eight = ClusterShape::single(8, 2);
+  CHECK(make(four).pick(Coll::kAllReduce, 128 << 10) == Algo::kRecursiveDoubling);  // sockets
+  CHECK(make(fifo(four)).pick(Coll::kAllReduce, 128 << 10) == Algo::kRabenseifner);
+  CHECK(make(five).pick(Coll::kAllReduce, 128 << 10) == Algo::kRecursiveDoubling);
+  CHECK(make(fifo(five)).pick(Coll::kAllReduce, 128 << 10) == Algo::kRing);
+  CHECK(make(eight).pick(Coll::kAllGather, 1 << 20) == Algo::kLinear);
+  CHECK(make(fifo(eight)).pick(Coll::kAllGather, 1 << 20) == Algo::kRing);
+  const CostParams p = CostParams::defaults();
+  for (int n : {3, 4, 5, 6, 8}) {
+    INFO(n << " ranks");
+    // Broadcast and Reduce keep the socket's wait (their chain runs ahead from call to call), and
+    // so do communicators across hosts (not measured).
+    for (uint64_t bytes = 8; bytes <= (uint64_t{1} << 26); bytes <<= 1) {
+      INFO(bytes << " B");
+      for (Coll coll : {Coll::kBroadcast, Coll::kReduce})
+        for (Algo a : {Algo::kRing, Algo::kTree})
+          CHECK(predictUs(coll, a, bytes, fifo(ClusterShape::single(n, 2)), p) ==
+                predictUs(coll, a, bytes, ClusterShape::single(n, 2), p));
+      const ClusterShape across = ClusterShape::blocks(3 * n, 3, 2);
+      for (Algo a : {Algo::kRing, Algo::kRecursiveDoubling, Algo::kHierarchical})
+        CHECK(predictUs(Coll::kAllReduce, a, bytes, fifo(across), p) ==
+              predictUs(Coll::kAllReduce, a, bytes, across, p));
+      // Where every rank has a core there is no wait to price.
+      CHECK(predictUs(Coll::kAllReduce, Algo::kRing, bytes, fifo(ClusterShape::single(n, n)), p) ==
+            predictUs(Coll::kAllReduce, Algo::kRing, bytes, ClusterShape::single(n, n), p));
+    }
+  }
+  // Fewer than two ranks a core (3 on 2 cores: the shorter wait lost there) keep the sockets' wait.
+  for (Algo a : {Algo::kRing, Algo::kTree, Algo::kRecursiveDoubling})
+    CHECK(predictUs(Coll::kAllReduce, a, 128 << 10, fifo(ClusterShape::single(3, 2)), p) ==
+          predictUs(Coll::kAllReduce, a, 128 << 10, ClusterShape::single(3, 2), p));
+  // BRAID_COST_OVERSUB_SHM_US is the wait: at the sockets' 12 the picks are theirs.
+  setenv("BRAID_COST_OVERSUB_SHM_US", "12", 1);
+  CostParams same = CostParams::defaults();
+  REQUIRE(same.applyEnv().ok());
+  unsetenv("BRAID_COST_OVERSUB_SHM_US");
+  CHECK(same.oversubShmUs == 12);
+  Selector s;
+  REQUIRE(s.init(fifo(four), same, "", false).ok());
+  CHECK(s.pick(Coll::kAllReduce, 128 << 10) == Algo::kRecursiveDoubling);
+  setenv("BRAID_COST_OVERSUB_SHM_US", "-1", 1);
+  CostParams bad = CostParams::defaults();
+  const Status st = bad.applyEnv();
+  unsetenv("BRAID_COST_OVERSUB_SHM_US");
+  CHECK(st.code() == braidInvalidArgument);
+  CHECK(st.message().find("BRAID_COST_OVERSUB_SHM_US") != std::string::npos);
+}
+
 TEST_CASE("AllGather: doubling for small calls from 4 ranks, linear on one host and ring across hosts beyond",
           "[unit][select]") {
   // A small gather is its messages' handling: the doubling takes ceil(log2 n) rounds of one message
@@ -297,7 +358,7 @@ TEST_CASE("AllGather through two-copy FIFOs: linear for small calls, the ring fo
     CHECK(fifo.pick(Coll::kAllGather, uint64_t{1} << 26) == Algo::kRing);
     CHECK(predictUs(Coll::kAllGather, Algo::kLinear, 1 << 26, c, CostParams::defaults()) >
           predictUs(Coll::kAllGather, Algo::kLinear, 1 << 26, ClusterShape::single(n, 2), CostParams::defaults()));
-    // The other collectives do not read it.
+    // A large AllReduce keeps its pick (the FIFOs change only a crowded host's wait a step).
     CHECK(fifo.pick(Coll::kAllReduce, uint64_t{1} << 26) ==
           make(ClusterShape::single(n, 2)).pick(Coll::kAllReduce, uint64_t{1} << 26));
   }

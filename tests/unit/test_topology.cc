@@ -201,6 +201,7 @@ TEST_CASE("the detected machine round trips exactly", "[unit][topo]") {
   f.hasCost = true;
   f.cost = CostParams::defaults();
   f.cost.intraAlphaUs = 0.1;  // not a short decimal in binary: needs all 17 digits to survive
+  f.cost.oversubShmUs = 3.5;
   f.hasCluster = true;
   f.cluster = ClusterShape::blocks(5, 2, 2);
   f.cluster.hostTwoCopiesFrom = {ClusterShape::kNever, 33554432};
@@ -215,6 +216,8 @@ TEST_CASE("the detected machine round trips exactly", "[unit][topo]") {
   CHECK(g.machine.missing == f.machine.missing);
   CHECK(g.comments == f.comments);
   CHECK(g.cost.intraAlphaUs == 0.1);
+  CHECK(text.find(" oversub_shm_us=3.5 ") != std::string::npos);
+  CHECK(g.cost.oversubShmUs == 3.5);
   CHECK(g.cluster.nranks == 5);
   CHECK(g.cluster.nhosts == 2);
   CHECK(g.cluster.hostOf == f.cluster.hostOf);
