@@ -5,25 +5,25 @@
 // wholly at the inter-host rate once the communicator spans hosts.
 //
 // Sharing a core: when a host runs f = ranks / cores > 1 ranks per core, every rank gets 1/f of a
-// core's memory bandwidth and reduction throughput, and each message step waits on average
-// for (f - 1) other ranks to be scheduled: alpha grows by oversubUs * (f - 1). That wait is the transport's:
+// core's memory bandwidth and reduction throughput, and each message step waits on average for (f -
+// 1) other ranks to be scheduled: alpha grows by oversubUs * (f - 1). That wait is the transport's:
 // a rank blocked on a socket needs the kernel to wake it, where one that waits on shared memory
 // spins a while and then yields its core, so that the rank it waits for runs at once. On one host
-// of two or more ranks a core whose ranks talk through shared memory
-// (ClusterShape::hostTwoCopiesFrom known) a step waits oversubShmUs per extra rank a core instead: 1 KiB
-// AllReduces on 4-8 ranks of 2 cores over the shm FIFOs (mailboxes off) took 0.6-3.0 us a step per
-// extra rank a core, 1.75 the median over four algorithms, where over loopback tcp they took 12-16
+// of two or more ranks a core whose ranks talk through shared memory (hostTwoCopiesFrom known) a
+// step waits oversubShmUs per extra rank a core instead: 1 KiB AllReduces on 4-8 ranks of 2 cores
+// over the shm FIFOs (mailboxes off) took 0.6-3.0 us a step per extra rank a core, 1.75 the median
+// over four algorithms, where over loopback tcp they took 12-16
 // (perf/results/2026-12-07-oversub-shm.md). With it Rabenseifner takes the 4-rank AllReduce at
-// 64-128 KiB (1.2-2.1x the doubling), the ring the 5-rank one at 48-128 KiB (1.3-1.6x) and the
-// AllGather of 1-2 MiB on 5-12 ranks (1.2-1.6x the linear plan); it loses 1-35% at 6-7 ranks at
-// 32-128 KiB, 9-12 ranks at 256 KiB and in the 16-rank ReduceScatter of 2 MiB (that file). Where
-// the cores are shared by fewer (3 ranks on 2: 3.6-5.2 us per extra rank a core, and the AllReduce
-// and AllGather the shorter wait moved to the ring lost 8-35% at 128 KiB), across hosts (not
-// measured), and for Broadcast and Reduce it stays the socket's. Those two run their chain ahead
-// from call to call (a rank starts the next once its own part is done), which a call priced alone
-// does not see: with the shorter wait their trees took 4-6 ranks at 32-128 KiB, 1.16-1.55x faster
-// than the chain alone but 0.45-0.78 of it back to back, as benchmarks and training steps call
-// them.
+// 64-128 KiB (1.16-2.09x the doubling call by call, 1.05-1.42x in the benchmarks), the ring the
+// 5-rank one at 48-128 KiB (1.34-1.61x; even at 64 KiB in the benchmark) and the AllGather of 1-2
+// MiB on 5-12 ranks (1.23-1.60x the linear plan); it loses up to 37% at some points of 6-7 ranks at
+// 32-128 KiB, 9-12 ranks at 256 KiB and the 16-rank ReduceScatter of 2 MiB (that file). Where the
+// cores are shared by fewer (3 ranks on 2: 3.6-5.2 us per extra rank a core, and the AllReduce and
+// AllGather the shorter wait moved to the ring lost 8-35% at 128 KiB), across hosts (not measured),
+// and for Broadcast and Reduce it stays the socket's. Those two run their chain ahead from call to
+// call (a rank starts the next once its own part is done), which a call priced alone does not see:
+// with the shorter wait their trees took 4-6 ranks at 32-128 KiB, 1.0-1.55x the chain's speed alone
+// but 0.43-0.78 of it back to back, as benchmarks and training steps call them.
 //
 // Sharing a host's links (BRAID_COST_INTER_LINKS = L > 0): a host's ranks whose steps cross hosts at the
 // same time share its L links, so an inter-host byte costs ceil(k / L) times beta, k being the most

@@ -224,8 +224,8 @@ const std::vector<ParamInfo> kParams = {
             "cost model: inter-host links per host, shared by its ranks that cross at once (0 = one per rank; "
             "recursive-halving ReduceScatter then assumes one per host)"),
     real("BRAID_COST_OVERSUB_US", "12", 0, kMaxCostUs,
-         "cost model: extra microseconds per step per extra rank sharing a core (ranks that wait on "
-         "sockets; and Broadcast and Reduce)"),
+         "cost model: extra microseconds per step per extra rank sharing a core (wherever "
+         "BRAID_COST_OVERSUB_SHM_US does not apply)"),
     real("BRAID_COST_OVERSUB_SHM_US", "2", 0, kMaxCostUs,
          "cost model: the same on a communicator of one host, two or more ranks a core, whose ranks talk "
          "through shared memory (a waiter spins, then yields its core: no wakeup)"),
