@@ -312,7 +312,7 @@ class Model {
     // Filling the pipeline moves one chunk down one edge at a time; once full, every edge carries
     // chunks at once, and a host's ranks share its links (`s`).
     const Rates r = rates(multiHost()), s = rates(multiHost(), c_.maxHostSize());
-    const int d = std::max(1, ceilLog2(p + 1) - 1);  // depth of a binary tree of p nodes
+    const int d = std::max(1, log2Floor(p));  // depth of a binary tree of p nodes
     const double half = S / 2, k = std::max(1.0, std::ceil(half / chunk())), c = half / k;
     if ((coll == Coll::kBroadcast || coll == Coll::kReduce) &&
         binomialTreeFits(static_cast<uint64_t>(S), static_cast<uint64_t>(chunk()))) {
@@ -361,7 +361,7 @@ class Model {
   // perf/results/2026-12-07-allreduce-fold.md). Its bytes keep the host's share: priced cheaper,
   // Rabenseifner took 1 MiB on 9 ranks of 2 cores from the ring, which beat it 1.15-1.4x there.
   double fold(double S) const {
-    const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
+    const int p = n(), pof2 = pow2Floor(p);
     if (p == pof2) return 0;
     const Rates r = rates(multiHost());
     const double alpha = rates(multiHost(), 1, shareOfFirst(2 * foldExtra(p))).alphaUs;
@@ -369,7 +369,7 @@ class Model {
   }
 
   double recursiveDoubling(double S) const {
-    const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
+    const int p = n(), pof2 = pow2Floor(p);
     double t = fold(S);
     for (int d = 1; d < pof2; d <<= 1) {
       const Rates r = rates(crossesHosts(d), crossing([d](int q) { return q ^ d; }));
@@ -381,7 +381,7 @@ class Model {
   // Reduce-scatter by recursive halving (largest piece to the nearest partner first), then the
   // all-gather in reverse: every round moves half of the previous one.
   double rabenseifner(double S) const {
-    const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
+    const int p = n(), pof2 = pow2Floor(p);
     double t = fold(S), piece = S;
     for (int d = 1; d < pof2; d <<= 1) {
       piece /= 2;
@@ -402,7 +402,7 @@ class Model {
   // first round) and the own block is copied out at the end. Measured, 4 ranks on 2 cores: halving
   // 1.3-1.4x the ring over tcp up to 64 KiB, even at 256 KiB-1 MiB, 0.7-0.95x from 4 MiB.
   double halvingReduceScatter(double S) const {
-    const int p = n(), pof2 = 1 << (ceilLog2(p + 1) - 1);
+    const int p = n(), pof2 = pow2Floor(p);
     double t = S / p * rates(false).betaUs, piece = S;  // the own block out of scratch: a local copy
     if (p != pof2) {
       const Rates pair = rates(multiHost());
