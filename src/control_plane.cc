@@ -96,7 +96,23 @@ Status ControlPlane::start() {
     BRAID_TRY(watchFd(ep, wakeFd_, kWakeTag, EPOLLIN));
     for (size_t i = 0; i < ctrl.size(); ++i) BRAID_TRY(watchFd(ep, ctrl[i], comm_->rank == 0 ? i : 0, EPOLLIN));
   }
+  // The first heartbeats go out now, from the thread in init, not at the background thread's first
+  // turn: a rank stopped as soon as its init returned (SIGSTOP, a hung machine) had often never run
+  // that thread, so rank 0 had never heard from it and allowed it the init grace (BRAID_TIMEOUT)
+  // instead of the heartbeats' silence. The survivors' operations then timed out, each naming the
+  // peer it waited for, a live one too (tests/mp/test_failure.cc, "a rank stopped as soon as...").
+  if (heartbeatNs_ > 0) {
+    for (int r = 0; r < comm_->nranks; ++r) beatTo(r, 0);
+    nextBeatNs_ = nowNs() + heartbeatNs_;
+  }
   return okStatus();
+}
+
+bool ControlPlane::beatTo(int r, uint64_t seq) {
+  if (r == comm_->rank || gone_[r] || (comm_->rank != 0 && r != 0)) return false;
+  (void)comm_->boot->sendCtrl(r, CtrlType::kHeartbeat, comm_->rank,
+                              std::string(reinterpret_cast<const char*>(&seq), sizeof(seq)));
+  return true;
 }
 
 Status ControlPlane::watchLinkFd(int fd) { return watchFd(epollLinksFd_, fd, kLinkTag, EPOLLIN | EPOLLET); }
@@ -392,11 +408,8 @@ void ControlPlane::heartbeat(int64_t now) {
   }
   nextBeatNs_ = now + heartbeatNs_;
   lastReported_ = mine;
-  const std::string beat(reinterpret_cast<const char*>(&mine), 8);
-  const int n = comm_->nranks;
-  for (int r = 0; r < n; ++r) {
-    if (r == comm_->rank || gone_[r] || (comm_->rank != 0 && r != 0)) continue;
-    (void)comm_->boot->sendCtrl(r, CtrlType::kHeartbeat, comm_->rank, beat);
+  for (int r = 0; r < comm_->nranks; ++r) {
+    if (!beatTo(r, mine)) continue;
     // Until a peer's first heartbeat, allow for init skew: it may still be connecting its links
     // (a dead one closes its control socket; a stopped one is caught by the init deadline).
     const auto allowed = [&] { return heard_[r] ? silenceNs_ : std::max(silenceNs_, initGraceNs_); };

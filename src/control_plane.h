@@ -34,8 +34,8 @@ class ControlPlane {
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
 
-  // Reads the heartbeat settings and builds the sleep sets (the wake eventfd and the control
-  // sockets). Once, after the rendezvous and before the engine starts.
+  // Reads the heartbeat settings, builds the sleep sets (the wake eventfd and the control sockets)
+  // and sends the first heartbeats. Once, after the rendezvous and before the engine starts.
   Status start();
   // Adds a link's wait descriptor to the set slept on while operations wait on peers, edge-triggered
   // (new data wakes the sleeper once; data nobody asked for yet cannot keep it spinning). The one
@@ -105,6 +105,9 @@ class ControlPlane {
   // A goodbye of rank `who` (from `who` itself, or relayed by rank 0): records it and tells the engine.
   void onGoodbye(int who, const std::string& record);
   Status readHeartbeatSettings();
+  // Sends rank r a heartbeat carrying `seq`, our last posted operation, when we beat to r: the
+  // others to rank 0, rank 0 to every rank. Returns whether we do.
+  bool beatTo(int r, uint64_t seq);
 
   // epoll tags besides control sockets (whose tag is the peer's rank).
   static constexpr uint64_t kWakeTag = UINT64_MAX;

@@ -208,6 +208,44 @@ TEST_CASE("a stopped rank (SIGSTOP) becomes braidTimeout naming it on every othe
   munmap(shared, sizeof(*shared));
 }
 
+// A rank stopped the moment its init returns may never have run its background thread, whose
+// heartbeats tell rank 0 it is alive: rank 0 then allowed it the init grace (BRAID_TIMEOUT, for
+// peers still connecting) and the stop surfaced as the survivors' operations timing out, each
+// naming the rank it waited for (which with recursive doubling was a live partner waiting too).
+// Seen in scripts/settings_sweep.sh under BRAID_ALGO=recursive_doubling on the 2 cores. Every
+// survivor must get "stopped answering" naming the victim within the heartbeats' silence.
+TEST_CASE("a rank stopped as soon as its init returns is 'stopped answering' on every survivor, not a timeout",
+          "[mp][failure]") {
+  const int victim = GENERATE(1, 2, 3, 1, 2, 3);
+  INFO("victim " << victim);
+  Shared* shared = mapShared();
+  auto res = runComm(
+      4, {{"BRAID_TIMEOUT", "20"}, {"BRAID_HEARTBEAT_MS", "100"}, {"BRAID_HEARTBEAT_MISSES", "5"}},
+      [&](braidComm_t comm, int rank, int size) {
+        if (rank == victim) {
+          shared->victimPid = getpid();
+          shared->killNs = monoNs();
+          raise(SIGSTOP);
+          _exit(7);  // not reached: the survivors kill us
+        }
+        std::vector<float> buf(1 << 10, 1.0f);
+        braidResult_t r = reduceUntilFailure(comm, &buf);
+        shared->detectNs[rank] = monoNs();
+        int rc = checkAndShrink(comm, rank, size, victim, r, braidTimeout, "stopped answering");
+        if (rank == 0 && shared->victimPid > 0) kill(shared->victimPid, SIGKILL);
+        return rc;
+      },
+      60);
+  expectOnlyKilled(res, victim);
+  for (int r = 0; r < 4; ++r) {
+    if (r == victim || shared->detectNs[r] == 0) continue;
+    const double ms = (shared->detectNs[r] - shared->killNs) / 1e6;
+    INFO("rank " << r << " failed after " << ms << " ms");
+    CHECK(ms < 10000);  // the heartbeats' 0.5 s, not BRAID_TIMEOUT's 20 s
+  }
+  munmap(shared, sizeof(*shared));
+}
+
 // Ranks other than 0 hear of a death only through rank 0, while their links to the dead rank break
 // at once. On a loaded host rank 0 may not run for a while: the survivors must wait for its notice,
 // not blame the broken link (which said "peer rank 2 closed the connection" before). Rank 0 is
