@@ -57,6 +57,28 @@ constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
 // rank 0 may still relay the notice (progressOnce).
 constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
 
+// The call every message of a plan carries (Xfer::call): the collective and its bytes (count x
+// element size), the datatype and op where it reduces, the root where it has one, mixed and folded
+// to kCallBits, never 0. Not the sequence number: point-to-point calls take numbers on some ranks
+// only. A Broadcast of int32 on one rank and float32 on another moves the same bytes and stays
+// accepted.
+uint32_t callPrint(Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root) {
+  const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter;
+  const bool rooted =
+      coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather || coll == Coll::kScatter;
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto mix = [&h](uint64_t v) {
+    h = (h ^ v) * 0x100000001b3ull;
+    h ^= h >> 29;
+  };
+  mix(static_cast<uint64_t>(coll));
+  mix(count * dtypeSize(dt));
+  if (reduces) mix(static_cast<uint64_t>(dt) << 8 | static_cast<uint64_t>(op));
+  if (rooted) mix(static_cast<uint64_t>(static_cast<uint32_t>(root)));
+  const uint32_t v = static_cast<uint32_t>(h ^ h >> kCallBits ^ h >> (2 * kCallBits)) & kCallMask;
+  return v != 0 ? v : 1;
+}
+
 }  // namespace
 
 Engine::Engine(braidComm* comm, ControlPlane& control) : comm_(comm), control_(control), compute_(makeCpuCompute()) {
@@ -170,7 +192,8 @@ void Engine::releaseLocked(Op* op) {
   op->started = true;
   op->detached = false;
   op->isSmall = false;
-  op->streamOut = op->singleCopy = false;           // set by post() alone: groups and shared plans take neither
+  op->streamOut = op->singleCopy = false;  // set by post() alone: groups and shared plans take neither
+  op->callPrint = 0;
   if (op->isDirect) SmallColls::unpin(&op->small);  // failed, or its plan ran
   op->isDirect = false;
   free_.push_back(op);
@@ -309,6 +332,9 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->detached = a.detached;
         op->streamOut = a.streamOut;
         op->singleCopy = a.singleCopy;
+        // With BRAID_CHECK_MISMATCH the call header's check says more, and goes first.
+        if (!comm_->settings.checkMismatch && a.shape.coll != Coll::kSendRecv)
+          op->callPrint = callPrint(a.shape.coll, a.shape.count, a.dtype, a.op, a.shape.root);
         if (direct) {
           small_->number(&small);  // engine lock held: in issue order
           small_->pin(&small);
@@ -401,6 +427,7 @@ bool Engine::postSteps(Op* op) {
         x.data = resolve(op, s.src);
         x.bytes = s.bytes;
         x.singleCopy = op->singleCopy;
+        x.call = op->callPrint;
         if (feeder != nullptr) {
           x.feeder = feeder;
           feeder->feeds = &x;
@@ -425,6 +452,7 @@ bool Engine::postSteps(Op* op) {
         x.data = resolve(op, s.dst);
         x.bytes = s.bytes;
         x.capacity = s.bytes;
+        x.call = op->callPrint;
         if (s.kind == StepKind::kRecvReduce) {
           x.local = resolve(op, s.src);
           x.reduce = &op->reduceSpec;
@@ -645,6 +673,13 @@ bool Engine::driveTransport(int t, int peer) {
   Status st = comm_->transports[t]->progress(&peer);
   if (st.ok()) return true;
   if (dropDrainedLeaver(t, peer, st)) return true;
+  if (st.code() == braidInvalidUsage) {
+    // A message of another call (otherCallError): this rank's own verdict, which no notice could
+    // explain better, and no rank failed. Told at once, before a peer that saw it too leaves.
+    control_.fail(errorf(braidInvalidUsage, "%s: %s", comm_->describeRank(comm_->rank).c_str(), st.message().c_str()),
+                  -1, true);
+    return false;
+  }
   // A closed link may be a survivor that already gave up because of someone else: hold the
   // blame for kBlameGraceNs so a notice naming the root cause can arrive first.
   linkFailure_ = st;

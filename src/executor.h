@@ -74,6 +74,7 @@ struct braidRequest {
   std::vector<uint8_t> done;
   bool streamOut = false;   // outputs past the cache: final receives may take non-temporal stores
   bool singleCopy = false;  // PostArgs::singleCopy
+  uint32_t callPrint = 0;   // every message's Xfer::call (post() alone sets it: 0, not checked)
   struct Cursor {
     uint32_t sendPost = 0, sendDone = 0, recvPost = 0, recvDone = 0;
   };

@@ -120,13 +120,46 @@ struct Xfer {
   // (Broadcast, Scatter) under a smaller cut, where it takes the copying off the root
   // (src/api_coll.cc).
   bool singleCopy = false;
+  // The collective call the message belongs to, as both ends make it (src/executor.cc callPrint:
+  // the collective, its count, datatype, op and root folded to kCallBits; 0: not checked). A
+  // transport that sends it beside the message's length (lengthWord: shm, tcp) refuses a message
+  // whose call is not its receive's. Ranks whose calls differ in a way the chunking hides (a count
+  // twice another's cut into chunks of one size) would otherwise take each other's chunks, and a
+  // rank that got all it expected returned success with wrong data.
+  uint32_t call = 0;
 
   // Transport-owned while posted.
   size_t progressed = 0;
   Xfer* next = nullptr;
   uint64_t tp[2] = {};    // words for the transport (a work-request id, a piece count)
+  uint64_t wire = 0;      // a send's header word for transports that send one (tcp: its lengthWord)
   bool complete = false;  // set by the transport (in the thread that runs progress())
 };
+
+// A message's length word, for transports that send one: the length in the low kLengthBits (a
+// terabyte), the sender's Xfer::call in the kCallBits above, the top bits left for the transport's
+// own flags (shm's single-copy descriptor).
+constexpr int kLengthBits = 40;
+constexpr int kCallBits = 20;
+constexpr uint64_t kLengthMask = (uint64_t{1} << kLengthBits) - 1;
+constexpr uint32_t kCallMask = (1u << kCallBits) - 1;
+inline uint64_t lengthWord(uint64_t bytes, uint32_t call) {
+  return bytes | static_cast<uint64_t>(call & kCallMask) << kLengthBits;
+}
+inline uint64_t wordLength(uint64_t w) { return w & kLengthMask; }
+// Whether a message whose length word is w belongs to another call than receive x (either side
+// unchecked: no).
+inline bool otherCall(uint64_t w, const Xfer& x) {
+  const uint32_t theirs = static_cast<uint32_t>(w >> kLengthBits) & kCallMask;
+  return theirs != 0 && (x.call & kCallMask) != 0 && theirs != (x.call & kCallMask);
+}
+// The error of such a message.
+inline Status otherCallError(int peer) {
+  return errorf(braidInvalidUsage,
+                "a message from peer rank %d belongs to another call than the one this rank posted: the ranks' "
+                "calls differ (collective, count, datatype, op or root; BRAID_CHECK_MISMATCH=1 names the difference)",
+                peer);
+}
 
 // A FIFO of posted transfers, linked through Xfer::next: what every link keeps per direction.
 struct XferQueue {

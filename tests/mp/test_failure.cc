@@ -414,6 +414,42 @@ TEST_CASE("BRAID_CHECK_MISMATCH: matching calls run correctly, mismatched ones f
   REQUIRE(allOk(res));
 }
 
+// Without BRAID_CHECK_MISMATCH, calls that differ where the chunking hides it: rank 2's count twice
+// the others' cuts into twice as many chunks of the same size, so every message has the length its
+// receive expects. Rank 3 took rank 2's first chunks as its whole call and returned success with
+// wrong sums (shm and tcp alike), the rest queued for its next call. Every message now carries its
+// call (Xfer::call) and every rank fails naming the difference.
+TEST_CASE("calls whose counts differ by whole chunks fail on every rank; none returns success",
+          "[mp][failure][mismatch]") {
+  const int form = GENERATE(0, 1);  // AllReduce, Broadcast (rank 2 / the root sends twice the bytes)
+  for (const std::string& transport : transportsUnderTest()) {
+    if (transport != "shm" && transport != "tcp") continue;  // the transports that carry the call
+    INFO("form " << form << " over " << transport);
+    auto res =
+        runComm(4, {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "30"}}, [&](braidComm_t comm, int rank, int) {
+          const size_t one = (1 << 20) / sizeof(float);
+          std::vector<float> buf(2 * one, 1.0f);
+          const bool twice = form == 0 ? rank == 2 : rank == 0;
+          const size_t count = twice ? 2 * one : one;
+          braidResult_t r = form == 0
+                                ? braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm, nullptr)
+                                : braidBroadcast(buf.data(), buf.data(), count, braidFloat32, 0, comm, nullptr);
+          // A Broadcast's root receives nothing: its call may complete, its next one fails.
+          if (form == 1 && rank == 0 && r == braidSuccess) r = braidBarrier(comm, nullptr);
+          if (r != braidInvalidUsage)
+            return fail(rank, "expected braidInvalidUsage, got %s (%s); buf[0] = %g", braidGetErrorString(r),
+                        braidGetLastError(), static_cast<double>(buf[0]));
+          // shm's mailboxes may see the difference first, in the calls' own words.
+          if (strstr(braidGetLastError(), "belongs to another call") == nullptr &&
+              strstr(braidGetLastError(), "mismatched calls") == nullptr)
+            return fail(rank, "message: %s", braidGetLastError());
+          return 0;
+        });
+    INFO(describe(res));
+    CHECK(allOk(res));
+  }
+}
+
 TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the next call", "[mp][failure]") {
   // idle: rank 1 (not rank 3's neighbour) has no call in flight when the failure comes; its next
   // call must still report it (it once ran on the survivors silently, one call ahead of the others).

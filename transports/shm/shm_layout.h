@@ -51,7 +51,7 @@ struct alignas(kCacheLine) SlotHeader {
   // release, after msgBytes and the payload; the receiver's acquire load of the value it expects
   // makes them visible. Sequence numbers never repeat, so a stale slot is never mistaken for a new one.
   std::atomic<uint64_t> seq;
-  uint64_t msgBytes;  // total bytes of the message (| kCmaFlag for a descriptor)
+  uint64_t msgBytes;  // the message's lengthWord: its bytes and call (| kCmaFlag for a descriptor)
   // The message itself up to kInlineBytes, or a CMA descriptor; in a slot with a payload of 16 KiB
   // and up, inlineData[0] is 1 when the sender wrote the payload with streaming stores (the
   // receiver's reading cost is kept apart for each kind: FifoControl::readCost).

@@ -118,6 +118,7 @@ ShmLink::~ShmLink() {
 
 Status ShmLink::postSend(Xfer* x) {
   if (failed_) return failure_;
+  if (x->bytes > kLengthMask) return errorf(braidInvalidArgument, "shm send of %zu bytes: over a terabyte", x->bytes);
   x->progressed = 0;
   x->complete = false;
   x->tp[0] = reinterpret_cast<uintptr_t>(this);  // a feeding receive on another link finds us here
@@ -192,14 +193,14 @@ bool ShmLink::sendStep() {
   if (usesCma(x)) {
     CmaDescriptor d{reinterpret_cast<uintptr_t>(x->data)};
     memcpy(s->inlineData, &d, sizeof(d));
-    s->msgBytes = x->bytes | kCmaFlag;
+    s->msgBytes = lengthWord(x->bytes, x->call) | kCmaFlag;
   } else if (x->bytes <= kInlineBytes) {
     if (x->bytes != 0) memcpy(s->inlineData, x->data, x->bytes);
-    s->msgBytes = x->bytes;
+    s->msgBytes = lengthWord(x->bytes, x->call);
   } else {
     const size_t piece = std::min(out_.slotSize, x->bytes - off);
     s->inlineData[0] = fillSlot(FifoView::payload(s), static_cast<const unsigned char*>(x->data) + off, piece);
-    s->msgBytes = x->bytes;
+    s->msgBytes = lengthWord(x->bytes, x->call);
     progressed = off + piece;
   }
   publish(s, x, progressed);
@@ -249,7 +250,8 @@ int ShmLink::recvStep() {
   if (s->seq.load(std::memory_order_acquire) != recvSeq_ + 1) return 0;
   const uint64_t msg = s->msgBytes;
   if (!recvStarted_) {
-    const uint64_t bytes = msg & ~kCmaFlag;
+    if (otherCall(msg, *x)) return failStep(otherCallError(peerRank_));
+    const uint64_t bytes = wordLength(msg);
     if (bytes != x->capacity) {
       return failStep(errorf(braidRemoteError,
                              "message from peer rank %d has %llu bytes, the posted receive expects %zu", peerRank_,
@@ -272,10 +274,10 @@ int ShmLink::recvStep() {
       return 1;
     }
     recvStarted_ = true;
-  } else if (msg != x->bytes) {
-    return failStep(errorf(braidRemoteError,
-                           "peer rank %d broke the shm protocol (slot %llu says %llu bytes, expected %zu)", peerRank_,
-                           static_cast<unsigned long long>(recvSeq_), static_cast<unsigned long long>(msg), x->bytes));
+  } else if (wordLength(msg) != x->bytes) {
+    return failStep(errorf(
+        braidRemoteError, "peer rank %d broke the shm protocol (slot %llu says %llu bytes, expected %zu)", peerRank_,
+        static_cast<unsigned long long>(recvSeq_), static_cast<unsigned long long>(wordLength(msg)), x->bytes));
   }
   const size_t off = x->progressed;
   if (x->bytes <= kInlineBytes) {
@@ -514,7 +516,7 @@ bool ShmLink::forward(Xfer* x, size_t off, const unsigned char* src, size_t piec
     }
   }
   if (x->stream || streamSlot) storeFence();
-  s->msgBytes = y->bytes;
+  s->msgBytes = lengthWord(y->bytes, y->call);
   s->inlineData[0] = streamSlot;
   out->publish(s, y, off + piece);
   gForwarded.fetch_add(1, std::memory_order_relaxed);

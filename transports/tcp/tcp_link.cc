@@ -16,10 +16,11 @@
 
 namespace braid {
 
-// The send path puts Xfer::bytes on the wire as the header as is, and the receive path reads the
-// header into a uint64_t: both are the little-endian 8-byte length only on these hosts.
+// The send path puts Xfer::wire (the message's lengthWord) on the wire as the header as is, and the
+// receive path reads the header into a uint64_t: both are the little-endian 8-byte word only on
+// these hosts.
 static_assert(std::endian::native == std::endian::little, "the tcp wire header is little-endian");
-static_assert(sizeof(size_t) == kTcpHeaderBytes, "Xfer::bytes doubles as the wire header");
+static_assert(sizeof(Xfer::wire) == kTcpHeaderBytes, "Xfer::wire is the wire header");
 
 namespace {
 
@@ -151,8 +152,10 @@ Status TcpLink::postSend(Xfer* x) {
   if (!error_.ok()) return error_;
   if (x->data == nullptr && x->bytes > 0)
     return errorf(braidInvalidArgument, "tcp send of %zu bytes from NULL", x->bytes);
+  if (x->bytes > kLengthMask) return errorf(braidInvalidArgument, "tcp send of %zu bytes: over a terabyte", x->bytes);
   x->progressed = 0;
   x->complete = false;
+  x->wire = lengthWord(x->bytes, x->call);
   x->tp[0] = initialMask(x->bytes);
   x->tp[1] = shaping_.delayNs > 0 ? static_cast<uint64_t>(nowNs() + shaping_.delayNs) : 0;
   if (x->tp[0] != (allDone_ & ~1ull)) ++sendStriped_;
@@ -357,7 +360,7 @@ Status TcpLink::sendOnce(int l, bool* more) {
     if (l == 0) {
       const size_t hdrDone = x == first ? sendHdrDone_ : 0;
       const size_t h = std::min(kTcpHeaderBytes - hdrDone, cap - want);
-      if (h > 0) iov[niov++] = {reinterpret_cast<char*>(&x->bytes) + hdrDone, h};
+      if (h > 0) iov[niov++] = {reinterpret_cast<char*>(&x->wire) + hdrDone, h};
       want += h;
       if (hdrDone + h < kTcpHeaderBytes) break;
     }
@@ -559,7 +562,9 @@ size_t TcpLink::drainAhead(const iovec* iov, int niov) {
   return copied;
 }
 
-Status TcpLink::checkHeader(uint64_t announced, Xfer* x) {
+Status TcpLink::checkHeader(uint64_t header, Xfer* x) {
+  if (otherCall(header, *x)) return fail(otherCallError(peer_));
+  const uint64_t announced = wordLength(header);
   if (announced == x->capacity) {
     x->bytes = announced;
     return okStatus();

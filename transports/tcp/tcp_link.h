@@ -161,7 +161,7 @@ class TcpLink final : public Link {
   Status recvOnce(int l, bool* more);
   // Copies what ahead_ holds into iov[0..niov) in order; returns the bytes copied.
   size_t drainAhead(const iovec* iov, int niov);
-  Status checkHeader(uint64_t announced, Xfer* x);
+  Status checkHeader(uint64_t header, Xfer* x);
   // Zero-copy: a part of x whose bytes the socket took is done, or held for its notification.
   void partSent(int l, Xfer* x);
   // Reads lane l's zero-copy notifications and marks the held parts they release.
