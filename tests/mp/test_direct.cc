@@ -23,7 +23,8 @@ using namespace braidtest;
 
 namespace {
 
-const Env kShm = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}};
+// BRAID_ALGO pinned empty: an algorithm it forces skips the direct path (scripts/settings_sweep.sh).
+const Env kShm = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_ALGO", ""}};
 
 uint64_t directCalls(braidComm_t comm) { return internalsOf(comm)->engine->directCalls(); }
 
@@ -375,7 +376,7 @@ TEST_CASE("a rank killed between direct AllReduces: every other rank fails namin
   const int victim = GENERATE(0, 2);
   INFO("victim " << victim);
   auto res = runComm(
-      3, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "200"}},
+      3, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "200"}, {"BRAID_ALGO", ""}},
       [&](braidComm_t comm, int rank, int) {
         const size_t count = 1 << 16;
         BraidMem mem(count * 4);
@@ -482,7 +483,10 @@ TEST_CASE("a call in place that fails returns only once its live peers let go of
   INFO("rank 1 resumed after " << resumeAfterMs << " ms (-1: not before rank 0 is done)");
   auto res = runComm(
       3,
-      {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", resumeAfterMs < 0 ? "2" : "60"}, {"BRAID_HEARTBEAT_MS", "200"}},
+      {{"BRAID_TRANSPORTS", "shm"},
+       {"BRAID_TIMEOUT", resumeAfterMs < 0 ? "2" : "60"},
+       {"BRAID_HEARTBEAT_MS", "200"},
+       {"BRAID_ALGO", ""}},
       [&](braidComm_t comm, int rank, int) { return failWithPeerStopped(comm, rank, resumeAfterMs); }, 120);
   INFO(describe(res));
   CHECK((res[0].status == 0 && !res[0].timedOut));
