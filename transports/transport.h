@@ -121,7 +121,8 @@ struct Xfer {
   // (src/api_coll.cc).
   bool singleCopy = false;
   // The collective call the message belongs to, as both ends make it (src/executor.cc callPrint:
-  // the collective, its count, datatype, op and root folded to kCallBits; 0: not checked). A
+  // the collective, its bytes, the datatype and op where it reduces and the root where it has one,
+  // folded to kCallBits; 0: not checked). A
   // transport that sends it beside the message's length (lengthWord: shm, tcp) refuses a message
   // whose call is not its receive's. Ranks whose calls differ in a way the chunking hides (a count
   // twice another's cut into chunks of one size) would otherwise take each other's chunks, and a
