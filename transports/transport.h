@@ -122,11 +122,11 @@ struct Xfer {
   bool singleCopy = false;
   // The collective call the message belongs to, as both ends make it (src/executor.cc callPrint:
   // the collective, its bytes, the datatype and op where it reduces and the root where it has one,
-  // folded to kCallBits; 0: not checked). A
-  // transport that sends it beside the message's length (lengthWord: shm, tcp) refuses a message
-  // whose call is not its receive's. Ranks whose calls differ in a way the chunking hides (a count
-  // twice another's cut into chunks of one size) would otherwise take each other's chunks, and a
-  // rank that got all it expected returned success with wrong data.
+  // folded to kCallBits; 0: not checked). A transport that sends it beside the message's length
+  // (lengthWord: shm, tcp) refuses a message whose call is not its receive's. Ranks whose calls
+  // differ in a way the chunking hides (a count twice another's cut into chunks of one size) would
+  // otherwise take each other's chunks, and a rank that got all it expected returned success with
+  // wrong data.
   uint32_t call = 0;
 
   // Transport-owned while posted.
@@ -152,7 +152,7 @@ inline uint64_t wordLength(uint64_t w) { return w & kLengthMask; }
 // unchecked: no).
 inline bool otherCall(uint64_t w, const Xfer& x) {
   const uint32_t theirs = static_cast<uint32_t>(w >> kLengthBits) & kCallMask;
-  return theirs != 0 && (x.call & kCallMask) != 0 && theirs != (x.call & kCallMask);
+  return theirs != 0 && x.call != 0 && theirs != x.call;  // callPrint keeps x.call within kCallMask
 }
 // The error of such a message.
 inline Status otherCallError(int peer) {

@@ -27,12 +27,20 @@ int needMailboxes(braidComm_t comm, int rank) {
   return 0;
 }
 
+// Over shm, with BRAID_ALGO pinned empty: an algorithm it forces skips the mailboxes
+// (scripts/settings_sweep.sh runs the suite under such settings).
+Env mailEnv(Env more = {}) {
+  more["BRAID_TRANSPORTS"] = "shm";
+  more.emplace("BRAID_ALGO", "");
+  return more;
+}
+
 }  // namespace
 
 TEST_CASE("small AllReduce: every rank gets the same bits, the rank-order sum of the inputs", "[mp][shm][small]") {
   const int n = GENERATE(2, 3, 4, 5);
   INFO("nranks " << n);
-  auto res = runComm(n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}}, [&](braidComm_t comm, int rank, int size) {
+  auto res = runComm(n, mailEnv(), [&](braidComm_t comm, int rank, int size) {
     if (needMailboxes(comm, rank) != 0) return 1;
     std::mt19937 gen(1234 + rank);
     std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
@@ -69,7 +77,7 @@ TEST_CASE("small rooted calls back to back: ranks that run ahead of the root nev
           "[mp][shm][small]") {
   const int n = GENERATE(2, 3, 4);
   INFO("nranks " << n);
-  auto res = runComm(n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}}, [&](braidComm_t comm, int rank, int size) {
+  auto res = runComm(n, mailEnv(), [&](braidComm_t comm, int rank, int size) {
     if (needMailboxes(comm, rank) != 0) return 1;
     std::vector<int32_t> in(100), out(100);
     for (int it = 0; it < 3000; ++it) {
@@ -106,7 +114,7 @@ TEST_CASE("small calls of every mail size run ahead of a late reader only as dee
   // overwrite one not read yet.
   const int n = GENERATE(2, 3);
   INFO("nranks " << n);
-  auto res = runComm(n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}}, [&](braidComm_t comm, int rank, int size) {
+  auto res = runComm(n, mailEnv(), [&](braidComm_t comm, int rank, int size) {
     if (needMailboxes(comm, rank) != 0) return 1;
     const size_t counts[] = {3, 100, 1000, 1000};
     std::vector<int32_t> buf(1000), in(1000);
@@ -138,7 +146,7 @@ TEST_CASE("small calls of every mail size run ahead of a late reader only as dee
 TEST_CASE("small calls among big nonblocking ones in flight run in order and right", "[mp][shm][small]") {
   const int n = GENERATE(2, 3);
   INFO("nranks " << n);
-  auto res = runComm(n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}}, [&](braidComm_t comm, int rank, int size) {
+  auto res = runComm(n, mailEnv(), [&](braidComm_t comm, int rank, int size) {
     if (needMailboxes(comm, rank) != 0) return 1;
     for (int round = 0; round < 20; ++round) {
       std::vector<float> big(1 << 18, static_cast<float>(rank + round)), big2(1 << 17, 1.0f);
@@ -179,28 +187,25 @@ TEST_CASE("small collectives at the edges of the header line and of the capacity
   // 64-byte mailboxes: 40 bytes ride in the header line, 41..64 in the payload, 65 go to the links.
   const int n = GENERATE(2, 4);
   INFO("nranks " << n);
-  auto res =
-      runComm(n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_SHM_SMALL_BYTES", "64"}},
-              [&](braidComm_t comm, int rank, int size) {
-                if (internalsOf(comm)->mailBytes != 64)
-                  return fail(rank, "mailboxes of %zu bytes", internalsOf(comm)->mailBytes);
-                for (size_t count : {size_t{39}, size_t{40}, size_t{41}, size_t{64}, size_t{65}}) {
-                  std::vector<int8_t> in(count * size), out(count * size, -1);
-                  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int8_t>((rank * 3 + i) % 50);
-                  CHECK_BRAID(rank, braidAllReduce(in.data(), out.data(), count, braidInt8, braidMax, comm, nullptr));
-                  for (size_t i = 0; i < count; ++i) {
-                    int want = 0;
-                    for (int r = 0; r < size; ++r) want = std::max(want, static_cast<int>((r * 3 + i) % 50));
-                    if (out[i] != want) return fail(rank, "AllReduce count %zu [%zu] %d", count, i, out[i]);
-                  }
-                  CHECK_BRAID(rank, braidAllToAll(in.data(), out.data(), count, braidInt8, comm, nullptr));
-                  for (int r = 0; r < size; ++r)
-                    for (size_t i = 0; i < count; ++i)
-                      if (out[r * count + i] != static_cast<int8_t>((r * 3 + rank * count + i) % 50))
-                        return fail(rank, "AllToAll count %zu from %d [%zu] %d", count, r, i, out[r * count + i]);
-                }
-                return 0;
-              });
+  auto res = runComm(n, mailEnv({{"BRAID_SHM_SMALL_BYTES", "64"}}), [&](braidComm_t comm, int rank, int size) {
+    if (internalsOf(comm)->mailBytes != 64) return fail(rank, "mailboxes of %zu bytes", internalsOf(comm)->mailBytes);
+    for (size_t count : {size_t{39}, size_t{40}, size_t{41}, size_t{64}, size_t{65}}) {
+      std::vector<int8_t> in(count * size), out(count * size, -1);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int8_t>((rank * 3 + i) % 50);
+      CHECK_BRAID(rank, braidAllReduce(in.data(), out.data(), count, braidInt8, braidMax, comm, nullptr));
+      for (size_t i = 0; i < count; ++i) {
+        int want = 0;
+        for (int r = 0; r < size; ++r) want = std::max(want, static_cast<int>((r * 3 + i) % 50));
+        if (out[i] != want) return fail(rank, "AllReduce count %zu [%zu] %d", count, i, out[i]);
+      }
+      CHECK_BRAID(rank, braidAllToAll(in.data(), out.data(), count, braidInt8, comm, nullptr));
+      for (int r = 0; r < size; ++r)
+        for (size_t i = 0; i < count; ++i)
+          if (out[r * count + i] != static_cast<int8_t>((r * 3 + rank * count + i) % 50))
+            return fail(rank, "AllToAll count %zu from %d [%zu] %d", count, r, i, out[r * count + i]);
+    }
+    return 0;
+  });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
@@ -209,7 +214,7 @@ TEST_CASE("a rank killed in a small AllReduce: every other rank fails naming it,
   const int victim = GENERATE(0, 1, 3);
   INFO("victim " << victim);
   auto res = runComm(
-      4, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "200"}},
+      4, mailEnv({{"BRAID_TIMEOUT", "60"}, {"BRAID_HEARTBEAT_MS", "200"}}),
       [&](braidComm_t comm, int rank, int) {
         if (needMailboxes(comm, rank) != 0) return 1;
         float v[4] = {1, 2, 3, 4};
@@ -239,30 +244,27 @@ TEST_CASE("small collectives: mismatched calls fail on every rank naming both, w
           "[mp][shm][small][mismatch]") {
   const int form = GENERATE(0, 1, 2);  // count, collective, datatype differ on rank 1
   INFO("form " << form);
-  auto res =
-      runComm(3, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_TIMEOUT", "60"}},
-              [&](braidComm_t comm, int rank, int) {
-                if (needMailboxes(comm, rank) != 0) return 1;
-                std::vector<int32_t> v(16, rank);
-                CHECK_BRAID(rank, braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm, nullptr));
-                braidResult_t r;
-                if (rank == 1 && form == 0)
-                  r = braidAllReduce(v.data(), v.data(), 15, braidInt32, braidSum, comm, nullptr);
-                else if (rank == 1 && form == 1)
-                  r = braidBroadcast(v.data(), v.data(), 16, braidInt32, 0, comm, nullptr);
-                else if (rank == 1 && form == 2)
-                  r = braidAllReduce(v.data(), v.data(), 16, braidUint32, braidSum, comm, nullptr);
-                else
-                  r = braidAllReduce(v.data(), v.data(), 16, braidInt32, braidSum, comm, nullptr);
-                if (r != braidInvalidUsage)
-                  return fail(rank, "expected braidInvalidUsage, got %s", braidGetErrorString(r));
-                const std::string msg = braidGetLastError();
-                if (msg.find("mismatched calls") == std::string::npos ||
-                    msg.find("rank 1 (host") == std::string::npos || msg.find(" #2 ") == std::string::npos)
-                  return fail(rank, "message: %s", msg.c_str());
-                if (rank == 0) fprintf(stderr, "form %d: %s\n", form, msg.c_str());
-                return 0;
-              });
+  auto res = runComm(3, mailEnv({{"BRAID_TIMEOUT", "60"}}), [&](braidComm_t comm, int rank, int) {
+    if (needMailboxes(comm, rank) != 0) return 1;
+    std::vector<int32_t> v(16, rank);
+    CHECK_BRAID(rank, braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm, nullptr));
+    braidResult_t r;
+    if (rank == 1 && form == 0)
+      r = braidAllReduce(v.data(), v.data(), 15, braidInt32, braidSum, comm, nullptr);
+    else if (rank == 1 && form == 1)
+      r = braidBroadcast(v.data(), v.data(), 16, braidInt32, 0, comm, nullptr);
+    else if (rank == 1 && form == 2)
+      r = braidAllReduce(v.data(), v.data(), 16, braidUint32, braidSum, comm, nullptr);
+    else
+      r = braidAllReduce(v.data(), v.data(), 16, braidInt32, braidSum, comm, nullptr);
+    if (r != braidInvalidUsage) return fail(rank, "expected braidInvalidUsage, got %s", braidGetErrorString(r));
+    const std::string msg = braidGetLastError();
+    if (msg.find("mismatched calls") == std::string::npos || msg.find("rank 1 (host") == std::string::npos ||
+        msg.find(" #2 ") == std::string::npos)
+      return fail(rank, "message: %s", msg.c_str());
+    if (rank == 0) fprintf(stderr, "form %d: %s\n", form, msg.c_str());
+    return 0;
+  });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
@@ -272,32 +274,29 @@ TEST_CASE("small collectives: mismatched calls fail on every rank naming both, w
 // flake of the test above, 3 runs in 10, when rank 0 was slow).
 TEST_CASE("small collectives: a mismatch in call 2 leaves a slow rank's call 1 to complete",
           "[mp][shm][small][mismatch]") {
-  auto res = runComm(
-      3, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_TIMEOUT", "60"}},
-      [&](braidComm_t comm, int rank, int) {
-        if (needMailboxes(comm, rank) != 0) return 1;
-        std::vector<int32_t> v(16, rank + 1);
-        if (rank == 0) {
-          // Call 1 posted before the peers post theirs, and waited for well after they moved on.
-          braidRequest_t rq = nullptr;
-          CHECK_BRAID(rank, braidIAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm, nullptr, &rq));
-          usleep(400 * 1000);
-          CHECK_BRAID(rank, braidWait(rq));
-          for (int32_t x : v)
-            if (x != 6) return fail(rank, "call 1 gave %d, not 6", x);
-        } else {
-          usleep(100 * 1000);
-          CHECK_BRAID(rank, braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm, nullptr));
-        }
-        const braidResult_t r =
-            braidAllReduce(v.data(), v.data(), rank == 1 ? 15 : 16, braidInt32, braidSum, comm, nullptr);
-        if (r != braidInvalidUsage)
-          return fail(rank, "call 2: expected braidInvalidUsage, got %s", braidGetErrorString(r));
-        const std::string msg = braidGetLastError();
-        if (msg.find("mismatched calls") == std::string::npos || msg.find(" #2 ") == std::string::npos)
-          return fail(rank, "message: %s", msg.c_str());
-        return 0;
-      });
+  auto res = runComm(3, mailEnv({{"BRAID_TIMEOUT", "60"}}), [&](braidComm_t comm, int rank, int) {
+    if (needMailboxes(comm, rank) != 0) return 1;
+    std::vector<int32_t> v(16, rank + 1);
+    if (rank == 0) {
+      // Call 1 posted before the peers post theirs, and waited for well after they moved on.
+      braidRequest_t rq = nullptr;
+      CHECK_BRAID(rank, braidIAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm, nullptr, &rq));
+      usleep(400 * 1000);
+      CHECK_BRAID(rank, braidWait(rq));
+      for (int32_t x : v)
+        if (x != 6) return fail(rank, "call 1 gave %d, not 6", x);
+    } else {
+      usleep(100 * 1000);
+      CHECK_BRAID(rank, braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm, nullptr));
+    }
+    const braidResult_t r =
+        braidAllReduce(v.data(), v.data(), rank == 1 ? 15 : 16, braidInt32, braidSum, comm, nullptr);
+    if (r != braidInvalidUsage) return fail(rank, "call 2: expected braidInvalidUsage, got %s", braidGetErrorString(r));
+    const std::string msg = braidGetLastError();
+    if (msg.find("mismatched calls") == std::string::npos || msg.find(" #2 ") == std::string::npos)
+      return fail(rank, "message: %s", msg.c_str());
+    return 0;
+  });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
@@ -306,26 +305,24 @@ TEST_CASE("BRAID_SHM_SMALL_BYTES that differs between ranks fails init naming it
           "[mp][shm][small][errors]") {
   braidUniqueId uid;
   REQUIRE(braidGetUniqueId(&uid) == braidSuccess);
-  auto res =
-      forkRanks(3, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_TIMEOUT", "30"}}, [&](int rank, int size) {
-        setenv("BRAID_SHM_SMALL_BYTES", rank == 2 ? "1024" : "4096", 1);
-        braidComm_t c = nullptr;
-        braidResult_t r = braidCommInitRank(&c, size, uid, rank);
-        if (r == braidSuccess) return fail(rank, "init succeeded");
-        // Every rank has rank 2 as a peer, so each sees the difference itself.
-        if (strstr(braidGetLastError(), "BRAID_SHM_SMALL_BYTES differs") == nullptr)
-          return fail(rank, "message lacks the setting: %s", braidGetLastError());
-        return 0;
-      });
+  auto res = forkRanks(3, mailEnv({{"BRAID_TIMEOUT", "30"}}), [&](int rank, int size) {
+    setenv("BRAID_SHM_SMALL_BYTES", rank == 2 ? "1024" : "4096", 1);
+    braidComm_t c = nullptr;
+    braidResult_t r = braidCommInitRank(&c, size, uid, rank);
+    if (r == braidSuccess) return fail(rank, "init succeeded");
+    // Every rank has rank 2 as a peer, so each sees the difference itself.
+    if (strstr(braidGetLastError(), "BRAID_SHM_SMALL_BYTES differs") == nullptr)
+      return fail(rank, "message lacks the setting: %s", braidGetLastError());
+    return 0;
+  });
   INFO(describe(res));
   REQUIRE(allOk(res));
-  auto off = runComm(2, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_SHM_SMALL_BYTES", "0"}},
-                     [&](braidComm_t comm, int rank, int) {
-                       if (internalsOf(comm)->mailBytes != 0) return fail(rank, "mailboxes with the setting 0");
-                       int32_t v = rank + 1;
-                       CHECK_BRAID(rank, braidAllReduce(&v, &v, 1, braidInt32, braidSum, comm, nullptr));
-                       return v == 3 ? 0 : fail(rank, "AllReduce gave %d", v);
-                     });
+  auto off = runComm(2, mailEnv({{"BRAID_SHM_SMALL_BYTES", "0"}}), [&](braidComm_t comm, int rank, int) {
+    if (internalsOf(comm)->mailBytes != 0) return fail(rank, "mailboxes with the setting 0");
+    int32_t v = rank + 1;
+    CHECK_BRAID(rank, braidAllReduce(&v, &v, 1, braidInt32, braidSum, comm, nullptr));
+    return v == 3 ? 0 : fail(rank, "AllReduce gave %d", v);
+  });
   INFO(describe(off));
   REQUIRE(allOk(off));
   // Over tcp (or across hosts) there are none, whatever the setting.
@@ -338,7 +335,7 @@ TEST_CASE("BRAID_SHM_SMALL_BYTES that differs between ranks fails init naming it
 
 TEST_CASE("a stopped rank in a small AllReduce becomes braidTimeout naming it, not a hang", "[mp][shm][small]") {
   auto res = runComm(
-      2, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_TIMEOUT", "3"}, {"BRAID_HEARTBEAT_MS", "0"}},
+      2, mailEnv({{"BRAID_TIMEOUT", "3"}, {"BRAID_HEARTBEAT_MS", "0"}}),
       [&](braidComm_t comm, int rank, int) {
         if (needMailboxes(comm, rank) != 0) return 1;
         float v[4] = {1, 2, 3, 4};
@@ -373,61 +370,59 @@ TEST_CASE(
   const int n = GENERATE(2, 3);
   const std::string stores = GENERATE("plain", "stream", "auto");
   INFO("nranks " << n << ", BRAID_SHM_MAIL_STORES=" << stores);
-  auto res = runComm(
-      n, {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_ALGO", ""}, {"BRAID_SHM_MAIL_STORES", stores}},
-      [&](braidComm_t comm, int rank, int size) {
-        if (needMailboxes(comm, rank) != 0) return 1;
-        const uint64_t plainBefore = braid::plainMails(), streamedBefore = braid::streamedMails();
-        for (size_t count : {size_t{1}, size_t{11}, size_t{1031}, size_t{4096}, size_t{16383}}) {
-          auto value = [](int r, size_t i) { return static_cast<int32_t>(r * 7919 + i * 31 + 1); };
-          std::vector<int32_t> in(count * size), out(count * size, -1);
-          for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
-          CHECK_BRAID(rank, braidAllReduce(in.data(), out.data(), count, braidInt32, braidSum, comm, nullptr));
-          for (size_t i = 0; i < count; ++i) {
-            int32_t want = 0;
-            for (int r = 0; r < size; ++r) want += value(r, i);
-            if (out[i] != want) return fail(rank, "AllReduce count %zu [%zu] %d", count, i, out[i]);
-          }
-          for (int root = 0; root < size; ++root) {
-            std::vector<int32_t> buf(count);
-            for (size_t i = 0; i < count; ++i) buf[i] = rank == root ? value(root, i) : -1;
-            CHECK_BRAID(rank, braidBroadcast(buf.data(), buf.data(), count, braidInt32, root, comm, nullptr));
-            for (size_t i = 0; i < count; ++i)
-              if (buf[i] != value(root, i))
-                return fail(rank, "Broadcast root %d count %zu [%zu] %d", root, count, i, buf[i]);
-            std::fill(out.begin(), out.end(), -1);
-            CHECK_BRAID(rank, braidReduce(in.data(), out.data(), count, braidInt32, braidMax, root, comm, nullptr));
-            if (rank == root)
-              for (size_t i = 0; i < count; ++i)
-                if (out[i] != value(size - 1, i))
-                  return fail(rank, "Reduce root %d count %zu [%zu] %d", root, count, i, out[i]);
-          }
-          // AllGather in place: this rank's block already sits at its place in the output.
-          for (size_t i = 0; i < count; ++i) out[rank * count + i] = value(rank, i);
-          CHECK_BRAID(rank, braidAllGather(out.data() + rank * count, out.data(), count, braidInt32, comm, nullptr));
-          for (int r = 0; r < size; ++r)
-            for (size_t i = 0; i < count; ++i)
-              if (out[r * count + i] != value(r, i))
-                return fail(rank, "AllGather count %zu from %d [%zu] %d", count, r, i, out[r * count + i]);
-        }
-        // Every rank wrote mails of 16 and 64 KiB toward every peer (AllReduce, Broadcast as root).
-        const auto p = static_cast<unsigned long long>(braid::plainMails() - plainBefore);
-        const auto s = static_cast<unsigned long long>(braid::streamedMails() - streamedBefore);
-        const bool plain = stores == "plain", stream = stores == "stream";
-        if (plain ? p == 0 || s != 0 : stream ? s == 0 || p != 0 : p == 0 || s == 0)
-          return fail(rank, "%s: %llu mails written with plain and %llu with streaming stores", stores.c_str(), p, s);
-        // Each peer read those mails before its AllGather of 64 KiB blocks (on the plans) let this
-        // rank's return: it reported what reading each kind it got cost, and nothing for the other.
-        for (int q = 0; q < size; ++q) {
-          if (q == rank) continue;
-          const braid::Mailboxes* m = internalsOf(comm)->links[q]->mailboxes();
-          const bool got[2] = {m->outReadCost[0].load() != 0, m->outReadCost[1].load() != 0};
-          if (got[0] != !stream || got[1] != !plain)
-            return fail(rank, "%s: rank %d reported read costs for plain %d, streamed %d", stores.c_str(), q, got[0],
-                        got[1]);
-        }
-        return 0;
-      });
+  auto res = runComm(n, mailEnv({{"BRAID_SHM_MAIL_STORES", stores}}), [&](braidComm_t comm, int rank, int size) {
+    if (needMailboxes(comm, rank) != 0) return 1;
+    const uint64_t plainBefore = braid::plainMails(), streamedBefore = braid::streamedMails();
+    for (size_t count : {size_t{1}, size_t{11}, size_t{1031}, size_t{4096}, size_t{16383}}) {
+      auto value = [](int r, size_t i) { return static_cast<int32_t>(r * 7919 + i * 31 + 1); };
+      std::vector<int32_t> in(count * size), out(count * size, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
+      CHECK_BRAID(rank, braidAllReduce(in.data(), out.data(), count, braidInt32, braidSum, comm, nullptr));
+      for (size_t i = 0; i < count; ++i) {
+        int32_t want = 0;
+        for (int r = 0; r < size; ++r) want += value(r, i);
+        if (out[i] != want) return fail(rank, "AllReduce count %zu [%zu] %d", count, i, out[i]);
+      }
+      for (int root = 0; root < size; ++root) {
+        std::vector<int32_t> buf(count);
+        for (size_t i = 0; i < count; ++i) buf[i] = rank == root ? value(root, i) : -1;
+        CHECK_BRAID(rank, braidBroadcast(buf.data(), buf.data(), count, braidInt32, root, comm, nullptr));
+        for (size_t i = 0; i < count; ++i)
+          if (buf[i] != value(root, i))
+            return fail(rank, "Broadcast root %d count %zu [%zu] %d", root, count, i, buf[i]);
+        std::fill(out.begin(), out.end(), -1);
+        CHECK_BRAID(rank, braidReduce(in.data(), out.data(), count, braidInt32, braidMax, root, comm, nullptr));
+        if (rank == root)
+          for (size_t i = 0; i < count; ++i)
+            if (out[i] != value(size - 1, i))
+              return fail(rank, "Reduce root %d count %zu [%zu] %d", root, count, i, out[i]);
+      }
+      // AllGather in place: this rank's block already sits at its place in the output.
+      for (size_t i = 0; i < count; ++i) out[rank * count + i] = value(rank, i);
+      CHECK_BRAID(rank, braidAllGather(out.data() + rank * count, out.data(), count, braidInt32, comm, nullptr));
+      for (int r = 0; r < size; ++r)
+        for (size_t i = 0; i < count; ++i)
+          if (out[r * count + i] != value(r, i))
+            return fail(rank, "AllGather count %zu from %d [%zu] %d", count, r, i, out[r * count + i]);
+    }
+    // Every rank wrote mails of 16 and 64 KiB toward every peer (AllReduce, Broadcast as root).
+    const auto p = static_cast<unsigned long long>(braid::plainMails() - plainBefore);
+    const auto s = static_cast<unsigned long long>(braid::streamedMails() - streamedBefore);
+    const bool plain = stores == "plain", stream = stores == "stream";
+    if (plain ? p == 0 || s != 0 : stream ? s == 0 || p != 0 : p == 0 || s == 0)
+      return fail(rank, "%s: %llu mails written with plain and %llu with streaming stores", stores.c_str(), p, s);
+    // Each peer read those mails before its AllGather of 64 KiB blocks (on the plans) let this
+    // rank's return: it reported what reading each kind it got cost, and nothing for the other.
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      const braid::Mailboxes* m = internalsOf(comm)->links[q]->mailboxes();
+      const bool got[2] = {m->outReadCost[0].load() != 0, m->outReadCost[1].load() != 0};
+      if (got[0] != !stream || got[1] != !plain)
+        return fail(rank, "%s: rank %d reported read costs for plain %d, streamed %d", stores.c_str(), q, got[0],
+                    got[1]);
+    }
+    return 0;
+  });
   INFO(describe(res));
   REQUIRE(allOk(res));
 }
