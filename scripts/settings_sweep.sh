@@ -17,12 +17,10 @@
 # without pinning it (the fix then is to pin it in that test, as tests/mp/test_forward.cc's shmEnv
 # pins BRAID_NT_STORES_MIN). Known by design: BRAID_SHM_SMALL_BYTES=0 fails the tests of the
 # mailbox path (there are no mailboxes), and chunk or slot sizes under 64 KiB fail the tests that
-# check single copy is taken (its pieces are under BRAID_SHM_CMA_MIN). A BRAID_ALGO that forces some
-# collectives but not others (recursive_doubling, linear) leaves a mismatch between a forced call on
-# one rank and a mailbox call on another to BRAID_TIMEOUT even with BRAID_CHECK_MISMATCH=1 (the
-# check's header travels on the plans, the mailboxes number their calls apart): test_failure.cc's
-# "BRAID_CHECK_MISMATCH" case, form 1, under BRAID_ALGO=recursive_doubling (2026-12-07).
-# The tests of the mailboxes and of the direct path pin BRAID_ALGO empty.
+# check single copy is taken (its pieces are under BRAID_SHM_CMA_MIN). The tests of the mailboxes
+# and of the direct path pin BRAID_ALGO empty. (A forced call on one rank against a mailbox call on
+# another, test_failure.cc's "BRAID_CHECK_MISMATCH" form 1 under BRAID_ALGO=recursive_doubling,
+# waited for BRAID_TIMEOUT until the call watch, src/call_watch.h, 2026-12-07.)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -40,12 +40,21 @@ Status takeListener(uint64_t commId, Fd* fd);
 // with braidRemoteError, braidTimeout or braidInvalidUsage (mismatched calls); `rank` is the
 // culprit, -1 if none); kHeartbeat carries the sender's last posted operation (8 bytes); kProgress
 // (rank 0 to the others, just before a notice) every rank's last reported operation, run-length
-// encoded. Add a new type to kCtrlTypes too: decodeCtrlFrame refuses the others.
-enum class CtrlType : uint32_t { kAbort = 1, kBye = 2, kTimeout = 3, kHeartbeat = 4, kProgress = 5, kUsage = 6 };
+// encoded; kCalls (to rank 0) the call a rank has waited on for a while and its last calls
+// (src/call_watch.h). Add a new type to kCtrlTypes too: decodeCtrlFrame refuses the others.
+enum class CtrlType : uint32_t {
+  kAbort = 1,
+  kBye = 2,
+  kTimeout = 3,
+  kHeartbeat = 4,
+  kProgress = 5,
+  kUsage = 6,
+  kCalls = 7
+};
 constexpr uint32_t ctrlBit(CtrlType t) { return 1u << static_cast<uint32_t>(t); }
 constexpr uint32_t kCtrlTypes = ctrlBit(CtrlType::kAbort) | ctrlBit(CtrlType::kBye) | ctrlBit(CtrlType::kTimeout) |
                                 ctrlBit(CtrlType::kHeartbeat) | ctrlBit(CtrlType::kProgress) |
-                                ctrlBit(CtrlType::kUsage);
+                                ctrlBit(CtrlType::kUsage) | ctrlBit(CtrlType::kCalls);
 
 class Bootstrap {
  public:

@@ -12,6 +12,10 @@
 // Propagation. Whoever detects a failure tells rank 0 (or is rank 0); rank 0 sends everyone its
 // table of the ranks' progress, then the notice. Ranks learn within one control-socket wakeup.
 //
+// Calls. A rank whose oldest operation has waited a heartbeat period tells rank 0 that call and its
+// last ones (kCalls); rank 0 compares them with its own and the other ranks' and fails everyone
+// when two ranks' calls of one number differ (src/call_watch.h).
+//
 // Leaving. A rank's goodbye says how far it got (Engine::leaveRecord); rank 0 passes it on to
 // everyone still here, and rank 0's own goes to everyone. Each rank's engine then fails exactly the
 // operations that need the leaver and were posted after what it finished (Engine::checkLeavers,
@@ -297,6 +301,9 @@ void ControlPlane::onControl(int peer, const Bootstrap::CtrlMsg& msg) {
         decodeProgress(reinterpret_cast<const uint8_t*>(msg.text.data()), msg.text.size(), &progress_);
       }
       break;
+    case CtrlType::kCalls:
+      if (comm_->rank == 0) checkCalls(peer, msg.text);
+      break;
     case CtrlType::kBye:
       // A departure, not a failure. From rank r to rank 0, or from rank 0 about itself: the sender
       // goes, its control socket with it. From rank 0 about another rank: a goodbye passed on.
@@ -383,7 +390,41 @@ void ControlPlane::servePeer(int peer) {
   }
 }
 
+void ControlPlane::noteWaiting(const CallRecord& call) {
+  std::string report(reinterpret_cast<const char*>(&call), sizeof(call));
+  callLog_.appendTo(&report);
+  {
+    std::lock_guard<std::mutex> g(waitMu_);
+    waitReport_ = std::move(report);  // a newer one replaces it: the same oldest call, or a later
+  }
+  waitPending_.store(true, std::memory_order_release);
+  wake();
+}
+
+void ControlPlane::checkCalls(int rank, const std::string& records) {
+  if (failed()) return;
+  const auto describe = [this](int r) { return comm_->describeRank(r); };
+  std::string mine;
+  callLog_.appendTo(&mine);
+  std::string differ = callTable_.add(0, mine, describe);
+  if (differ.empty() && !records.empty()) differ = callTable_.add(rank, records, describe);
+  // Nobody died and nobody is to blame more than another: culprit none.
+  if (!differ.empty()) fail(Status(braidInvalidUsage, differ), -1, true);
+}
+
 void ControlPlane::heartbeat(int64_t now) {
+  if (waitPending_.load(std::memory_order_acquire)) {
+    std::string report;
+    {
+      std::lock_guard<std::mutex> g(waitMu_);
+      report.swap(waitReport_);
+      waitPending_.store(false, std::memory_order_relaxed);
+    }
+    if (comm_->rank == 0)
+      checkCalls(0, report);
+    else if (!gone_[0])
+      (void)comm_->boot->sendCtrl(0, CtrlType::kCalls, comm_->rank, report);
+  }
   if (heartbeatNs_ == 0) return;
   // The background thread looks here on every turn of its loop, at least every kIdleSleepUs. A gap
   // longer than both a heartbeat period and kJudgeAwayNs means the judge itself did not run
@@ -408,6 +449,9 @@ void ControlPlane::heartbeat(int64_t now) {
   }
   nextBeatNs_ = now + heartbeatNs_;
   lastReported_ = mine;
+  // Once a rank has reported a wait, rank 0 compares its own calls since with theirs every period:
+  // it may post the call they reported only later.
+  if (comm_->rank == 0 && !callTable_.empty()) checkCalls(0, {});
   for (int r = 0; r < comm_->nranks; ++r) {
     if (!beatTo(r, mine)) continue;
     // Until a peer's first heartbeat, allow for init skew: it may still be connecting its links
@@ -447,6 +491,7 @@ Status ControlPlane::readHeartbeatSettings() {
   lastHeard_.assign(comm_->nranks, now);
   heard_.assign(comm_->nranks, 0);
   initGraceNs_ = static_cast<int64_t>(comm_->settings.timeoutSec * 1e9);
+  waitReportNs_ = std::min(heartbeatNs_ > 0 ? heartbeatNs_ : int64_t{1000000000}, initGraceNs_ / 4);
   // Rank 0 hears every rank's progress (nothing posted yet); the others only from rank 0's notice.
   progress_.assign(comm_->nranks, comm_->rank == 0 ? 0 : kProgressUnknown);
   nextBeatNs_ = now;

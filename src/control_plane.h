@@ -22,6 +22,7 @@
 
 #include "src/base/status.h"
 #include "src/bootstrap.h"
+#include "src/call_watch.h"
 
 struct braidComm;
 
@@ -51,6 +52,14 @@ class ControlPlane {
   void heartbeat(int64_t now);
   // The operation with sequence number seq was posted: heartbeats and failure notices report it.
   void notePosted(uint64_t seq) { postedSeq_.store(seq, std::memory_order_relaxed); }
+  // A collective was posted (src/call_watch.h). The engine, under its lock.
+  void noteCall(const CallRecord& r) { callLog_.note(r); }
+  // The oldest operation, `call`, has waited waitReportNs(): rank 0 is told it and our last calls
+  // (by the background thread's next turn), to compare them with the other ranks'. Any thread.
+  void noteWaiting(const CallRecord& call);
+  // How long an operation waits before noteWaiting: a heartbeat period (a second without
+  // heartbeats), at most a quarter of BRAID_TIMEOUT.
+  int64_t waitReportNs() const { return waitReportNs_; }
 
   // Fails the communicator: every pending and later operation completes with `s`. `culprit` is
   // the rank at fault (-1 unknown), recorded in failedRanks() even when the communicator had failed
@@ -105,6 +114,9 @@ class ControlPlane {
   // A goodbye of rank `who` (from `who` itself, or relayed by rank 0): records it and tells the engine.
   void onGoodbye(int who, const std::string& record);
   Status readHeartbeatSettings();
+  // Rank 0: adds `rank`'s call records to the table, after our own last calls, and fails the
+  // communicator when two ranks' calls of one number differ. Background thread.
+  void checkCalls(int rank, const std::string& records);
   // Sends rank r a heartbeat carrying `seq`, our last posted operation, when we beat to r: the
   // others to rank 0, rank 0 to every rank. Returns whether we do.
   bool beatTo(int r, uint64_t seq);
@@ -139,6 +151,14 @@ class ControlPlane {
   int64_t reportNs_ = 0;    // early progress reports (non-root ranks), 0 = off
   int64_t nextReportNs_ = 0;
   uint64_t lastReported_ = 0;
+
+  // Calls compared (src/call_watch.h).
+  CallLog callLog_;
+  CallTable callTable_;  // rank 0, background thread
+  int64_t waitReportNs_ = 1000000000;
+  std::atomic<bool> waitPending_{false};
+  std::mutex waitMu_;
+  std::string waitReport_;  // waitMu_: the records noteWaiting left for the background thread
 
   // Departures.
   std::vector<uint8_t> gone_;  // per rank: said goodbye or failed (background thread only)

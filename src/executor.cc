@@ -194,6 +194,7 @@ void Engine::releaseLocked(Op* op) {
   op->isSmall = false;
   op->streamOut = op->singleCopy = false;  // set by post() alone: groups and shared plans take neither
   op->callPrint = 0;
+  op->call = CallRecord{};
   if (op->isDirect) SmallColls::unpin(&op->small);  // failed, or its plan ran
   op->isDirect = false;
   free_.push_back(op);
@@ -227,6 +228,7 @@ void Engine::prepare(Op* op, bool userOwned) {
   op->userOwned = userOwned;
   op->started = op->gate == nullptr;
   op->gateReleased = false;
+  op->callShown = false;
   if (op->gate != nullptr) gatedActive_.fetch_add(1, std::memory_order_relaxed);
   op->seq = ++seq_;
   control_.notePosted(op->seq);  // heartbeats report it
@@ -309,6 +311,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
           small_->number(&small);  // engine lock held: in issue order
           fillSmall(op, small, a.shape.count);
           op->detached = a.detached;
+          op->call = numberCall(a.shape.coll, a.shape.count, a.dtype, a.op, a.shape.root);
         },
         [&](const Op* op) {
           BRAID_INFO(kLogColl, "%s #%llu: count %llu %s, root %d, on the mailboxes", collName(a.shape.coll),
@@ -335,6 +338,8 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         // With BRAID_CHECK_MISMATCH the call header's check says more, and goes first.
         if (!comm_->settings.checkMismatch && a.shape.coll != Coll::kSendRecv)
           op->callPrint = callPrint(a.shape.coll, a.shape.count, a.dtype, a.op, a.shape.root);
+        if (a.shape.coll != Coll::kSendRecv)
+          op->call = numberCall(a.shape.coll, a.shape.count, a.dtype, a.op, a.shape.root);
         if (direct) {
           small_->number(&small);  // engine lock held: in issue order
           small_->pin(&small);
@@ -638,34 +643,6 @@ bool Engine::failureMet() {
   const bool met = failureMet_ || head_ < active_.size() || !tagActive_.empty() || byesPending_ != 0;
   unlock();
   return met;
-}
-
-// The oldest operation's deadline, checked every few dozen passes (a clock read is cheap, but
-// not free on the 2-microsecond path).
-void Engine::checkDeadline() {
-  if ((++deadlineTick_ & 31) != 0) return;
-  if (!tagActive_.empty() && taggedDeadline()) return;
-  if (head_ >= active_.size()) return;
-  Op* op = active_[head_];
-  if (!op->deadline.expired()) return;
-  // Name the peer it is waiting for: the first queue with unfinished work.
-  int waitingOn = op->isSmall || op->isDirect ? op->small.waitingOn : -1;
-  const Plan* plan = op->plan;
-  for (size_t qi = 0; qi < plan->peers.size() && waitingOn < 0; ++qi) {
-    const Op::Cursor& c = op->cursors[qi];
-    if (c.recvDone < plan->peers[qi].recvs.size() || c.sendDone < plan->peers[qi].sends.size())
-      waitingOn = plan->peers[qi].peer;
-  }
-  std::string who = !op->started     ? "waiting for its CUDA stream to reach it (the copy of its input)"
-                    : waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn)
-                                     : "with no peer pending";
-  // The notice reaches every rank, the awaited one included: it names the waiter too, or the
-  // awaited rank would read that it was waiting for itself. " Timed out " is the phrase that
-  // PyTorch's tests and users match timeouts on (Gloo's wording), so braid says it that way.
-  control_.fail(errorf(braidTimeout, "%s #%llu on %s: Timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
-                       static_cast<unsigned long long>(op->seq), comm_->describeRank(comm_->rank).c_str(), timeoutSec_,
-                       who.c_str()),
-                waitingOn, true);
 }
 
 bool Engine::driveTransport(int t, int peer) {

@@ -75,6 +75,8 @@ struct braidRequest {
   bool streamOut = false;   // outputs past the cache: final receives may take non-temporal stores
   bool singleCopy = false;  // PostArgs::singleCopy
   uint32_t callPrint = 0;   // every message's Xfer::call (post() alone sets it: 0, not checked)
+  braid::CallRecord call;   // the numbered collective it is (src/call_watch.h); no 0: not one
+  bool callShown = false;   // its wait was reported to rank 0 (ControlPlane::noteWaiting)
   struct Cursor {
     uint32_t sendPost = 0, sendDone = 0, recvPost = 0, recvDone = 0;
   };
@@ -306,7 +308,11 @@ class Engine {
   // (Link::stopPeerAccess, SmallColls::abandon), waiting a grace (src/executor_wait.cc) for those
   // inside to leave; a peer still inside after that is named in a warning.
   void keepPeersOut();
+  // The oldest operation's deadline; and, once it has waited a heartbeat period, its call goes to
+  // rank 0 to be compared with the other ranks' (src/call_watch.h).
   void checkDeadline();
+  // Numbers the next collective (every rank numbers its calls alike) and logs it. Engine lock held.
+  CallRecord numberCall(Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root);
   void backoff(int64_t idleSinceNs);
   bool worthWaking(const Op* op) const;
   // Drives progress until done() holds; false when `backstopSec` seconds passed first.
@@ -342,6 +348,7 @@ class Engine {
   mutable bool failureMet_ = false;  // engine lock: see failureMet()
   bool peersKeptOut_ = false;        // keepPeersOut ran (a failure is for good)
   uint64_t seq_ = 0;
+  uint64_t calls_ = 0;  // collectives numbered (numberCall)
   Status linkFailure_;  // a link's error, held back briefly (see progressOnce)
   int linkFailedPeer_ = -1;
   int64_t linkFailedAtNs_ = 0;

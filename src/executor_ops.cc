@@ -1,6 +1,7 @@
 // The executor's handling of one operation at a time, apart from its progress loop (src/executor.cc):
-// the mismatch check of a call's header (BRAID_CHECK_MISMATCH), the gate of a call on device buffers
-// (src/op_gate.h).
+// the numbering of calls and the report of the one that waits (src/call_watch.h), the oldest
+// operation's deadline, the mismatch check of a call's header (BRAID_CHECK_MISMATCH), the gate of a
+// call on device buffers (src/op_gate.h).
 //
 // Threads: everything here runs with the engine lock held.
 #include <cstdio>
@@ -29,6 +30,50 @@ std::string describeCall(const CallHeader& h) {
     more(", root %d", h.root);
   more("%s", ")");
   return buf;
+}
+
+CallRecord Engine::numberCall(Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root) {
+  const CallRecord r = callRecord(++calls_, seq_ + 1, coll, count, dt, op, root);  // prepare() takes seq_ + 1
+  control_.noteCall(r);
+  return r;
+}
+
+// The oldest operation's deadline, checked every few dozen passes (a clock read is cheap, but
+// not free on the 2-microsecond path).
+void Engine::checkDeadline() {
+  if ((++deadlineTick_ & 31) != 0) return;
+  if (!tagActive_.empty() && taggedDeadline()) return;
+  if (head_ >= active_.size()) return;
+  Op* op = active_[head_];
+  const int64_t now = nowNs();
+  if (now < op->deadline.atNs) {
+    // Waited a while: rank 0 compares its call with the others' (a mismatch fails the communicator
+    // long before the deadline). Once per operation.
+    const int64_t postedNs = op->deadline.atNs - static_cast<int64_t>(timeoutSec_ * 1e9);
+    if (op->call.no != 0 && !op->callShown && now - postedNs >= control_.waitReportNs()) {
+      op->callShown = true;
+      control_.noteWaiting(op->call);
+    }
+    return;
+  }
+  // Name the peer it is waiting for: the first queue with unfinished work.
+  int waitingOn = op->isSmall || op->isDirect ? op->small.waitingOn : -1;
+  const Plan* plan = op->plan;
+  for (size_t qi = 0; qi < plan->peers.size() && waitingOn < 0; ++qi) {
+    const Op::Cursor& c = op->cursors[qi];
+    if (c.recvDone < plan->peers[qi].recvs.size() || c.sendDone < plan->peers[qi].sends.size())
+      waitingOn = plan->peers[qi].peer;
+  }
+  std::string who = !op->started     ? "waiting for its CUDA stream to reach it (the copy of its input)"
+                    : waitingOn >= 0 ? "waiting for " + comm_->describeRank(waitingOn)
+                                     : "with no peer pending";
+  // The notice reaches every rank, the awaited one included: it names the waiter too, or the
+  // awaited rank would read that it was waiting for itself. " Timed out " is the phrase that
+  // PyTorch's tests and users match timeouts on (Gloo's wording), so braid says it that way.
+  control_.fail(errorf(braidTimeout, "%s #%llu on %s: Timed out after %.0f s (BRAID_TIMEOUT) %s", collName(op->coll),
+                       static_cast<unsigned long long>(op->seq), comm_->describeRank(comm_->rank).c_str(), timeoutSec_,
+                       who.c_str()),
+                waitingOn, true);
 }
 
 bool Engine::checkHeaders(const CallHeader& mine, const CallHeader& theirs) {

@@ -86,6 +86,7 @@ bool Engine::runSmall(const SmallArgs& a, Status* result) {
   }
   c.seq = seq_ + 1;
   small_->number(&c);
+  const CallRecord call = numberCall(a.coll, a.count, a.dtype, a.op, a.root);
   Status err;
   int r = 0;
   const int passes = spinNs_ > 0 ? kInlineSpins : kInlineYields;
@@ -117,6 +118,7 @@ bool Engine::runSmall(const SmallArgs& a, Status* result) {
   }
   fillSmall(op, c, a.count);
   op->detached = false;
+  op->call = call;
   prepare(op, false);
   if (r < 0) control_.fail(err, -1, true);  // a mismatch: the next pass fails the op
   unlock();
