@@ -258,7 +258,7 @@ int SmallColls::mailOf(SmallCall* c, int p, const unsigned char** mail, Status* 
   uint64_t bytes = 0;  // every direct mail starts with the call's bytes
   memcpy(&bytes, mail_[p].inPayload(c->k, kMaxMailBytes), sizeof(bytes));
   if (s.check != c->check || bytes != c->bytes) {
-    *err = mismatch(*c, p, s.check, bytes);
+    *err = mismatch(*c, p, s);
     return -1;
   }
   *mail = mail_[p].inPayload(c->k, kMaxMailBytes);

@@ -79,7 +79,7 @@ uint64_t packCall(Coll coll, braidDataType_t dt, braidRedOp_t op, int root, size
          static_cast<uint64_t>(dt & 0xff) << 48 | static_cast<uint64_t>(op & 0xff) << 56;
 }
 
-// bytes: the call's whole bytes where known, else UINT64_MAX (the word's 20 bits).
+// bytes: the call's whole bytes (the word holds 20 bits of them).
 CallHeader unpackCall(uint64_t w, uint64_t seq, uint64_t bytes) {
   CallHeader h{};
   h.magic = kCallHeaderMagic;
@@ -89,7 +89,7 @@ CallHeader unpackCall(uint64_t w, uint64_t seq, uint64_t bytes) {
   h.root = static_cast<int32_t>(w >> 20 & kField);
   const bool known = validDtype(h.dtype) && h.coll < kNumColls;
   const size_t es = known ? dtypeSize(static_cast<braidDataType_t>(h.dtype)) : 1;
-  h.count = (bytes != UINT64_MAX ? bytes : (w & kField)) / es;
+  h.count = bytes / es;
   h.seq = seq;
   if (!known) h.magic = 0;  // describeCall: "something that is not a braid collective"
   return h;
@@ -287,17 +287,18 @@ const unsigned char* SmallColls::mailFrom(SmallCall* c, int peer, Status* err) {
   }
   started_[peer] = std::max(started_[peer], c->k);
   if ((s.check & ~kStreamedBit) != c->check) {
-    *err = mismatch(*c, peer, s.check, UINT64_MAX);
+    *err = mismatch(*c, peer, s);
     return nullptr;
   }
   return inSpot(m, c->k, c->bytes);
 }
 
-Status SmallColls::mismatch(const SmallCall& c, int peer, uint64_t theirs, uint64_t theirBytes) const {
-  const uint64_t ours = theirBytes == UINT64_MAX ? UINT64_MAX : c.bytes;
+Status SmallColls::mismatch(const SmallCall& c, int peer, const MailSlot& s) const {
+  uint64_t theirBytes = s.check & kField;
+  if ((s.check & kDirectBit) != 0) memcpy(&theirBytes, mail_[peer].inPayload(c.k, kMaxMailBytes), sizeof(theirBytes));
   return errorf(braidInvalidUsage, "mismatched calls: %s called %s, but %s called %s", names_[peer].c_str(),
-                describeCall(unpackCall(theirs, c.seq, theirBytes)).c_str(), names_[rank_].c_str(),
-                describeCall(unpackCall(c.check, c.seq, ours)).c_str());
+                describeCall(unpackCall(s.check, c.seq, theirBytes)).c_str(), names_[rank_].c_str(),
+                describeCall(unpackCall(c.check, c.seq, c.bytes)).c_str());
 }
 
 void SmallColls::noteRead(const SmallCall& c, int peer, int64_t ns) {

@@ -165,7 +165,9 @@ class SmallColls {
   }
   void noteRead(const SmallCall& c, int peer, int64_t ns);  // what reading peer's mail for c took
   int gather(SmallCall* c, Status* err);                    // phase 1
-  Status mismatch(const SmallCall& c, int peer, uint64_t theirs, uint64_t theirBytes) const;
+  // The error of mail `s` from `peer` of another call than c: both calls, each with its whole
+  // bytes (a direct call's mail starts with them; a small call's fit its check word).
+  Status mismatch(const SmallCall& c, int peer, const MailSlot& s) const;
   // Direct calls (src/direct_coll.cc).
   int stepDirect(SmallCall* c, Status* err);
   void postDirect(SmallCall* c);
