@@ -33,8 +33,8 @@ UcxLink::UcxLink(ucp_worker_h worker, UcxEndpointState* state, int myRank, int p
       state_(state),
       peer_(peerRank),
       peerHost_(std::move(peerHost)),
-      sendTagBase_(static_cast<uint64_t>(myRank) << kUcxSeqBits),
-      recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxSeqBits) {}
+      sendTagBase_(static_cast<uint64_t>(myRank) << kUcxRankShift),
+      recvTagBase_(static_cast<uint64_t>(peerRank) << kUcxRankShift) {}
 
 Status openUcxEndpoint(ucp_worker_h worker, UcxEndpointState* state, const ucp_address_t* peerAddress, bool peerErrors,
                        int peer, const std::string& peerHost, ucp_ep_h* out) {
@@ -107,7 +107,8 @@ Status UcxLink::postSend(Xfer* x) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = reinterpret_cast<ucp_mem_h>(x->region->key[0]);
   }
-  const uint64_t tag = sendTagBase_ | (sendSeq_++ & kUcxSeqMask);
+  const uint64_t tag =
+      sendTagBase_ | static_cast<uint64_t>(x->call & kCallMask) << kUcxSeqBits | (sendSeq_++ & kUcxSeqMask);
   void* r = ucx().ucp_tag_send_nbx(ep_, x->data, x->bytes, tag, &p);
   if (UCS_PTR_IS_ERR(r)) return requestError(UCS_PTR_STATUS(r), "send", x);
   // NULL: the message left at once (small and eager); completed in order by progress().
@@ -134,7 +135,7 @@ Status UcxLink::postRecv(Xfer* x) {
     p.memh = reinterpret_cast<ucp_mem_h>(x->region->key[0]);
   }
   const uint64_t tag = recvTagBase_ | (recvSeq_++ & kUcxSeqMask);
-  void* r = ucx().ucp_tag_recv_nbx(worker_, x->data, x->capacity, tag, ~uint64_t{0}, &p);
+  void* r = ucx().ucp_tag_recv_nbx(worker_, x->data, x->capacity, tag, kUcxRecvMask, &p);
   if (UCS_PTR_IS_ERR(r)) return requestError(UCS_PTR_STATUS(r), "receive", x);
   x->tp[0] = reinterpret_cast<uintptr_t>(r);
   recvs_.push(x);
@@ -171,6 +172,10 @@ Status UcxLink::progress() {
     if (st == UCS_INPROGRESS) break;
     ucx().ucp_request_free(r);
     x->tp[0] = 0;
+    // Before the length: a message of another call has the wrong length too, as often as not.
+    if ((st == UCS_OK || st == UCS_ERR_MESSAGE_TRUNCATED) &&
+        otherCall(static_cast<uint32_t>(info.sender_tag >> kUcxSeqBits) & kCallMask, *x))
+      return fail(otherCallError(peer_));
     if (st == UCS_ERR_MESSAGE_TRUNCATED)
       return fail(errorf(braidRemoteError,
                          "message from peer rank %d has %zu bytes, more than the %zu bytes the posted receive expects",

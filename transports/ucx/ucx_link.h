@@ -1,8 +1,9 @@
 // The ucx transport's data path: one UCP endpoint per peer on the communicator's one worker, and
-// tagged messages. Each message's tag is (sender rank, per-link sequence number) matched with a
-// full mask, so the k-th send of rank A to B can only land in B's k-th receive from A, whatever
-// UCX's own ordering rules across lanes are. A posted receive asks for exactly the posted bytes;
-// a message of any other length (shorter, or truncated) is braidRemoteError naming the peer.
+// tagged messages. Each message's tag is (sender rank, call, per-link sequence number) matched on
+// rank and number, so the k-th send of rank A to B can only land in B's k-th receive from A,
+// whatever UCX's own ordering rules across lanes are. A message of another call is braidInvalidUsage
+// (otherCallError); a posted receive asks for exactly the posted bytes, and a message of any other
+// length (shorter, or truncated) is braidRemoteError naming the peer.
 //
 // Requests are UCX's own (taken from the worker's request pool, no malloc once warm) and polled in
 // posting order in progress(), so no callback runs behind the executor's back and transfers
@@ -28,10 +29,15 @@ namespace braid {
 // cache); a Region from registerMemory only saves it that step.
 inline constexpr TransportCaps kUcxCaps{memTypeBit(MemType::kHost), false, false, false, 0};
 
-// Bits of a tag that hold the sender's rank (the bootstrap allows 2^24 ranks); the rest count
-// messages, which wrap after 2^40 per link (far more than can be in flight at once).
-inline constexpr int kUcxSeqBits = 40;
+// A tag: the sender's rank in the top 24 bits (the bootstrap allows 2^24 ranks), the message's
+// call (Xfer::call, kCallBits) below, and the message's number on its link in the low kUcxSeqBits,
+// which wrap after 2^20 (a million messages sent and not yet received on one link: far more than
+// the executor keeps in flight). A receive matches rank and number and leaves the call out of its
+// mask: a message of another call lands where it would have, and is refused there.
+inline constexpr int kUcxSeqBits = 20;
 inline constexpr uint64_t kUcxSeqMask = (uint64_t{1} << kUcxSeqBits) - 1;
+inline constexpr int kUcxRankShift = kUcxSeqBits + kCallBits;
+inline constexpr uint64_t kUcxRecvMask = ~(static_cast<uint64_t>(kCallMask) << kUcxSeqBits);
 
 class UcxRmaLink;
 struct UcxAmSlot;
