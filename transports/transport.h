@@ -158,13 +158,14 @@ inline bool otherCall(uint32_t theirs, const Xfer& x) {
 inline bool otherCall(uint64_t w, const Xfer& x) {
   return otherCall(static_cast<uint32_t>(w >> kLengthBits) & kCallMask, x);
 }
-// The error of such a message.
-inline Status otherCallError(int peer) {
+// The error of such a message from `who` ("peer rank 3", or with its host).
+inline Status otherCallError(const std::string& who) {
   return errorf(braidInvalidUsage,
-                "a message from peer rank %d belongs to another call than the one this rank posted: the ranks' "
-                "calls differ (collective, count, datatype, op or root; BRAID_CHECK_MISMATCH=1 names the difference)",
-                peer);
+                "a message from %s belongs to another call than the one this rank posted: the ranks' calls differ "
+                "(collective, count, datatype, op or root; BRAID_CHECK_MISMATCH=1 names the difference)",
+                who.c_str());
 }
+inline Status otherCallError(int peer) { return otherCallError("peer rank " + std::to_string(peer)); }
 
 // A FIFO of posted transfers, linked through Xfer::next: what every link keeps per direction.
 struct XferQueue {

@@ -39,6 +39,7 @@ class TestWire final : public braid::net::Wire {
   Status postWrite(const void* src, const Region* region, size_t bytes, uint32_t slot, uint32_t imm,
                    uint64_t wrId) override {
     if (region != nullptr) ++directWrites;
+    ++writes;
     pending.push_back({src, bytes, slot, imm, wrId, false});
     return braid::okStatus();
   }
@@ -68,6 +69,7 @@ class TestWire final : public braid::net::Wire {
   std::deque<Pending> pending;
   uint32_t (*corruptNext)(uint32_t) = nullptr;
   int directWrites = 0;
+  int writes = 0;
 };
 
 // Two endpoints A and B joined by two TestWires.
@@ -401,6 +403,54 @@ TEST_CASE("chunk link: a length mismatch is braidRemoteError naming the peer and
   // The link stays broken.
   CHECK(p.b.progress().code() == braidRemoteError);
   CHECK(p.b.postRecv(&r).code() == braidRemoteError);
+}
+
+TEST_CASE(
+    "chunk link: a message of another call is refused before its bytes land; one call's messages announce it once",
+    "[unit][net]") {
+  // Calls 7, 7, 7, 9 sent; the receiver posts 7, 7, 7, then 8 (of the same length: whole chunks of
+  // another call, the case lengths cannot show). Calls 0 (unchecked, point-to-point) pass either way.
+  const Order order = GENERATE(Order::kFifo, Order::kShuffle);
+  Pair p(config(4, 32));
+  std::vector<std::vector<uint8_t>> out, in;
+  for (int i = 0; i < 5; ++i) {
+    out.push_back(pattern(96, i));
+    in.emplace_back(96, 0xEE);
+  }
+  const uint32_t sent[5] = {7, 7, 0, 7, 9}, posted[5] = {7, 0, 7, 7, 8};
+  std::vector<Xfer> s(5), r(5);
+  for (int i = 0; i < 5; ++i) {
+    s[i] = sendOf(out[i]);
+    s[i].call = sent[i];
+    r[i] = recvInto(in[i]);
+    r[i].call = posted[i];
+    REQUIRE(p.a.postSend(&s[i]).ok());
+    REQUIRE(p.b.postRecv(&r[i]).ok());
+  }
+  Status st = p.run(order);
+  REQUIRE(st.code() == braidInvalidUsage);
+  CHECK_THAT(st.message(), Catch::Contains("a message from peer rank 0 (host a) belongs to another call"));
+  for (int i = 0; i < 4; ++i) {
+    CHECK(r[i].complete);
+    CHECK(in[i] == out[i]);
+  }
+  CHECK_FALSE(r[4].complete);
+  CHECK(std::all_of(in[4].begin(), in[4].end(), [](uint8_t b) { return b == 0xEE; }));
+  CHECK(p.b.progress().code() == braidInvalidUsage);  // the link stays broken
+
+  // The same calls on both sides: one call chunk for the run of 7s, one for the 9.
+  Pair q(config(4, 32));
+  for (int i = 0; i < 5; ++i) {
+    s[i] = sendOf(out[i]);
+    s[i].call = sent[i];
+    r[i] = recvInto(in[i]);
+    r[i].call = sent[i];
+    REQUIRE(q.a.postSend(&s[i]).ok());
+    REQUIRE(q.b.postRecv(&r[i]).ok());
+  }
+  REQUIRE(q.run(order).ok());
+  for (int i = 0; i < 5; ++i) CHECK(in[i] == out[i]);
+  CHECK(q.ab.writes == 5 * 3 + 2);  // three chunks a message, and two calls announced
 }
 
 TEST_CASE("chunk link: corrupt immediates break the link instead of writing out of bounds", "[unit][net]") {

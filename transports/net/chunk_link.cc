@@ -163,6 +163,10 @@ Status ChunkLink::consumeArrivals() {
     arrived_[recvSlot_] = kEmpty;
     recvSlot_ = recvSlot_ + 1 == cfg_.slots ? 0 : recvSlot_ + 1;
     ++freed_;
+    if (Imm::isCallChunk(imm)) {
+      memcpy(&recvCall_, src, sizeof(recvCall_));
+      continue;
+    }
     BRAID_TRY(deliver(recvs_.front(), src, Imm::bytes(imm), Imm::last(imm)));
   }
   return okStatus();
@@ -170,6 +174,8 @@ Status ChunkLink::consumeArrivals() {
 
 Status ChunkLink::deliver(Xfer* x, const uint8_t* src, size_t bytes, bool last) {
   const size_t before = x->tp[0];
+  // A message's first chunk: before its bytes go anywhere, whether it is of the receive's call.
+  if (before == 0 && otherCall(recvCall_, *x)) return fail(otherCallError(peer_));
   x->tp[0] += bytes;
   // Past the posted room: count the rest of the message without writing it, so that the error
   // names the length the peer sent.
@@ -238,6 +244,22 @@ Status ChunkLink::returnCredits() {
 Status ChunkLink::postChunks() {
   while (sendCursor_ != nullptr && credits_ > 0 && writesInFlight_ < cfg_.maxWrites) {
     Xfer* x = sendCursor_;
+    const bool track = cfg_.sendsAwaitWrites;
+    if (x->progressed == 0 && x->call != 0 && x->call != sentCall_ && cfg_.slotBytes >= Imm::kCallChunkBytes) {
+      // The message's call first, in a slot of its own (from staging: x's buffer holds none).
+      const uint32_t slot = sendSlot_;
+      uint8_t* stage = staging_ + static_cast<size_t>(slot) * cfg_.slotBytes;
+      memcpy(stage, &x->call, sizeof(x->call));
+      Status s = wire_->postWrite(stage, nullptr, Imm::kCallChunkBytes, slot, Imm::callChunk(slot),
+                                  track ? reinterpret_cast<uint64_t>(x) : kUntracked);
+      if (!s.ok()) return fail(s);
+      if (track) ++x->tp[0];
+      --credits_;
+      ++writesInFlight_;
+      sendSlot_ = slot + 1 == cfg_.slots ? 0 : slot + 1;
+      sentCall_ = x->call;
+      continue;
+    }
     const size_t off = x->progressed;
     const size_t bytes = std::min(cfg_.slotBytes, x->bytes - off);
     const bool last = off + bytes == x->bytes;
@@ -252,7 +274,6 @@ Status ChunkLink::postChunks() {
     } else {
       uint8_t* stage = staging_ + static_cast<size_t>(slot) * cfg_.slotBytes;
       if (bytes > 0) memcpy(stage, from, bytes);
-      const bool track = cfg_.sendsAwaitWrites;
       s = wire_->postWrite(stage, nullptr, bytes, slot, imm, track ? reinterpret_cast<uint64_t>(x) : kUntracked);
       if (s.ok() && track) ++x->tp[0];
     }

@@ -10,7 +10,12 @@
 //     (see Imm below): the slot, the chunk's bytes and whether it ends the message. A zero-byte
 //     message is one chunk of zero bytes. Slots are used in ring order.
 //   - The receiver, on arrival, copies (or reduces, whole elements only) from the slot into the
-//     posted receive, checks the message length against it, and frees the slot. Freed slots go
+//     posted receive, checks the message length against it, and frees the slot.
+//   - A message whose call (Xfer::call) differs from the one the link last announced is preceded
+//     by a call chunk, which takes a slot like any other and holds the call; the receiver refuses
+//     a message whose receive names another call (otherCallError). Consecutive messages of calls
+//     of one shape (a training loop's) announce nothing after the first. Slots under
+//     Imm::kCallChunkBytes carry no calls. Freed slots go
 //     back to the sender in batches as a credit immediate (no payload) carrying a count: slots are
 //     freed in ring order, so a count says which.
 // Arrivals are consumed in ring order even if the wire reports them out of order, so messages
@@ -39,6 +44,8 @@ namespace braid::net {
 //   bit 31:       0 = data chunk, 1 = credit return
 //   data chunk:   bits 0..9 slot, bit 10 last chunk of its message, bits 11..30 the chunk's bytes
 //   credit:       bits 0..30 the number of slots freed (in ring order)
+// A data chunk of no bytes that does not end a message (no message has one) is a call chunk: its
+// slot holds the call (Xfer::call, kCallChunkBytes) of the messages after it (see ChunkLink).
 struct Imm {
   static constexpr uint32_t kCreditBit = 1u << 31;
   static constexpr uint32_t kSlotBits = 10;
@@ -56,6 +63,11 @@ struct Imm {
   static bool last(uint32_t imm) { return (imm & kLastBit) != 0; }
   static uint32_t bytes(uint32_t imm) { return (imm & ~kCreditBit) >> kBytesShift; }
   static uint32_t count(uint32_t imm) { return imm & ~kCreditBit; }
+  static constexpr uint32_t kCallChunkBytes = 4;
+  static uint32_t callChunk(uint32_t slot) { return data(slot, 0, false); }
+  static bool isCallChunk(uint32_t imm) { return !isCredit(imm) && (imm & ~(kMaxSlots - 1)) == 0; }
+  // The bytes written into the chunk's slot.
+  static uint32_t written(uint32_t imm) { return isCallChunk(imm) ? kCallChunkBytes : bytes(imm); }
 };
 
 // What the protocol asks of the wire. Both calls only queue work; the wire reports what finished
@@ -153,6 +165,7 @@ class ChunkLink {
   Xfer* sendCursor_ = nullptr;
   uint32_t credits_ = 0;   // free slots in the peer's ring
   uint32_t sendSlot_ = 0;  // the next slot to write
+  uint32_t sentCall_ = 0;  // the call last announced (a call chunk)
   uint32_t writesInFlight_ = 0;
 
   // Receive side. arrived_[s] is the immediate of the chunk waiting in slot s, kEmpty when none;
@@ -162,7 +175,8 @@ class ChunkLink {
   XferQueue recvs_;
   std::unique_ptr<uint64_t[]> arrived_;
   uint32_t recvSlot_ = 0;
-  uint32_t freed_ = 0;  // slots freed since the last credit return
+  uint32_t freed_ = 0;     // slots freed since the last credit return
+  uint32_t recvCall_ = 0;  // the call the peer last announced
   uint64_t creditMessages_ = 0;
   std::unique_ptr<uint8_t[], FreeDeleter> carry_;  // slotBytes, 64-byte aligned
   size_t carryBytes_ = 0;

@@ -305,7 +305,7 @@ void UcxRmaLink::onMessage(const void* header, size_t headerBytes, const void* d
     // slot and length are checked here, since the copy comes first.
     const uint32_t imm = m.imm[0];
     const uint32_t slot = net::Imm::slot(imm);
-    if (net::Imm::isCredit(imm) || slot >= cfg_.slots || net::Imm::bytes(imm) != dataBytes ||
+    if (net::Imm::isCredit(imm) || slot >= cfg_.slots || net::Imm::written(imm) != dataBytes ||
         dataBytes > cfg_.slotBytes) {
       (void)proto_->fail(errorf(braidRemoteError,
                                 "ucx: peer rank %d (host %s) broke the chunk protocol: %zu bytes of data for "
