@@ -242,6 +242,8 @@ void Engine::prepare(Op* op, bool userOwned) {
     throw std::bad_alloc();
   op->bufs[static_cast<int>(Buf::kScratch)] = op->scratch.data();
   if (plan->checkAt != UINT64_MAX) {
+    // The collective's number, not the op's: point-to-point calls take sequence numbers on some
+    // ranks only.
     CallHeader h{kCallHeaderMagic,
                  static_cast<uint8_t>(plan->coll),
                  static_cast<uint8_t>(op->dtype),
@@ -250,7 +252,7 @@ void Engine::prepare(Op* op, bool userOwned) {
                  op->root,
                  0,
                  op->count,
-                 op->seq};
+                 op->call.no};
     memcpy(op->scratch.data() + plan->checkAt, &h, sizeof(h));
   }
   op->state.store(Op::kRunning, std::memory_order_release);

@@ -167,7 +167,7 @@ struct CallHeader {
   int32_t root;
   uint32_t pad;
   uint64_t count;
-  uint64_t seq;
+  uint64_t seq;  // the collective's number on its communicator (CallRecord::no): every rank's alike
 };
 static_assert(sizeof(CallHeader) == 32, "call header is 32 bytes");
 constexpr uint32_t kCallHeaderMagic = 0x4c4c4143;  // "CALL"

@@ -338,7 +338,8 @@ TEST_CASE("calls that differ and wait for each other fail on every rank naming b
   // (BRAID_SHM_SMALL_BYTES=0): the mailboxes compare the calls in their mail (tests/mp/test_small.cc).
   const int form = GENERATE(0, 1, 2);
   INFO("form " << form);
-  Env env = {{"BRAID_TIMEOUT", "30"}};
+  // Without BRAID_CHECK_MISMATCH, whose header check would see these first (and says so its own way).
+  Env env = {{"BRAID_TIMEOUT", "30"}, {"BRAID_CHECK_MISMATCH", "0"}};
   if (form == 1)
     env["BRAID_ALGO"] = "recursive_doubling";
   else
@@ -383,6 +384,35 @@ TEST_CASE("calls that differ and wait for each other fail on every rank naming b
       return fail(rank, "message: %s", msg.c_str());
     if (msg.find("rank 0 (host") == std::string::npos || msg.find("rank 1 (host") == std::string::npos)
       return fail(rank, "both ranks not named, with host and pid: %s", msg.c_str());
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+// BRAID_CHECK_MISMATCH's call header carried the operation's sequence number, which counts the
+// point-to-point calls too: a rank that sent to two peers while each of them received once was
+// told its next collective differed from theirs ("AllGather #2 ... but ... AllGather #1"). The
+// header now carries the collective's own number (src/call_watch.h).
+TEST_CASE("BRAID_CHECK_MISMATCH: ranks that made different numbers of point-to-point calls still run collectives",
+          "[mp][errors][mismatch]") {
+  // On the plans' path (the mailboxes of small calls compare their own way).
+  const Env env = {{"BRAID_CHECK_MISMATCH", "1"}, {"BRAID_TIMEOUT", "30"}, {"BRAID_SHM_SMALL_BYTES", "0"}};
+  auto res = runComm(3, env, [&](braidComm_t comm, int rank, int) {
+    int32_t word = rank + 1;
+    if (rank == 0) {
+      CHECK_BRAID(rank, braidSend(&word, 1, braidInt32, 1, comm, nullptr));
+      CHECK_BRAID(rank, braidSend(&word, 1, braidInt32, 2, comm, nullptr));
+    } else {
+      int32_t got = 0;
+      CHECK_BRAID(rank, braidRecv(&got, 1, braidInt32, 0, comm, nullptr));
+      if (got != 1) return fail(rank, "received %d", got);
+    }
+    int32_t all[3] = {};
+    CHECK_BRAID(rank, braidAllGather(&word, all, 1, braidInt32, comm, nullptr));
+    CHECK_BRAID(rank, braidAllReduce(&word, &word, 1, braidInt32, braidSum, comm, nullptr));
+    if (all[0] != 1 || all[1] != 2 || all[2] != 3 || word != 6)
+      return fail(rank, "gathered %d %d %d, summed %d", all[0], all[1], all[2], word);
     return 0;
   });
   INFO(describe(res));
