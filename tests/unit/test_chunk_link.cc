@@ -2,6 +2,7 @@
 // process, over an in-process wire that this test controls: it holds writes until told, delivers
 // them in order, in reverse or shuffled, reads the source only at delivery (as a NIC may), and can
 // corrupt an immediate on its way.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -419,14 +420,18 @@ TEST_CASE(
   }
   const uint32_t sent[5] = {7, 7, 0, 7, 9}, posted[5] = {7, 0, 7, 7, 8};
   std::vector<Xfer> s(5), r(5);
-  for (int i = 0; i < 5; ++i) {
-    s[i] = sendOf(out[i]);
-    s[i].call = sent[i];
-    r[i] = recvInto(in[i]);
-    r[i].call = posted[i];
-    REQUIRE(p.a.postSend(&s[i]).ok());
-    REQUIRE(p.b.postRecv(&r[i]).ok());
-  }
+  // Posts the five messages from A to B, the receives naming `calls`.
+  const auto postAll = [&](Pair& pair, const uint32_t* calls) {
+    for (int i = 0; i < 5; ++i) {
+      s[i] = sendOf(out[i]);
+      s[i].call = sent[i];
+      r[i] = recvInto(in[i]);
+      r[i].call = calls[i];
+      REQUIRE(pair.a.postSend(&s[i]).ok());
+      REQUIRE(pair.b.postRecv(&r[i]).ok());
+    }
+  };
+  postAll(p, posted);
   Status st = p.run(order);
   REQUIRE(st.code() == braidInvalidUsage);
   CHECK_THAT(st.message(), Catch::Contains("a message from peer rank 0 (host a) belongs to another call"));
@@ -440,14 +445,7 @@ TEST_CASE(
 
   // The same calls on both sides: one call chunk for the run of 7s, one for the 9.
   Pair q(config(4, 32));
-  for (int i = 0; i < 5; ++i) {
-    s[i] = sendOf(out[i]);
-    s[i].call = sent[i];
-    r[i] = recvInto(in[i]);
-    r[i].call = sent[i];
-    REQUIRE(q.a.postSend(&s[i]).ok());
-    REQUIRE(q.b.postRecv(&r[i]).ok());
-  }
+  postAll(q, sent);
   REQUIRE(q.run(order).ok());
   for (int i = 0; i < 5; ++i) CHECK(in[i] == out[i]);
   CHECK(q.ab.writes == 5 * 3 + 2);  // three chunks a message, and two calls announced
