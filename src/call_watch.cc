@@ -12,7 +12,8 @@ namespace {
 Coll collOf(const CallRecord& r) { return static_cast<Coll>(r.what & 0xff); }
 braidDataType_t dtypeOf(const CallRecord& r) { return static_cast<braidDataType_t>(r.what >> 8 & 0xff); }
 
-// "AllReduce #7 (count 4, float32, sum)", as the other mismatch errors say it.
+// "AllReduce #7 (count 4, float32, sum)", as the other mismatch errors say it; #7: the collective's
+// number (an operation's own sequence number counts point-to-point calls too).
 std::string describe(const CallRecord& r) {
   CallHeader h{};
   h.magic = kCallHeaderMagic;
@@ -21,7 +22,7 @@ std::string describe(const CallRecord& r) {
   h.redop = static_cast<uint8_t>(r.what >> 16 & 0xff);
   h.root = static_cast<int32_t>(r.what >> 32);
   h.count = r.count;
-  h.seq = r.seq;
+  h.seq = r.no;
   return describeCall(h);
 }
 
@@ -34,11 +35,9 @@ std::string ordinal(uint64_t n) {
 
 }  // namespace
 
-CallRecord callRecord(uint64_t no, uint64_t seq, Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op,
-                      int root) {
+CallRecord callRecord(uint64_t no, Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root) {
   CallRecord r;
   r.no = no;
-  r.seq = seq;
   r.what = static_cast<uint64_t>(coll) | static_cast<uint64_t>(dt & 0xff) << 8 |
            static_cast<uint64_t>(op & 0xff) << 16 | static_cast<uint64_t>(static_cast<uint32_t>(root)) << 32;
   r.count = coll == Coll::kBarrier ? 0 : count;
@@ -58,7 +57,6 @@ void CallLog::note(const CallRecord& r) {
   Slot& s = slots_[next_++ % kSlots];
   s.no.store(0, std::memory_order_relaxed);  // being written
   std::atomic_thread_fence(std::memory_order_release);
-  s.seq.store(r.seq, std::memory_order_relaxed);
   s.what.store(r.what, std::memory_order_relaxed);
   s.count.store(r.count, std::memory_order_relaxed);
   s.no.store(r.no, std::memory_order_release);
@@ -68,7 +66,6 @@ void CallLog::appendTo(std::string* out) const {
   for (const Slot& s : slots_) {
     CallRecord r;
     r.no = s.no.load(std::memory_order_acquire);
-    r.seq = s.seq.load(std::memory_order_relaxed);
     r.what = s.what.load(std::memory_order_relaxed);
     r.count = s.count.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);

@@ -26,8 +26,7 @@ namespace braid {
 
 // One collective as every rank must make it.
 struct CallRecord {
-  uint64_t no = 0;     // the communicator's no-th collective, from 1; 0: none
-  uint64_t seq = 0;    // the operation's sequence number, as errors name it ("AllReduce #7")
+  uint64_t no = 0;     // the communicator's no-th collective, from 1, on every rank; 0: none
   uint64_t what = 0;   // collective | datatype << 8 | op << 16 | root << 32
   uint64_t count = 0;  // elements
   // What the message marks compare (src/executor.cc callPrint): the collective and its bytes, the
@@ -35,8 +34,7 @@ struct CallRecord {
   bool sameCall(const CallRecord& o) const;
 };
 
-CallRecord callRecord(uint64_t no, uint64_t seq, Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op,
-                      int root);
+CallRecord callRecord(uint64_t no, Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root);
 
 // A rank's last kSlots records. One writer (the engine, under its lock); read from any thread
 // without a lock: each slot is a small seqlock whose sequence is the record's number (0 while it
@@ -50,7 +48,7 @@ class CallLog {
 
  private:
   struct Slot {
-    std::atomic<uint64_t> no{0}, seq{0}, what{0}, count{0};
+    std::atomic<uint64_t> no{0}, what{0}, count{0};
   };
   Slot slots_[kSlots];
   uint64_t next_ = 0;  // the writer's

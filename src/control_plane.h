@@ -54,8 +54,9 @@ class ControlPlane {
   void notePosted(uint64_t seq) { postedSeq_.store(seq, std::memory_order_relaxed); }
   // A collective was posted (src/call_watch.h). The engine, under its lock.
   void noteCall(const CallRecord& r) { callLog_.note(r); }
-  // The oldest operation, `call`, has waited waitReportNs(): rank 0 is told it and our last calls
-  // (by the background thread's next turn), to compare them with the other ranks'. Any thread.
+  // The oldest operation, `call` (no 0: one no call numbers), has waited waitReportNs(): rank 0 is
+  // told it and our last calls (by the background thread's next turn), to compare them with the
+  // other ranks'. Any thread.
   void noteWaiting(const CallRecord& call);
   // How long an operation waits before noteWaiting: a heartbeat period (a second without
   // heartbeats), at most a quarter of BRAID_TIMEOUT.

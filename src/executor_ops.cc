@@ -33,7 +33,7 @@ std::string describeCall(const CallHeader& h) {
 }
 
 CallRecord Engine::numberCall(Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root) {
-  const CallRecord r = callRecord(++calls_, seq_ + 1, coll, count, dt, op, root);  // prepare() takes seq_ + 1
+  const CallRecord r = callRecord(++calls_, coll, count, dt, op, root);
   control_.noteCall(r);
   return r;
 }
@@ -48,9 +48,11 @@ void Engine::checkDeadline() {
   const int64_t now = nowNs();
   if (now < op->deadline.atNs) {
     // Waited a while: rank 0 compares its call with the others' (a mismatch fails the communicator
-    // long before the deadline). Once per operation.
+    // long before the deadline). Once per operation. An operation no call numbers (point-to-point,
+    // the neighbour AllReduce) sends our last calls alone: it may wait on a peer that waits in a
+    // collective of ours behind it.
     const int64_t postedNs = op->deadline.atNs - static_cast<int64_t>(timeoutSec_ * 1e9);
-    if (op->call.no != 0 && !op->callShown && now - postedNs >= control_.waitReportNs()) {
+    if (!op->callShown && now - postedNs >= control_.waitReportNs()) {
       op->callShown = true;
       control_.noteWaiting(op->call);
     }

@@ -334,9 +334,11 @@ TEST_CASE("calls that differ and wait for each other fail on every rank naming b
   // Reduce whose two ranks each name themselves root; 1: under BRAID_ALGO=recursive_doubling (it
   // forces AllReduce alone), an AllReduce of 16 floats on rank 0 (a plan) and a Broadcast of as
   // many on rank 1 (the mailboxes); 2: as 0, but rank 1 posts 20 more such calls, more than the
-  // calls its report carries, before it waits. Forms 0 and 2 on the plans' path
+  // calls its report carries, before it waits; 3: as 0, but rank 1 first posts a receive from rank
+  // 0 (which would send after its Reduce), so its oldest operation is one no call numbers. Forms
+  // 0, 2 and 3 on the plans' path
   // (BRAID_SHM_SMALL_BYTES=0): the mailboxes compare the calls in their mail (tests/mp/test_small.cc).
-  const int form = GENERATE(0, 1, 2);
+  const int form = GENERATE(0, 1, 2, 3);
   INFO("form " << form);
   // Without BRAID_CHECK_MISMATCH, whose header check would see these first (and says so its own way).
   Env env = {{"BRAID_TIMEOUT", "30"}, {"BRAID_CHECK_MISMATCH", "0"}};
@@ -357,6 +359,20 @@ TEST_CASE("calls that differ and wait for each other fail on every rank naming b
                     : braidBroadcast(in.data(), out.data(), 16, braidFloat32, 0, comm, nullptr);
       want[0] = "AllReduce #1 (count 16, float32, sum)";
       want[1] = "Broadcast #1 (count 16, float32, root 0)";
+    } else if (form == 3) {
+      braidRequest_t q[2] = {};
+      if (rank == 1) {
+        r = braidIRecv(out.data(), 1, braidFloat32, 0, comm, nullptr, &q[0]);
+        if (r == braidSuccess)
+          r = braidIReduce(in.data(), out.data() + 16, 4096, braidFloat32, braidSum, 1, comm, nullptr, &q[1]);
+        for (braidRequest_t req : q) {
+          const braidResult_t w = req != nullptr ? braidWait(req) : braidSuccess;
+          if (r == braidSuccess) r = w;
+        }
+      } else {
+        r = braidReduce(in.data(), out.data(), 4096, braidFloat32, braidSum, 0, comm, nullptr);
+        if (r == braidSuccess) r = braidSend(in.data(), 1, braidFloat32, 1, comm, nullptr);
+      }
     } else if (rank == 1) {
       std::vector<braidRequest_t> reqs;
       for (int i = 0; i <= 20 && r == braidSuccess; ++i) {
@@ -371,7 +387,7 @@ TEST_CASE("calls that differ and wait for each other fail on every rank naming b
     } else {
       r = braidReduce(in.data(), out.data(), 4096, braidFloat32, braidSum, 0, comm, nullptr);
     }
-    if (form == 2) {
+    if (form >= 2) {
       want[0] = "Reduce #1 (count 4096, float32, sum, root 0)";
       want[1] = "Reduce #1 (count 4096, float32, sum, root 1)";
     }
