@@ -34,8 +34,12 @@ constexpr size_t kCount = (3 << 20) / 4 + 7;
 // Single copy regardless of its speed on this machine (BRAID_SHM_CMA=auto still needs the kernel's
 // permission): the tests of that path check it wherever it can run. The cut of BRAID_NT_STORES_MIN
 // (which also bounds single copy) is its default unless a test sets it: a run with it set small in
-// the environment would see no single copy and fail these tests.
+// the environment would see no single copy and fail these tests. So are the chunk and the slot
+// (a settings sweep's BRAID_CHUNK_SIZE=8192 failed 40 assertions here: single copy takes pieces of
+// 64 KiB and up, BRAID_SHM_CMA_MIN, and the slot counts assume whole chunks).
 Env shmEnv(Env more) {
+  more.emplace("BRAID_CHUNK_SIZE", "256K");
+  more.emplace("BRAID_SHM_SLOT_SIZE", "256K");
   more.emplace("BRAID_FORCE_LOWERING", "0");
   more.emplace("BRAID_SHM_CMA_SPEED", "0");
   more.emplace("BRAID_NT_STORES_MIN", "0");

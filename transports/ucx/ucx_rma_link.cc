@@ -76,8 +76,11 @@ bool sendUcxCtl(UcxEndpointState* state, int myRank, uint32_t kind) {
 UcxRmaLink::~UcxRmaLink() {
   state_->rma = nullptr;
   if (ep_ == nullptr) return;
-  // Credits the link sent last may have completed unreaped (nothing progresses an idle link).
-  if (proto_->error().ok() && state_->error == UCS_OK) (void)reapAms(true);
+  // Credits the link sent last may have completed unreaped (nothing progresses an idle link). Not
+  // with transfers still posted: the communicator failed and its engine, gone before the links,
+  // took the transfers along, which the messages' reports would touch (a segfault in
+  // ChunkLink::onWriteDone when a survivor aborted). Their requests are freed below.
+  if (proto_->error().ok() && state_->error == UCS_OK && !proto_->hasTransfers()) (void)reapAms(true);
   const bool putsLeft = putSeq_ != announced_;
   for (uint32_t i = 0; i < flushCount_; ++i) {
     void* r = flushes_[(flushHead_ + i) % cfg_.maxWrites].req;
