@@ -47,10 +47,8 @@ CallRecord callRecord(uint64_t no, Coll coll, uint64_t count, braidDataType_t dt
 bool CallRecord::sameCall(const CallRecord& o) const {
   const Coll c = collOf(*this);
   if (c != collOf(o) || count * dtypeSize(dtypeOf(*this)) != o.count * dtypeSize(dtypeOf(o))) return false;
-  const bool reduces = c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter;
-  const bool rooted = c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
-  if (reduces && (what >> 8 & 0xffff) != (o.what >> 8 & 0xffff)) return false;
-  return !rooted || what >> 32 == o.what >> 32;
+  if (collReduces(c) && (what >> 8 & 0xffff) != (o.what >> 8 & 0xffff)) return false;
+  return !collRooted(c) || what >> 32 == o.what >> 32;
 }
 
 void CallLog::note(const CallRecord& r) {

@@ -22,6 +22,11 @@ enum class Coll : uint8_t {
 };
 constexpr int kNumColls = 10;
 const char* collName(Coll c);  // "AllReduce", ...
+// Whether the collective combines its inputs with an op, and whether it names a root.
+constexpr bool collReduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
+constexpr bool collRooted(Coll c) {
+  return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
+}
 
 // The algorithms a caller can choose (BRAID_ALGO, `-A`, braid-topo). Not every collective has every
 // algorithm: algoAvailable() says which pairs exist. AllToAll's pairwise exchange and Barrier's

@@ -363,7 +363,7 @@ void SmallColls::workDirect(SmallCall* c) {
   // A fold whose output is streamed goes in one pass (below); one whose output is one of its inputs
   // (in place past rank 1: the fold of ranks 0 and 1 would overwrite it before its turn), or another
   // rank's, goes through a block of its own first.
-  const bool folds = c->coll == Coll::kAllReduce || c->coll == Coll::kReduce || c->coll == Coll::kReduceScatter;
+  const bool folds = collReduces(c->coll);
   const bool aside = folds && ((c->inPlace && rank_ >= 2) || c->coll == Coll::kReduce);
   const size_t step = stream ? kStreamCopyBytes : kBlockBytes;
   const size_t end = std::min(hi, c->at + kPassBytes);

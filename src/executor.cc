@@ -63,9 +63,6 @@ constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
 // only. A Broadcast of int32 on one rank and float32 on another moves the same bytes and stays
 // accepted.
 uint32_t callPrint(Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root) {
-  const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter;
-  const bool rooted =
-      coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather || coll == Coll::kScatter;
   uint64_t h = 0xcbf29ce484222325ull;
   const auto mix = [&h](uint64_t v) {
     h = (h ^ v) * 0x100000001b3ull;
@@ -73,8 +70,8 @@ uint32_t callPrint(Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t o
   };
   mix(static_cast<uint64_t>(coll));
   mix(count * dtypeSize(dt));
-  if (reduces) mix(static_cast<uint64_t>(dt) << 8 | static_cast<uint64_t>(op));
-  if (rooted) mix(static_cast<uint64_t>(static_cast<uint32_t>(root)));
+  if (collReduces(coll)) mix(static_cast<uint64_t>(dt) << 8 | static_cast<uint64_t>(op));
+  if (collRooted(coll)) mix(static_cast<uint64_t>(static_cast<uint32_t>(root)));
   const uint32_t v = static_cast<uint32_t>(h ^ h >> kCallBits ^ h >> (2 * kCallBits)) & kCallMask;
   return v != 0 ? v : 1;
 }

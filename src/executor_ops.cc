@@ -24,10 +24,8 @@ std::string describeCall(const CallHeader& h) {
     if (n >= 0 && n < static_cast<int>(sizeof(buf))) n += snprintf(buf + n, sizeof(buf) - n, fmt, v);
   };
   if (c != Coll::kBarrier) more(", %s", dtypeName(static_cast<braidDataType_t>(h.dtype)));
-  if (c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter)
-    more(", %s", redopName(static_cast<braidRedOp_t>(h.redop)));
-  if (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter)
-    more(", root %d", h.root);
+  if (collReduces(c)) more(", %s", redopName(static_cast<braidRedOp_t>(h.redop)));
+  if (collRooted(c)) more(", root %d", h.root);
   more("%s", ")");
   return buf;
 }

@@ -38,7 +38,7 @@ void fillCall(const SmallArgs& a, SmallCall* c) {
   c->bytes = a.coll == Coll::kBarrier ? 0 : a.bytes;
   c->dtype = a.dtype;
   c->op = a.op;
-  const bool reducing = a.coll == Coll::kAllReduce || a.coll == Coll::kReduce || a.coll == Coll::kReduceScatter;
+  const bool reducing = collReduces(a.coll);
   c->kernel = reducing ? reduceKernel(a.dtype, a.op == braidAvg ? braidSum : a.op) : nullptr;
   c->root = a.root;
   c->inPlace = a.inPlace;
