@@ -44,11 +44,14 @@ CallRecord callRecord(uint64_t no, Coll coll, uint64_t count, braidDataType_t dt
   return r;
 }
 
-bool CallRecord::sameCall(const CallRecord& o) const {
+CallRecord::Key CallRecord::key() const {
   const Coll c = collOf(*this);
-  if (c != collOf(o) || count * dtypeSize(dtypeOf(*this)) != o.count * dtypeSize(dtypeOf(o))) return false;
-  if (collReduces(c) && (what >> 8 & 0xffff) != (o.what >> 8 & 0xffff)) return false;
-  return !collRooted(c) || what >> 32 == o.what >> 32;
+  Key k;
+  k.coll = static_cast<uint64_t>(c);
+  k.bytes = count * dtypeSize(dtypeOf(*this));
+  if (collReduces(c)) k.dtypeOp = what >> 8 & 0xffff;
+  if (collRooted(c)) k.root = what >> 32;
+  return k;
 }
 
 void CallLog::note(const CallRecord& r) {

@@ -29,9 +29,15 @@ struct CallRecord {
   uint64_t no = 0;     // the communicator's no-th collective, from 1, on every rank; 0: none
   uint64_t what = 0;   // collective | datatype << 8 | op << 16 | root << 32
   uint64_t count = 0;  // elements
-  // What the message marks compare (src/executor.cc callPrint): the collective and its bytes, the
-  // datatype and op where it reduces, the root where it has one.
-  bool sameCall(const CallRecord& o) const;
+  // What makes two calls one call, as the message marks (src/executor.cc callPrint) and the watch
+  // compare it: the collective and its bytes, the datatype and op where it reduces, the root where
+  // it has one (the rest 0). An AllGather of int32 and one of float32 that move the same bytes agree.
+  struct Key {
+    uint64_t coll = 0, bytes = 0, dtypeOp = 0, root = 0;
+    bool operator==(const Key&) const = default;
+  };
+  Key key() const;
+  bool sameCall(const CallRecord& o) const { return key() == o.key(); }
 };
 
 CallRecord callRecord(uint64_t no, Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root);

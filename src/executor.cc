@@ -57,21 +57,18 @@ constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
 // rank 0 may still relay the notice (progressOnce).
 constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
 
-// The call every message of a plan carries (Xfer::call): the collective and its bytes (count x
-// element size), the datatype and op where it reduces, the root where it has one, mixed and folded
-// to kCallBits, never 0. Not the sequence number: point-to-point calls take numbers on some ranks
-// only. A Broadcast of int32 on one rank and float32 on another moves the same bytes and stays
-// accepted.
-uint32_t callPrint(Coll coll, uint64_t count, braidDataType_t dt, braidRedOp_t op, int root) {
+// The call every message of a plan carries (Xfer::call): the call's key (CallRecord::key: what
+// makes two calls one) mixed and folded to kCallBits, never 0. Not its number: point-to-point
+// calls take sequence numbers on some ranks only, and the marks of calls of one shape in a row
+// agree (the chunk protocol announces a call once per change of shape).
+uint32_t callPrint(const CallRecord& call) {
+  const CallRecord::Key k = call.key();
   uint64_t h = 0xcbf29ce484222325ull;
   const auto mix = [&h](uint64_t v) {
     h = (h ^ v) * 0x100000001b3ull;
     h ^= h >> 29;
   };
-  mix(static_cast<uint64_t>(coll));
-  mix(count * dtypeSize(dt));
-  if (collReduces(coll)) mix(static_cast<uint64_t>(dt) << 8 | static_cast<uint64_t>(op));
-  if (collRooted(coll)) mix(static_cast<uint64_t>(static_cast<uint32_t>(root)));
+  for (uint64_t v : {k.coll, k.bytes, k.dtypeOp, k.root}) mix(v);
   const uint32_t v = static_cast<uint32_t>(h ^ h >> kCallBits ^ h >> (2 * kCallBits)) & kCallMask;
   return v != 0 ? v : 1;
 }
@@ -334,11 +331,11 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->detached = a.detached;
         op->streamOut = a.streamOut;
         op->singleCopy = a.singleCopy;
-        // With BRAID_CHECK_MISMATCH the call header's check says more, and goes first.
-        if (!comm_->settings.checkMismatch && a.shape.coll != Coll::kSendRecv)
-          op->callPrint = callPrint(a.shape.coll, a.shape.count, a.dtype, a.op, a.shape.root);
-        if (a.shape.coll != Coll::kSendRecv)
+        if (a.shape.coll != Coll::kSendRecv) {
           op->call = numberCall(a.shape.coll, a.shape.count, a.dtype, a.op, a.shape.root);
+          // With BRAID_CHECK_MISMATCH the call header's check says more, and goes first.
+          if (!comm_->settings.checkMismatch) op->callPrint = callPrint(op->call);
+        }
         if (direct) {
           small_->number(&small);  // engine lock held: in issue order
           small_->pin(&small);

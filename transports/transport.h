@@ -123,11 +123,10 @@ struct Xfer {
   // The collective call the message belongs to, as both ends make it (src/executor.cc callPrint:
   // the collective, its bytes, the datatype and op where it reduces and the root where it has one,
   // folded to kCallBits; 0: not checked). A transport that sends it beside the message's length
-  // (lengthWord: shm, tcp) or in its tag (ucx's tag path) refuses a message whose call is not its
-  // receive's. Ranks whose calls
-  // differ in a way the chunking hides (a count twice another's cut into chunks of one size) would
-  // otherwise take each other's chunks, and a rank that got all it expected returned success with
-  // wrong data.
+  // (lengthWord: shm, tcp), in its tag (ucx's tag path) or in a call chunk (the chunk protocol)
+  // refuses a message whose call is not its receive's. Ranks whose calls differ in a way the
+  // chunking hides (a count twice another's cut into chunks of one size) would otherwise take each
+  // other's chunks, and a rank that got all it expected returned success with wrong data.
   uint32_t call = 0;
 
   // Transport-owned while posted.
@@ -149,14 +148,11 @@ inline uint64_t lengthWord(uint64_t bytes, uint32_t call) {
   return bytes | static_cast<uint64_t>(call & kCallMask) << kLengthBits;
 }
 inline uint64_t wordLength(uint64_t w) { return w & kLengthMask; }
+inline uint32_t wordCall(uint64_t w) { return static_cast<uint32_t>(w >> kLengthBits) & kCallMask; }
 // Whether a message sent for call `theirs` belongs to another call than receive x (either side
 // unchecked: no).
 inline bool otherCall(uint32_t theirs, const Xfer& x) {
   return theirs != 0 && x.call != 0 && theirs != x.call;  // callPrint keeps x.call within kCallMask
-}
-// The same for a message whose length word is w.
-inline bool otherCall(uint64_t w, const Xfer& x) {
-  return otherCall(static_cast<uint32_t>(w >> kLengthBits) & kCallMask, x);
 }
 // The error of such a message from `who` ("peer rank 3", or with its host).
 inline Status otherCallError(const std::string& who) {
