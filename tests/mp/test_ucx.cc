@@ -180,6 +180,179 @@ TEST_CASE("ucx: a rank killed mid-AllReduce is braidRemoteError naming it on eve
   killMidAllReduce(3, victim, mode);
 }
 
+TEST_CASE("ucx: a healthy communicator tears down without UCX complaints, in both error modes", "[mp][ucx]") {
+  if (!underTest("ucx")) {
+    WARN("ucx is not compiled in or does not work here: skipped");
+    return;
+  }
+  const char* mode = GENERATE("peer", "none");
+  INFO("BRAID_UCX_ERR_MODE=" << mode);
+  const bool strict = strcmp(mode, "peer") == 0;
+  if (strict && !peerModeUsable()) return;
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(
+      3, {{"BRAID_TRANSPORTS", "ucx"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_UCX_ERR_MODE", mode}}, [&](int rank, int size) {
+        StderrLog log(rank);
+        if (!log.ok()) return fail(rank, "cannot redirect stderr");
+        braidComm_t comm = nullptr;
+        CHECK_BRAID(rank, braidCommInitRank(&comm, size, id, rank));
+        // Eager (small) and rendezvous (large) messages both leave requests behind.
+        for (size_t count : {size_t{1}, size_t{1} << 20}) {
+          std::vector<float> buf(count, 1.0f);
+          CHECK_BRAID(rank, braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm, nullptr));
+          if (buf[count - 1] != static_cast<float>(size))
+            return fail(rank, "sum %g", static_cast<double>(buf[count - 1]));
+        }
+        CHECK_BRAID(rank, braidCommDestroy(comm));
+        const std::string text = log.finish();
+        if (ucxComplained(text, strict)) return fail(rank, "UCX complained at teardown:\n%s", text.c_str());
+        return 0;
+      });
+  removeLogs(3);  // a rank timed out and killed leaves its file
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+TEST_CASE("ucx: a rank that sends its last messages and leaves at once: the peer reads them all later", "[mp][ucx]") {
+  if (!underTest("ucx")) {
+    WARN("ucx is not compiled in or does not work here: skipped");
+    return;
+  }
+  // In rma mode a send completes as soon as UCX has taken its active messages, and the sender may
+  // then leave while its bytes are still on their way. The receiver posts its receives only later
+  // (the sender is gone, or waits in its destroy by then), and consuming the first message returns
+  // credits to the sender. Every message must arrive byte-exact, and the departure fail nothing.
+  // Then the other way round, a few times on one core: the receiver leaves as soon as it has the
+  // last message, which may be before the sender saw its own send complete (CI once failed that
+  // send with "left the communicator while an operation still needed it").
+  const char* mode = GENERATE("peer", "none");
+  const bool lateReceiver = GENERATE(true, false);
+  INFO("BRAID_UCX_ERR_MODE=" << mode << (lateReceiver ? ", late receiver" : ", receiver leaves at once"));
+  if (strcmp(mode, "peer") == 0 && !peerModeUsable()) return;
+  const std::vector<size_t> sizes = {1 << 20, 1 << 20, 1 << 20, 77777, 3, 0, 100000};
+  const int rounds = lateReceiver ? 1 : 4;
+  std::vector<braidUniqueId> ids(rounds);
+  for (braidUniqueId& id : ids) REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(
+      2, {{"BRAID_TRANSPORTS", "ucx"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_UCX_ERR_MODE", mode}}, [&](int rank, int size) {
+        if (!lateReceiver) {
+          cpu_set_t one;
+          CPU_ZERO(&one);
+          CPU_SET(0, &one);
+          (void)sched_setaffinity(0, sizeof(one), &one);  // both ranks take turns on one core
+        }
+        const int sender = lateReceiver ? 1 : 0;
+        for (int round = 0; round < rounds; ++round) {
+          braidComm_t comm = nullptr;
+          CHECK_BRAID(rank, braidCommInitRank(&comm, size, ids[round], rank));
+          std::vector<std::vector<uint8_t>> bufs;
+          for (size_t m = 0; m < sizes.size(); ++m) {
+            bufs.emplace_back(sizes[m], static_cast<uint8_t>(0xEE));
+            if (rank == sender)
+              for (size_t i = 0; i < sizes[m]; ++i) bufs[m][i] = static_cast<uint8_t>(i * 131 + m * 7 + round + 1);
+          }
+          if (rank == sender) {
+            for (size_t m = 0; m < sizes.size(); ++m)
+              CHECK_BRAID(rank, braidSend(bufs[m].data(), sizes[m], braidUint8, 1 - rank, comm, nullptr));
+          } else {
+            if (lateReceiver) usleep(500000);
+            for (size_t m = 0; m < sizes.size(); ++m) {
+              CHECK_BRAID(rank, braidRecv(bufs[m].data(), sizes[m], braidUint8, 1 - rank, comm, nullptr));
+              for (size_t i = 0; i < sizes[m]; ++i)
+                if (bufs[m][i] != static_cast<uint8_t>(i * 131 + m * 7 + round + 1))
+                  return fail(rank, "round %d message %zu byte %zu is 0x%02x", round, m, i, bufs[m][i]);
+            }
+          }
+          CHECK_BRAID(rank, braidCommDestroy(comm));
+        }
+        return 0;
+      });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
+namespace {
+
+// The UCX libraries mapped into this process, by name ("libucs.so.0 libucm.so.0"); "" when none.
+std::string ucxLibrariesLoaded() {
+  const std::string maps = readFile("/proc/self/maps");
+  std::string found;
+  for (const char* lib : {"libucp.so", "libuct.so", "libucs.so", "libucm.so"})
+    if (maps.find(std::string("/") + lib) != std::string::npos) {
+      // Appended in two steps: `" " + std::string(lib)` set off GCC 12's -Wrestrict false positive.
+      if (!found.empty()) found += ' ';
+      found += lib;
+    }
+  return found;
+}
+
+}  // namespace
+
+// libucs's constructor patches mmap, munmap, madvise and brk of the whole process (UCM's hooks): a
+// process that never asks for ucx must not carry them. (This test binary links braid's internals,
+// not UCX; each rank checks its own mappings after an AllReduce.)
+TEST_CASE("ucx: UCX is loaded only into a process whose BRAID_TRANSPORTS names it", "[mp][ucx]") {
+  auto res = runComm(2, {{"BRAID_TRANSPORTS", "shm,tcp"}}, [](braidComm_t comm, int rank, int) {
+    float f = 1.0f;
+    CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+    const std::string loaded = ucxLibrariesLoaded();
+    if (!loaded.empty()) return fail(rank, "BRAID_TRANSPORTS=shm,tcp, yet loaded: %s", loaded.c_str());
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
+  if (!underTest("ucx")) {
+    WARN("ucx is not compiled in or does not work here: the half that loads it is skipped");
+    return;
+  }
+  res = runComm(2, {{"BRAID_TRANSPORTS", "ucx"}}, [](braidComm_t comm, int rank, int) {
+    float f = 1.0f;
+    CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+    if (f != 2.0f) return fail(rank, "AllReduce over ucx gave %g", f);
+    if (ucxLibrariesLoaded().find("libucp.so") == std::string::npos) return fail(rank, "ucx ran without libucp?");
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
+}
+
+TEST_CASE("ucx: outputs written around the cache (BRAID_NT_STORES_MIN) arrive right, copies and folds", "[mp][ucx]") {
+  if (!underTest("ucx")) return;
+  const int n = GENERATE(2, 3);
+  INFO("nranks " << n << ", BRAID_UCX_PROTO " << (getenv("BRAID_UCX_PROTO") ? getenv("BRAID_UCX_PROTO") : "(tag)"));
+  // Every call here has more than 4 KiB of buffers on the host: its receives into the output take
+  // streaming stores, a fold's through ReduceSpec::streamFn (the rma protocol's chunk links).
+  const Env env = {{"BRAID_TRANSPORTS", "ucx"}, {"BRAID_TIMEOUT", "60"}, {"BRAID_NT_STORES_MIN", "4K"}};
+  auto res = runComm(n, env, [&](braidComm_t comm, int rank, int size) {
+    const size_t count = 300007;  // past a chunk, ending mid-line
+    std::vector<char> send(count * 8 * static_cast<size_t>(size) + 64), recv(send.size());
+    for (braidDataType_t dt : {braidInt32, braidFloat64})
+      for (braidRedOp_t op : {braidSum, braidMax}) {
+        for (bool inPlace : {false, true})
+          if (allReduceChecked(comm, rank, size, send.data(), recv.data(), count, dt, op, inPlace) != 0 ||
+              rootedOrScatteredChecked(comm, rank, size, false, send.data(), recv.data(), count, dt, op, inPlace) !=
+                  0 ||
+              rootedOrScatteredChecked(comm, rank, size, true, send.data(), recv.data(), count / 4, dt, op, inPlace) !=
+                  0)
+            return 1;
+      }
+    // Copies into the output: a Broadcast from every root, out of place.
+    std::vector<int32_t> b(count), out(count);
+    for (int root = 0; root < size; ++root) {
+      for (size_t i = 0; i < count; ++i) b[i] = static_cast<int32_t>(i * 7 + root);
+      std::fill(out.begin(), out.end(), -1);
+      CHECK_BRAID(rank, braidBroadcast(b.data(), out.data(), count, braidInt32, root, comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != static_cast<int32_t>(i * 7 + root))
+          return fail(rank, "Broadcast from %d: [%zu] = %d", root, i, static_cast<int>(out[i]));
+    }
+    return 0;
+  });
+  INFO(describe(res));
+  REQUIRE(allOk(res));
+}
+
 // In rma mode a staged send completes once its writes are done (sendsAwaitWrites), so a link's
 // active messages name the transfers they carry. A survivor that aborted its failed communicator
 // tore its links down after the engine, the transfers gone with it, and its link to a live peer
