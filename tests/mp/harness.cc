@@ -79,6 +79,10 @@ RankResult waitProcess(pid_t pid, int timeoutSec) {
   while (waitpid(pid, &status, WNOHANG) == 0) {
     if (time(nullptr) > deadline) {
       fprintf(stderr, "harness: pid %d still running after %d s: killing it\n", static_cast<int>(pid), timeoutSec);
+      if (getenv("BRAIDTEST_HANG_STACKS") != nullptr) {  // where it hangs, before it goes
+        const std::string cmd = "gdb -p " + std::to_string(pid) + " -batch -ex 'thread apply all bt' 1>&2";
+        if (system(cmd.c_str()) != 0) fprintf(stderr, "harness: no stacks (%s failed)\n", cmd.c_str());
+      }
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
       res.timedOut = true;

@@ -25,7 +25,8 @@ using Env = std::map<std::string, std::string>;
 
 // Forks one process that applies env, runs fn and exits with its return value (an exception exits 1).
 pid_t spawnProcess(const Env& env, const std::function<int()>& fn);
-// Waits for a process from spawnProcess, killing it after timeoutSec (a hang is a failure).
+// Waits for a process from spawnProcess, killing it after timeoutSec (a hang is a failure); with
+// BRAIDTEST_HANG_STACKS set, gdb prints its threads' stacks to stderr first.
 RankResult waitProcess(pid_t pid, int timeoutSec);
 
 // Whether process `pid` (another rank, stopped with SIGSTOP) is stopped within two seconds.
