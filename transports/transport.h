@@ -268,7 +268,8 @@ class Transport {
   // answer.
   virtual bool canConnect(const Endpoint& a, const Endpoint& b) const = 0;
   // Why canConnect refuses the pair, in words for the init error when no transport can connect
-  // it ("rank 1: no RDMA device (...)"); empty when it accepts or has nothing to add.
+  // it ("rank 1: no RDMA device (...)"); empty when it accepts or has nothing to add. `a` is the
+  // asking rank itself, `b` its peer.
   virtual std::string whyNot(const Endpoint& a, const Endpoint& b) const {
     (void)a;
     (void)b;

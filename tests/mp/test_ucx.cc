@@ -397,3 +397,44 @@ TEST_CASE("ucx: a death while every link carries many messages: the survivors ab
     for (int r = 0; r < 4; ++r) CHECK(res[r].status == (r == 2 ? 128 + SIGKILL : 0));
   }
 }
+
+// A rank where UCX cannot start (here: UCX_TLS names no transport UCX has) records it, and only
+// pairs that need ucx fail. Before, every rank whose UCX failed to start failed its init, though
+// BRAID_TRANSPORTS=shm,ucx put all its pairs on shm and a single rank needs no link at all, and
+// a pair that did need ucx heard no reason.
+TEST_CASE("ucx: a rank where UCX cannot start fails only the pairs that need ucx, saying why", "[mp][ucx]") {
+  if (!underTest("ucx")) {
+    WARN("ucx is not compiled in or does not work here: skipped");
+    return;
+  }
+  SECTION("pairs on an earlier transport, and a communicator of one rank") {
+    for (int n : {3, 1}) {
+      INFO(n << " ranks");
+      const Env env = {{"BRAID_TRANSPORTS", n == 1 ? "ucx" : "shm,ucx"}, {"UCX_TLS", "no-such-transport"}};
+      auto res = runComm(n, env, [](braidComm_t comm, int rank, int size) {
+        float f = 1.0f;
+        CHECK_BRAID(rank, braidAllReduce(&f, &f, 1, braidFloat32, braidSum, comm, nullptr));
+        return f == static_cast<float>(size) ? 0 : fail(rank, "AllReduce gave %g", f);
+      });
+      INFO(describe(res));
+      CHECK(allOk(res));
+    }
+  }
+  SECTION("a pair that needs ucx") {
+    braidUniqueId id;
+    REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+    auto res = forkRanks(2, {{"BRAID_TRANSPORTS", "ucx"}, {"BRAID_TIMEOUT", "30"}}, [&](int rank, int size) {
+      if (rank == 1) setenv("UCX_TLS", "no-such-transport", 1);
+      braidComm_t comm = nullptr;
+      const braidResult_t r = braidCommInitRank(&comm, size, id, rank);
+      if (r != braidInvalidUsage) return fail(rank, "got %s: %s", braidGetErrorString(r), braidGetLastError());
+      const char* want =
+          rank == 1 ? "rank 1 could not start UCX (ucp_init" : "rank 1 could not start UCX (see its log)";
+      if (strstr(braidGetLastError(), want) == nullptr)
+        return fail(rank, "message lacks \"%s\": %s", want, braidGetLastError());
+      return 0;
+    });
+    INFO(describe(res));
+    CHECK(allOk(res));
+  }
+}

@@ -136,6 +136,20 @@ class UcxTransport final : public Transport {
   bool canConnect(const Endpoint& a, const Endpoint& b) const override {
     return a.info->rank != b.info->rank && a.record->bytes[0] == kUcxUp && b.record->bytes[0] == kUcxUp;
   }
+  // This rank's own reason is setup_'s; a peer's is in its log.
+  std::string whyNot(const Endpoint& a, const Endpoint& b) const override {
+    if (a.info->rank == b.info->rank) return "one rank";
+    std::string why;
+    if (a.record->bytes[0] != kUcxUp) {
+      std::string mine = setup_.message();
+      if (mine.rfind("ucx: ", 0) == 0) mine.erase(0, 5);  // the caller names the transport
+      why = "rank " + std::to_string(a.info->rank) + " could not start UCX (" + mine + ")";
+    }
+    if (b.record->bytes[0] != kUcxUp)
+      why.append(why.empty() ? "" : "; ")
+          .append("rank " + std::to_string(b.info->rank) + " could not start UCX (see its log)");
+    return why;
+  }
   Status connect(const TransportContext& ctx, const std::vector<int>& peers,
                  std::vector<std::unique_ptr<Link>>* out) override;
   Status progress(int* failedPeer) override;
@@ -538,7 +552,9 @@ Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>
   const int64_t startNs = nowNs();
   rank_ = ctx.rank;
   std::vector<bool> seen(static_cast<size_t>(std::max(ctx.nranks, 0)), false);
-  Status local = setup_;
+  // A rank with no pair on ucx takes part in the exchange whether or not UCX started here (a
+  // transport further down BRAID_TRANSPORTS than the one its pairs use must not fail its init).
+  Status local = peers.empty() ? okStatus() : setup_;
   for (int p : peers) {
     if (p < 0 || p >= ctx.nranks || p == ctx.rank || seen[p]) {
       local = errorf(braidInternalError, "ucx connect: bad or repeated peer rank %d (rank %d of %d)", p, ctx.rank,
@@ -549,7 +565,7 @@ Status UcxTransport::connect(const TransportContext& ctx, const std::vector<int>
   }
   const bool rma = proto_ == Proto::kRma;
   std::vector<uint8_t> record;
-  if (local.ok() && rma) {
+  if (local.ok() && rma && setup_.ok()) {
     local = prepareRings(ctx, peers, &record);
     if (!local.ok()) {
       BRAID_WARN(kLogNet, "ucx: rank %d cannot set up its rma rings: %s", ctx.rank, local.message().c_str());
