@@ -1,6 +1,7 @@
 #include "transports/ucx/ucx_api.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <mutex>
 
@@ -12,6 +13,7 @@ namespace {
 
 Status gLoaded;
 std::once_flag gOnce;
+pid_t gLoadedBy = 0;  // the process whose loadUcx opened the library; a forked child inherits it
 
 Status openLibrary() {
   void* lib = dlopen(kUcpLibrary, RTLD_NOW | RTLD_LOCAL);
@@ -31,7 +33,16 @@ Status openLibrary() {
 }  // namespace
 
 Status loadUcx() {
-  std::call_once(gOnce, [] { gLoaded = openLibrary(); });
+  std::call_once(gOnce, [] {
+    gLoaded = openLibrary();
+    gLoadedBy = getpid();
+  });
+  if (gLoaded.ok() && gLoadedBy != getpid())
+    return errorf(braidInvalidUsage,
+                  "ucx: this process (pid %d) was forked from process %d after UCX was loaded there, and UCX does "
+                  "not work in a forked child (its memory hooks' lock may be held by a thread the child lacks); "
+                  "use shm or tcp in the child, or start it with exec",
+                  static_cast<int>(getpid()), static_cast<int>(gLoadedBy));
   return gLoaded;
 }
 

@@ -12,6 +12,12 @@
 // dlclose). A machine without libucp.so.0 gets a clear error from loadUcx(), which the transport
 // records as "ucx unavailable", and its pairs move to the next transport in BRAID_TRANSPORTS.
 //
+// fork(): UCX's rule is that a child uses none of its API. A hooked mmap or munmap holds UCM's event
+// lock for reading; a parent thread inside one at the fork leaves it held in the child for good, and
+// ucp_init there, which takes it for writing to add its handlers, never returned (test_fork.cc). So
+// loadUcx() refuses in a process forked from one that had opened the library, and the child's pairs
+// move on as on a machine without UCX.
+//
 // Threads: loadUcx() is thread-safe; ucx() may be called from any thread once loadUcx() succeeded.
 #pragma once
 
@@ -67,7 +73,8 @@ inline constexpr const char* kUcpLibrary = "libucp.so.0";
 
 // Opens kUcpLibrary and resolves every function, once per process; later calls return the first
 // call's answer. Fails (braidSystemError, with dlerror's words) where the library or one of the
-// functions is missing.
+// functions is missing, and (braidInvalidUsage, naming the process that opened it) in a process
+// forked from one that had opened it.
 Status loadUcx();
 
 // The functions; only after loadUcx() succeeded (written once, by loadUcx, before any call).
