@@ -47,6 +47,18 @@ int checkLeaks(int rc) {
   return rc;
 }
 
+// Likewise gcov's counters, which it writes at exit: in a coverage build (tests/meson.build defines
+// BRAIDTEST_GCOV_DUMP) the ranks write them before their _exit, or the counts would cover only what
+// the test processes themselves ran.
+#if defined(BRAIDTEST_GCOV_DUMP)
+extern "C" void __gcov_dump(void);
+#endif
+void dumpCoverage() {
+#if defined(BRAIDTEST_GCOV_DUMP)
+  __gcov_dump();
+#endif
+}
+
 // Test traffic stays on loopback (ids created in this process and every rank's tcp links), unless
 // a test or the caller names another interface.
 struct LoopbackByDefault {
@@ -67,6 +79,7 @@ pid_t spawnProcess(const Env& env, const std::function<int()>& fn) {
     fprintf(stderr, "pid %d: exception\n", static_cast<int>(getpid()));
   }
   rc = checkLeaks(rc);
+  dumpCoverage();
   fflush(stdout);
   fflush(stderr);
   _exit(rc);
