@@ -594,12 +594,14 @@ Status commInitFromEnv(braidComm** out) {
                                     {"PMI_RANK", "PMI_SIZE"}};
   int rank = -1, size = -1;
   const char* from = nullptr;
+  const char* fromSize = nullptr;
   for (auto& pair : kPairs) {
     bool hasRank = false, hasSize = false;
     BRAID_TRY(envInt(pair[0], &rank, &hasRank));
     BRAID_TRY(envInt(pair[1], &size, &hasSize));
     if (hasRank && hasSize) {
       from = pair[0];
+      fromSize = pair[1];
       break;
     }
   }
@@ -607,8 +609,10 @@ Status commInitFromEnv(braidComm** out) {
     return errorf(braidInvalidUsage,
                   "no launcher environment: set BRAID_RANK/BRAID_WORLD_SIZE/BRAID_ROOT (braidrun does), or run under "
                   "torchrun, mpirun, srun or a PMI launcher");
-  if (size < 1 || rank >= size)
-    return errorf(braidInvalidArgument, "%s=%d is out of range for a world of %d ranks", from, rank, size);
+  if (size < 1) return errorf(braidInvalidArgument, "%s=%d: a world has at least one rank", fromSize, size);
+  if (rank >= size)
+    return errorf(braidInvalidArgument, "%s=%d is out of range for a world of %d ranks (%s)", from, rank, size,
+                  fromSize);
   // The rendezvous address: BRAID_ROOT, else MASTER_ADDR:MASTER_PORT+1 (torchrun's store owns the
   // port itself).
   std::string addr = paramString("BRAID_ROOT");

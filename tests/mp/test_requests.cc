@@ -253,6 +253,50 @@ TEST_CASE("braidCommInitFromEnv refuses a MASTER_PORT it cannot use", "[mp][env]
   }
 }
 
+// Each launcher value that cannot be right fails init naming the variable, before anything
+// connects. A world size of 0 used to be blamed on the rank ("BRAID_RANK=0 is out of range for a
+// world of 0 ranks").
+TEST_CASE("braidCommInitFromEnv refuses launcher values that cannot be right, naming the variable", "[mp][env]") {
+  struct Case {
+    const char* rank;
+    const char* size;
+    const char* root;
+    const char* secret;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"abc", "2", "127.0.0.1:29999", nullptr, "BRAID_RANK=abc is not a valid count"},
+      {"-1", "2", "127.0.0.1:29999", nullptr, "BRAID_RANK=-1 is not a valid count"},
+      {"2", "2", "127.0.0.1:29999", nullptr, "BRAID_RANK=2 is out of range for a world of 2 ranks"},
+      {"0", "0", "127.0.0.1:29999", nullptr, "BRAID_WORLD_SIZE=0: a world has at least one rank"},
+      {"0", "99999999", "127.0.0.1:29999", nullptr, "BRAID_WORLD_SIZE=99999999 is not a valid count"},
+      {"0", "1", "127.0.0.1", nullptr, "rendezvous address '127.0.0.1' has no port"},
+      {"0", "1", "127.0.0.1:0", nullptr, "rendezvous address '127.0.0.1:0' has no port"},
+      {"0", "1", "127.0.0.1:70000", nullptr, "bad port in address '127.0.0.1:70000'"},
+      {"0", "1", "127.0.0.1:29999", "xyz", "BRAID_SECRET must be 32 hex digits"},
+      {"0", "1", "127.0.0.1:29999", "0123456789abcdef0123456789abcdeg", "BRAID_SECRET must be 32 hex digits"},
+  };
+  for (const Case& c : cases) {
+    auto res = forkRanks(1, {}, [&](int rank, int) {
+      setenv("BRAID_RANK", c.rank, 1);
+      setenv("BRAID_WORLD_SIZE", c.size, 1);
+      setenv("BRAID_ROOT", c.root, 1);
+      setenv("BRAID_JOB_ID", "env-refusals", 1);
+      if (c.secret != nullptr) setenv("BRAID_SECRET", c.secret, 1);
+      braidComm_t comm = nullptr;
+      const braidResult_t r = braidCommInitFromEnv(&comm);
+      if (r != braidInvalidArgument) return fail(rank, "gave %s: %s", braidGetErrorString(r), braidGetLastError());
+      if (strstr(braidGetLastError(), c.want) == nullptr) return fail(rank, "message: %s", braidGetLastError());
+      if (comm != nullptr) return fail(rank, "comm was set");
+      return 0;
+    });
+    INFO("BRAID_RANK=" << c.rank << " BRAID_WORLD_SIZE=" << c.size << " BRAID_ROOT=" << c.root
+                       << " BRAID_SECRET=" << (c.secret != nullptr ? c.secret : "(unset)") << "\n"
+                       << describe(res));
+    CHECK(allOk(res));
+  }
+}
+
 TEST_CASE("braidCommAbort from another thread unblocks a waiter on every rank", "[mp][requests][abort]") {
   braidUniqueId id;
   REQUIRE(braidGetUniqueId(&id) == braidSuccess);
