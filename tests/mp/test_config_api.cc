@@ -177,6 +177,33 @@ TEST_CASE("ranks whose configs name different transports are refused", "[mp][con
   CHECK(allOk(res));
 }
 
+// Both change what init exchanges (the self-test's messages and agreement; the tag links, one more
+// connect of every transport), so ranks that differ are refused before either would wait for the
+// other. Neither message had a test.
+TEST_CASE("ranks whose link self-test or BRAID_P2P_TAGS differ are refused, naming the setting", "[mp][config]") {
+  const char* name = GENERATE("BRAID_LINK_CHECK_MS", "BRAID_P2P_TAGS");
+  INFO(name);
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  auto res = forkRanks(2, {{"BRAID_TIMEOUT", "30"}}, [&](int rank, int size) {
+    const bool check = strcmp(name, "BRAID_LINK_CHECK_MS") == 0;
+    setenv(name, rank == 1 ? "0" : (check ? "5000" : "1"), 1);
+    braidComm_t comm = nullptr;
+    const braidResult_t r = braidCommInitRank(&comm, size, id, rank);
+    if (r != braidInvalidUsage) return fail(rank, "got %s: %s", braidGetErrorString(r), braidGetLastError());
+    const std::string want = check ? std::string("rank ") + (rank == 0 ? "1 has the link self-test off, rank 0 on"
+                                                                       : "0 has the link self-test on, rank 1 off")
+                                   : std::string("rank ") + (rank == 0 ? "1 has BRAID_P2P_TAGS=0, rank 0 has 1"
+                                                                       : "0 has BRAID_P2P_TAGS=1, rank 1 has 0");
+    if (strstr(braidGetLastError(), want.c_str()) == nullptr || strstr(braidGetLastError(), name) == nullptr)
+      return fail(rank, "message lacks \"%s\" or %s: %s", want.c_str(), name, braidGetLastError());
+    if (comm != nullptr) return fail(rank, "comm was set");
+    return 0;
+  });
+  INFO(describe(res));
+  CHECK(allOk(res));
+}
+
 // Both decide how a call on device buffers is cut and where it runs, so a difference would leave
 // ranks waiting for pieces their peers never post; checked at init also where no GPU is present.
 TEST_CASE(
