@@ -18,9 +18,10 @@
 # pins BRAID_NT_STORES_MIN, BRAID_CHUNK_SIZE and BRAID_SHM_SLOT_SIZE). Known by design:
 # BRAID_SHM_SMALL_BYTES=0 fails the tests of the mailbox path (there are no mailboxes). The tests of
 # the mailboxes and of the direct path pin BRAID_ALGO empty. A [ucx] group under 64-byte rma slots
-# (BRAID_UCX_RMA_SLOT_SIZE=64) runs for many minutes (a 16 KiB AllReduce takes 12-16 ms there). (A forced call on one rank against a mailbox call on
-# another, test_failure.cc's "BRAID_CHECK_MISMATCH" form 1 under BRAID_ALGO=recursive_doubling,
-# waited for BRAID_TIMEOUT until the call watch, src/call_watch.h, 2026-12-07. Its sweep also found
+# (BRAID_UCX_RMA_SLOT_SIZE=64) runs for many minutes (a 16 KiB AllReduce takes 12-16 ms there). (A
+# forced call on one rank against a mailbox call on another, test_failure.cc's "BRAID_CHECK_MISMATCH"
+# form 1 under BRAID_ALGO=recursive_doubling, waited for BRAID_TIMEOUT until the call watch,
+# src/call_watch.h, 2026-12-07. Its sweep also found
 # BRAID_CHECK_MISMATCH failing correct programs after point-to-point calls, and a segfault of ucx
 # rma's teardown after a peer's death under BRAID_CHUNK_SIZE=8192.)
 set -uo pipefail
