@@ -57,18 +57,19 @@ constexpr int64_t kBlameGraceNs = 200 * 1000000LL;
 // rank 0 may still relay the notice (progressOnce).
 constexpr int64_t kMaxBlameGraceNs = 2000 * 1000000LL;
 
-// The call every message of a plan carries (Xfer::call): the call's key (CallRecord::key: what
-// makes two calls one) mixed and folded to kCallBits, never 0. Not its number: point-to-point
-// calls take sequence numbers on some ranks only, and the marks of calls of one shape in a row
-// agree (the chunk protocol announces a call once per change of shape).
-uint32_t callPrint(const CallRecord& call) {
+// The call every message of a plan carries: the call's key (CallRecord::key: what makes two calls
+// one) and, where `numbered`, its number among the communicator's collectives (CallRecord::no, the
+// same on every rank for one call: point-to-point calls take none), mixed and folded to kCallBits,
+// never 0. Xfer::call is numbered; Xfer::callShape, which the chunk protocol announces once per
+// change, is not.
+uint32_t callPrint(const CallRecord& call, bool numbered) {
   const CallRecord::Key k = call.key();
   uint64_t h = 0xcbf29ce484222325ull;
   const auto mix = [&h](uint64_t v) {
     h = (h ^ v) * 0x100000001b3ull;
     h ^= h >> 29;
   };
-  for (uint64_t v : {k.coll, k.bytes, k.dtypeOp, k.root}) mix(v);
+  for (uint64_t v : {k.coll, k.bytes, k.dtypeOp, k.root, numbered ? call.no : 0}) mix(v);
   const uint32_t v = static_cast<uint32_t>(h ^ h >> kCallBits ^ h >> (2 * kCallBits)) & kCallMask;
   return v != 0 ? v : 1;
 }
@@ -187,7 +188,7 @@ void Engine::releaseLocked(Op* op) {
   op->detached = false;
   op->isSmall = false;
   op->streamOut = op->singleCopy = false;  // set by post() alone: groups and shared plans take neither
-  op->callPrint = 0;
+  op->callPrint = op->callShape = 0;
   op->call = CallRecord{};
   if (op->isDirect) SmallColls::unpin(&op->small);  // failed, or its plan ran
   op->isDirect = false;
@@ -334,7 +335,10 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         if (a.shape.coll != Coll::kSendRecv) {
           op->call = numberCall(a.shape.coll, a.shape.count, a.dtype, a.op, a.shape.root);
           // With BRAID_CHECK_MISMATCH the call header's check says more, and goes first.
-          if (!comm_->settings.checkMismatch) op->callPrint = callPrint(op->call);
+          if (!comm_->settings.checkMismatch) {
+            op->callPrint = callPrint(op->call, true);
+            op->callShape = callPrint(op->call, false);
+          }
         }
         if (direct) {
           small_->number(&small);  // engine lock held: in issue order
@@ -429,6 +433,7 @@ bool Engine::postSteps(Op* op) {
         x.bytes = s.bytes;
         x.singleCopy = op->singleCopy;
         x.call = op->callPrint;
+        x.callShape = op->callShape;
         if (feeder != nullptr) {
           x.feeder = feeder;
           feeder->feeds = &x;
@@ -454,6 +459,7 @@ bool Engine::postSteps(Op* op) {
         x.bytes = s.bytes;
         x.capacity = s.bytes;
         x.call = op->callPrint;
+        x.callShape = op->callShape;
         if (s.kind == StepKind::kRecvReduce) {
           x.local = resolve(op, s.src);
           x.reduce = &op->reduceSpec;

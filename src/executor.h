@@ -75,6 +75,7 @@ struct braidRequest {
   bool streamOut = false;   // outputs past the cache: final receives may take non-temporal stores
   bool singleCopy = false;  // PostArgs::singleCopy
   uint32_t callPrint = 0;   // every message's Xfer::call (post() alone sets it: 0, not checked)
+  uint32_t callShape = 0;   // ... and Xfer::callShape
   braid::CallRecord call;   // the numbered collective it is (src/call_watch.h); no 0: not one
   bool callShown = false;   // its wait was reported to rank 0 (ControlPlane::noteWaiting)
   struct Cursor {

@@ -122,12 +122,19 @@ struct Xfer {
   bool singleCopy = false;
   // The collective call the message belongs to, as both ends make it (src/executor.cc callPrint:
   // the collective, its bytes, the datatype and op where it reduces and the root where it has one,
-  // folded to kCallBits; 0: not checked). A transport that sends it beside the message's length
-  // (lengthWord: shm, tcp), in its tag (ucx's tag path) or in a call chunk (the chunk protocol)
-  // refuses a message whose call is not its receive's. Ranks whose calls differ in a way the
-  // chunking hides (a count twice another's cut into chunks of one size) would otherwise take each
-  // other's chunks, and a rank that got all it expected returned success with wrong data.
+  // and its number among the communicator's collectives, folded to kCallBits; 0: not checked). A
+  // transport that sends it beside the message's length (lengthWord: shm, tcp) or in its tag (ucx's
+  // tag path) refuses a message whose call is not its receive's. Ranks whose calls differ in a way
+  // the chunking hides (a count twice another's cut into chunks of one size) would otherwise take
+  // each other's chunks, and a rank that got all it expected returned success with wrong data; the
+  // number keeps a message that a mismatched call left unread (a Reduce's leaf sent to a root that
+  // called a Broadcast) out of the next call of the same shape, which took it as its own.
   uint32_t call = 0;
+  // The same without the number (0: not checked), for a transport that announces a call once per
+  // change (the chunk protocol's call chunk): with the number in it, every call would take a chunk
+  // of its own. There, a message left unread by a mismatched call is caught only where the next
+  // call differs in shape.
+  uint32_t callShape = 0;
 
   // Transport-owned while posted.
   size_t progressed = 0;
@@ -149,10 +156,10 @@ inline uint64_t lengthWord(uint64_t bytes, uint32_t call) {
 }
 inline uint64_t wordLength(uint64_t w) { return w & kLengthMask; }
 inline uint32_t wordCall(uint64_t w) { return static_cast<uint32_t>(w >> kLengthBits) & kCallMask; }
-// Whether a message sent for call `theirs` belongs to another call than receive x (either side
-// unchecked: no).
-inline bool otherCall(uint32_t theirs, const Xfer& x) {
-  return theirs != 0 && x.call != 0 && theirs != x.call;  // callPrint keeps x.call within kCallMask
+// Whether a message sent for call `theirs` belongs to another call than `mine`, the receive's
+// Xfer::call or Xfer::callShape (either unchecked: no).
+inline bool otherCall(uint32_t theirs, uint32_t mine) {
+  return theirs != 0 && mine != 0 && theirs != mine;  // callPrint keeps both within kCallMask
 }
 // The error of such a message from `who` ("peer rank 3", or with its host).
 inline Status otherCallError(const std::string& who) {

@@ -454,6 +454,55 @@ TEST_CASE("calls whose counts differ by whole chunks fail on every rank; none re
   }
 }
 
+TEST_CASE("a message that a mismatched call left unread is refused by the next call, never taken as its own",
+          "[mp][failure][mismatch][ucx]") {
+  // Call 1: rank 0 broadcasts 1s from root 0 and rank 1 reduces to root 0, so each only sends: both
+  // may return success, and each one's message stays unread at the other. Call 2: both broadcast
+  // 2s from root 0, whose message to rank 1 queues behind call 1's. Rank 1 took call 1's 1s as call
+  // 2's and returned success (tcp, ucx's tags; shm's FIFO likewise): the messages now carry the
+  // call's number, and call 2 fails. On shm's mailboxes, which number their calls, nothing is
+  // taken by the wrong call and nothing shows the difference: every call may succeed there, with
+  // the right data. Rank 0 only sends in both calls: a Barrier after them fails there.
+  const size_t count = GENERATE(size_t{16}, size_t{1} << 18);
+  for (const std::string& transport : transportsUnderTest()) {
+    if (transport == "ibverbs") continue;  // no RDMA device: tests/unit/test_chunk_link.cc runs its protocol
+    // The chunk protocol (BRAID_UCX_PROTO=rma) announces a call's shape once per change, without its
+    // number (Xfer::callShape): a leftover message of the next call's shape passes there.
+    const char* proto = getenv("BRAID_UCX_PROTO");
+    if (transport == "ucx" && proto != nullptr && strcmp(proto, "rma") == 0) {
+      WARN("ucx with BRAID_UCX_PROTO=rma: the chunk protocol's calls carry no number: SKIPPING");
+      continue;
+    }
+    INFO(count << " floats over " << transport);
+    Env env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "30"}};
+    if (transport == "ucx") env["UCX_TLS"] = "tcp,self";  // as in the test above
+    auto res = runComm(2, env, [&](braidComm_t comm, int rank, int) {
+      std::vector<float> in(count, 1.0f), out(count, 0.0f);
+      braidResult_t r = rank == 0 ? braidBroadcast(in.data(), out.data(), count, braidFloat32, 0, comm, nullptr)
+                                  : braidReduce(in.data(), out.data(), count, braidFloat32, braidSum, 0, comm, nullptr);
+      if (r == braidSuccess) {
+        std::fill(in.begin(), in.end(), 2.0f);
+        std::fill(out.begin(), out.end(), 0.0f);
+        r = braidBroadcast(in.data(), out.data(), count, braidFloat32, 0, comm, nullptr);
+        for (size_t i = 0; r == braidSuccess && i < count; ++i)
+          if (out[i] != 2.0f)
+            return fail(rank, "the second call returned success with out[%zu] = %g (root sent 2)", i,
+                        static_cast<double>(out[i]));
+      }
+      if (r == braidSuccess) r = braidBarrier(comm, nullptr);
+      if (r == braidSuccess) return 0;
+      if (r != braidInvalidUsage)
+        return fail(rank, "expected braidInvalidUsage, got %s (%s)", braidGetErrorString(r), braidGetLastError());
+      if (strstr(braidGetLastError(), "belongs to another call") == nullptr &&
+          strstr(braidGetLastError(), "mismatched calls") == nullptr)
+        return fail(rank, "message: %s", braidGetLastError());
+      return 0;
+    });
+    INFO(describe(res));
+    CHECK(allOk(res));
+  }
+}
+
 TEST_CASE("gossip skips a failed neighbour and renormalizes the weights on the next call", "[mp][failure]") {
   // idle: rank 1 (not rank 3's neighbour) has no call in flight when the failure comes; its next
   // call must still report it (it once ran on the survivors silently, one call ahead of the others).

@@ -424,9 +424,9 @@ TEST_CASE(
   const auto postAll = [&](Pair& pair, const uint32_t* calls) {
     for (int i = 0; i < 5; ++i) {
       s[i] = sendOf(out[i]);
-      s[i].call = sent[i];
+      s[i].callShape = sent[i];
       r[i] = recvInto(in[i]);
-      r[i].call = calls[i];
+      r[i].callShape = calls[i];
       REQUIRE(pair.a.postSend(&s[i]).ok());
       REQUIRE(pair.b.postRecv(&r[i]).ok());
     }

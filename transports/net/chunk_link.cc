@@ -175,7 +175,7 @@ Status ChunkLink::consumeArrivals() {
 Status ChunkLink::deliver(Xfer* x, const uint8_t* src, size_t bytes, bool last) {
   const size_t before = x->tp[0];
   // A message's first chunk: before its bytes go anywhere, whether it is of the receive's call.
-  if (before == 0 && otherCall(recvCall_, *x)) return fail(otherCallError(peer_));
+  if (before == 0 && otherCall(recvCall_, x->callShape)) return fail(otherCallError(peer_));
   x->tp[0] += bytes;
   // Past the posted room: count the rest of the message without writing it, so that the error
   // names the length the peer sent.
@@ -245,11 +245,12 @@ Status ChunkLink::postChunks() {
   while (sendCursor_ != nullptr && credits_ > 0 && writesInFlight_ < cfg_.maxWrites) {
     Xfer* x = sendCursor_;
     const bool track = cfg_.sendsAwaitWrites;
-    if (x->progressed == 0 && x->call != 0 && x->call != sentCall_ && cfg_.slotBytes >= Imm::kCallChunkBytes) {
+    if (x->progressed == 0 && x->callShape != 0 && x->callShape != sentCall_ &&
+        cfg_.slotBytes >= Imm::kCallChunkBytes) {
       // The message's call first, in a slot of its own (from staging: x's buffer holds none).
       const uint32_t slot = sendSlot_;
       uint8_t* stage = staging_ + static_cast<size_t>(slot) * cfg_.slotBytes;
-      memcpy(stage, &x->call, sizeof(x->call));
+      memcpy(stage, &x->callShape, sizeof(x->callShape));
       Status s = wire_->postWrite(stage, nullptr, Imm::kCallChunkBytes, slot, Imm::callChunk(slot),
                                   track ? reinterpret_cast<uint64_t>(x) : kUntracked);
       if (!s.ok()) return fail(s);
@@ -257,7 +258,7 @@ Status ChunkLink::postChunks() {
       --credits_;
       ++writesInFlight_;
       sendSlot_ = slot + 1 == cfg_.slots ? 0 : slot + 1;
-      sentCall_ = x->call;
+      sentCall_ = x->callShape;
       continue;
     }
     const size_t off = x->progressed;

@@ -11,10 +11,11 @@
 //     message is one chunk of zero bytes. Slots are used in ring order.
 //   - The receiver, on arrival, copies (or reduces, whole elements only) from the slot into the
 //     posted receive, checks the message length against it, and frees the slot.
-//   - A message whose call (Xfer::call) differs from the one the link last announced is preceded
-//     by a call chunk, which takes a slot like any other and holds the call; the receiver refuses
-//     a message whose receive names another call (otherCallError). Consecutive messages of calls
-//     of one shape (a training loop's) announce nothing after the first. Slots under
+//   - A message whose call (Xfer::callShape: the call without its number) differs from the one
+//     the link last announced is preceded by a call chunk, which takes a slot like any other and
+//     holds the call; the receiver refuses a message whose receive names another call
+//     (otherCallError). Consecutive messages of calls of one shape (a training loop's) announce
+//     nothing after the first. Slots under
 //     Imm::kCallChunkBytes carry no calls. Freed slots go
 //     back to the sender in batches as a credit immediate (no payload) carrying a count: slots are
 //     freed in ring order, so a count says which.
@@ -45,7 +46,7 @@ namespace braid::net {
 //   data chunk:   bits 0..9 slot, bit 10 last chunk of its message, bits 11..30 the chunk's bytes
 //   credit:       bits 0..30 the number of slots freed (in ring order)
 // A data chunk of no bytes that does not end a message (no message has one) is a call chunk: its
-// slot holds the call (Xfer::call, kCallChunkBytes) of the messages after it (see ChunkLink).
+// slot holds the call (Xfer::callShape, kCallChunkBytes) of the messages after it (see ChunkLink).
 struct Imm {
   static constexpr uint32_t kCreditBit = 1u << 31;
   static constexpr uint32_t kSlotBits = 10;

@@ -250,7 +250,7 @@ int ShmLink::recvStep() {
   if (s->seq.load(std::memory_order_acquire) != recvSeq_ + 1) return 0;
   const uint64_t msg = s->msgBytes;
   if (!recvStarted_) {
-    if (otherCall(wordCall(msg), *x)) return failStep(otherCallError(peerRank_));
+    if (otherCall(wordCall(msg), x->call)) return failStep(otherCallError(peerRank_));
     const uint64_t bytes = wordLength(msg);
     if (bytes != x->capacity) {
       return failStep(errorf(braidRemoteError,

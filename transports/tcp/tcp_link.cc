@@ -563,7 +563,7 @@ size_t TcpLink::drainAhead(const iovec* iov, int niov) {
 }
 
 Status TcpLink::checkHeader(uint64_t header, Xfer* x) {
-  if (otherCall(wordCall(header), *x)) return fail(otherCallError(peer_));
+  if (otherCall(wordCall(header), x->call)) return fail(otherCallError(peer_));
   const uint64_t announced = wordLength(header);
   if (announced == x->capacity) {
     x->bytes = announced;

@@ -174,7 +174,7 @@ Status UcxLink::progress() {
     x->tp[0] = 0;
     // Before the length: a message of another call has the wrong length too, as often as not.
     if ((st == UCS_OK || st == UCS_ERR_MESSAGE_TRUNCATED) &&
-        otherCall(static_cast<uint32_t>(info.sender_tag >> kUcxSeqBits) & kCallMask, *x))
+        otherCall(static_cast<uint32_t>(info.sender_tag >> kUcxSeqBits) & kCallMask, x->call))
       return fail(otherCallError(peer_));
     if (st == UCS_ERR_MESSAGE_TRUNCATED)
       return fail(errorf(braidRemoteError,
