@@ -434,6 +434,7 @@ bool Engine::postSteps(Op* op) {
         x.singleCopy = op->singleCopy;
         x.call = op->callPrint;
         x.callShape = op->callShape;
+        x.callNo = op->call.no;
         if (feeder != nullptr) {
           x.feeder = feeder;
           feeder->feeds = &x;
@@ -460,6 +461,7 @@ bool Engine::postSteps(Op* op) {
         x.capacity = s.bytes;
         x.call = op->callPrint;
         x.callShape = op->callShape;
+        x.callNo = op->call.no;
         if (s.kind == StepKind::kRecvReduce) {
           x.local = resolve(op, s.src);
           x.reduce = &op->reduceSpec;

@@ -130,11 +130,11 @@ struct Xfer {
   // number keeps a message that a mismatched call left unread (a Reduce's leaf sent to a root that
   // called a Broadcast) out of the next call of the same shape, which took it as its own.
   uint32_t call = 0;
-  // The same without the number (0: not checked), for a transport that announces a call once per
-  // change (the chunk protocol's call chunk): with the number in it, every call would take a chunk
-  // of its own. There, a message left unread by a mismatched call is caught only where the next
-  // call differs in shape.
+  // The same without the number (0: not checked), and the number apart (CallRecord::no), for a
+  // transport that announces a call once per change (the chunk protocol's call chunk): with the
+  // number in the print, every call would take a chunk of its own.
   uint32_t callShape = 0;
+  uint64_t callNo = 0;
 
   // Transport-owned while posted.
   size_t progressed = 0;

@@ -459,20 +459,13 @@ TEST_CASE("a message that a mismatched call left unread is refused by the next c
   // Call 1: rank 0 broadcasts 1s from root 0 and rank 1 reduces to root 0, so each only sends: both
   // may return success, and each one's message stays unread at the other. Call 2: both broadcast
   // 2s from root 0, whose message to rank 1 queues behind call 1's. Rank 1 took call 1's 1s as call
-  // 2's and returned success (tcp, ucx's tags; shm's FIFO likewise): the messages now carry the
-  // call's number, and call 2 fails. On shm's mailboxes, which number their calls, nothing is
-  // taken by the wrong call and nothing shows the difference: every call may succeed there, with
-  // the right data. Rank 0 only sends in both calls: a Barrier after them fails there.
+  // 2's and returned success (tcp, ucx's tags and its chunk protocol under BRAID_UCX_PROTO=rma;
+  // shm's FIFO likewise): the messages now carry the call's number, and call 2 fails. On shm's mailboxes, which number
+  // their calls, nothing is taken by the wrong call and nothing shows the difference: every call may succeed there,
+  // with the right data. Rank 0 only sends in both calls: a Barrier after them fails there.
   const size_t count = GENERATE(size_t{16}, size_t{1} << 18);
   for (const std::string& transport : transportsUnderTest()) {
     if (transport == "ibverbs") continue;  // no RDMA device: tests/unit/test_chunk_link.cc runs its protocol
-    // The chunk protocol (BRAID_UCX_PROTO=rma) announces a call's shape once per change, without its
-    // number (Xfer::callShape): a leftover message of the next call's shape passes there.
-    const char* proto = getenv("BRAID_UCX_PROTO");
-    if (transport == "ucx" && proto != nullptr && strcmp(proto, "rma") == 0) {
-      WARN("ucx with BRAID_UCX_PROTO=rma: the chunk protocol's calls carry no number: SKIPPING");
-      continue;
-    }
     INFO(count << " floats over " << transport);
     Env env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "30"}};
     if (transport == "ucx") env["UCX_TLS"] = "tcp,self";  // as in the test above

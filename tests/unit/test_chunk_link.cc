@@ -451,6 +451,60 @@ TEST_CASE(
   CHECK(q.ab.writes == 5 * 3 + 2);  // three chunks a message, and two calls announced
 }
 
+TEST_CASE("chunk link: calls are numbered; a loop of one shape announces once, a message of an earlier call is refused",
+          "[unit][net]") {
+  // Four messages of 96 bytes (three chunks each), call shape 7, numbered as given on each side.
+  struct Case {
+    const char* what;
+    uint64_t sent[4], posted[4];
+    int refusedAt;  // the first receive refused (-1: none)
+    int calls;      // call chunks written when none is refused
+  };
+  const Case cases[] = {
+      {"a loop of one shape", {1, 2, 3, 4}, {1, 2, 3, 4}, -1, 1},
+      {"two messages a call", {1, 1, 2, 2}, {1, 1, 2, 2}, -1, 1},
+      {"calls that send nothing on this link between", {1, 3, 4, 7}, {1, 3, 4, 7}, -1, 3},
+      // The receiver took nothing of call 1 (a mismatched call), and call 2's receive meets call 1's
+      // message right after its announcement ...
+      {"a leftover announced", {1, 2, 3, 4}, {2, 3, 4, 5}, 0, 0},
+      // ... or later, unannounced, two numbers behind.
+      {"a leftover unannounced", {1, 2, 3, 4}, {1, 3, 4, 5}, 1, 0},
+  };
+  const Order order = GENERATE(Order::kFifo, Order::kShuffle);
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Pair p(config(4, 32));
+    std::vector<std::vector<uint8_t>> out, in;
+    std::vector<Xfer> s(4), r(4);
+    for (int i = 0; i < 4; ++i) {
+      out.push_back(pattern(96, i));
+      in.emplace_back(96, 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+      s[i] = sendOf(out[i]);
+      s[i].callShape = 7;
+      s[i].callNo = c.sent[i];
+      r[i] = recvInto(in[i]);
+      r[i].callShape = 7;
+      r[i].callNo = c.posted[i];
+      REQUIRE(p.a.postSend(&s[i]).ok());
+      REQUIRE(p.b.postRecv(&r[i]).ok());
+    }
+    Status st = p.run(order);
+    if (c.refusedAt < 0) {
+      REQUIRE(st.ok());
+      for (int i = 0; i < 4; ++i) CHECK(in[i] == out[i]);
+      CHECK(p.ab.writes == 4 * 3 + c.calls);
+      continue;
+    }
+    REQUIRE(st.code() == braidInvalidUsage);
+    CHECK_THAT(st.message(), Catch::Contains("belongs to another call"));
+    for (int i = 0; i < c.refusedAt; ++i) CHECK(r[i].complete);
+    CHECK_FALSE(r[c.refusedAt].complete);
+    CHECK(std::all_of(in[c.refusedAt].begin(), in[c.refusedAt].end(), [](uint8_t b) { return b == 0xEE; }));
+  }
+}
+
 TEST_CASE("chunk link: corrupt immediates break the link instead of writing out of bounds", "[unit][net]") {
   struct Case {
     const char* what;

@@ -164,7 +164,11 @@ Status ChunkLink::consumeArrivals() {
     recvSlot_ = recvSlot_ + 1 == cfg_.slots ? 0 : recvSlot_ + 1;
     ++freed_;
     if (Imm::isCallChunk(imm)) {
-      memcpy(&recvCall_, src, sizeof(recvCall_));
+      CallChunk c;
+      memcpy(&c, src, sizeof(c));
+      recvCall_ = c.shape;
+      announcedNo_ = c.no;
+      announced_ = true;
       continue;
     }
     BRAID_TRY(deliver(recvs_.front(), src, Imm::bytes(imm), Imm::last(imm)));
@@ -175,7 +179,12 @@ Status ChunkLink::consumeArrivals() {
 Status ChunkLink::deliver(Xfer* x, const uint8_t* src, size_t bytes, bool last) {
   const size_t before = x->tp[0];
   // A message's first chunk: before its bytes go anywhere, whether it is of the receive's call.
-  if (before == 0 && otherCall(recvCall_, x->callShape)) return fail(otherCallError(peer_));
+  if (before == 0 && recvCall_ != 0 && x->callShape != 0) {
+    const bool numberOk = announced_ ? x->callNo == announcedNo_ : x->callNo - recvNo_ <= 1;
+    if (x->callShape != recvCall_ || !numberOk) return fail(otherCallError(peer_));
+    recvNo_ = x->callNo;
+    announced_ = false;
+  }
   x->tp[0] += bytes;
   // Past the posted room: count the rest of the message without writing it, so that the error
   // names the length the peer sent.
@@ -245,12 +254,15 @@ Status ChunkLink::postChunks() {
   while (sendCursor_ != nullptr && credits_ > 0 && writesInFlight_ < cfg_.maxWrites) {
     Xfer* x = sendCursor_;
     const bool track = cfg_.sendsAwaitWrites;
-    if (x->progressed == 0 && x->callShape != 0 && x->callShape != sentCall_ &&
-        cfg_.slotBytes >= Imm::kCallChunkBytes) {
+    const bool hasCall = x->progressed == 0 && x->callShape != 0 && cfg_.slotBytes >= Imm::kCallChunkBytes;
+    if (hasCall && (x->callShape != sentCall_ || x->callNo - sentNo_ > 1)) {
       // The message's call first, in a slot of its own (from staging: x's buffer holds none).
       const uint32_t slot = sendSlot_;
       uint8_t* stage = staging_ + static_cast<size_t>(slot) * cfg_.slotBytes;
-      memcpy(stage, &x->callShape, sizeof(x->callShape));
+      CallChunk c;
+      c.shape = x->callShape;
+      c.no = x->callNo;
+      memcpy(stage, &c, sizeof(c));
       Status s = wire_->postWrite(stage, nullptr, Imm::kCallChunkBytes, slot, Imm::callChunk(slot),
                                   track ? reinterpret_cast<uint64_t>(x) : kUntracked);
       if (!s.ok()) return fail(s);
@@ -259,8 +271,10 @@ Status ChunkLink::postChunks() {
       ++writesInFlight_;
       sendSlot_ = slot + 1 == cfg_.slots ? 0 : slot + 1;
       sentCall_ = x->callShape;
+      sentNo_ = x->callNo;
       continue;
     }
+    if (hasCall) sentNo_ = x->callNo;
     const size_t off = x->progressed;
     const size_t bytes = std::min(cfg_.slotBytes, x->bytes - off);
     const bool last = off + bytes == x->bytes;

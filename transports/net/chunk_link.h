@@ -11,11 +11,16 @@
 //     message is one chunk of zero bytes. Slots are used in ring order.
 //   - The receiver, on arrival, copies (or reduces, whole elements only) from the slot into the
 //     posted receive, checks the message length against it, and frees the slot.
-//   - A message whose call (Xfer::callShape: the call without its number) differs from the one
-//     the link last announced is preceded by a call chunk, which takes a slot like any other and
-//     holds the call; the receiver refuses a message whose receive names another call
-//     (otherCallError). Consecutive messages of calls of one shape (a training loop's) announce
-//     nothing after the first. Slots under
+//   - A message is preceded by a call chunk, which takes a slot like any other and holds its call
+//     (Xfer::callShape, the call without its number, and Xfer::callNo, the number), where the
+//     shape differs from the one the link last announced or the number is neither the last
+//     message's nor the next (the sender sent nothing for a call between them). The receiver
+//     refuses (otherCallError) a message whose receive names another shape, a message right
+//     after a call chunk whose receive has another number, and any other whose receive's number
+//     is neither the last message's nor the next. Consecutive messages of calls of one shape (a
+//     training loop's) announce nothing after the first, and a call's messages that a mismatched
+//     call left unread, where the receiver took nothing from that call, are refused by the next
+//     call (announced with their old number, or two numbers behind the receive). Slots under
 //     Imm::kCallChunkBytes carry no calls. Freed slots go
 //     back to the sender in batches as a credit immediate (no payload) carrying a count: slots are
 //     freed in ring order, so a count says which.
@@ -46,7 +51,7 @@ namespace braid::net {
 //   data chunk:   bits 0..9 slot, bit 10 last chunk of its message, bits 11..30 the chunk's bytes
 //   credit:       bits 0..30 the number of slots freed (in ring order)
 // A data chunk of no bytes that does not end a message (no message has one) is a call chunk: its
-// slot holds the call (Xfer::callShape, kCallChunkBytes) of the messages after it (see ChunkLink).
+// slot holds the call (CallChunk, kCallChunkBytes) of the messages after it (see ChunkLink).
 struct Imm {
   static constexpr uint32_t kCreditBit = 1u << 31;
   static constexpr uint32_t kSlotBits = 10;
@@ -64,12 +69,20 @@ struct Imm {
   static bool last(uint32_t imm) { return (imm & kLastBit) != 0; }
   static uint32_t bytes(uint32_t imm) { return (imm & ~kCreditBit) >> kBytesShift; }
   static uint32_t count(uint32_t imm) { return imm & ~kCreditBit; }
-  static constexpr uint32_t kCallChunkBytes = 4;
+  static constexpr uint32_t kCallChunkBytes = 16;  // sizeof(CallChunk)
   static uint32_t callChunk(uint32_t slot) { return data(slot, 0, false); }
   static bool isCallChunk(uint32_t imm) { return !isCredit(imm) && (imm & ~(kMaxSlots - 1)) == 0; }
   // The bytes written into the chunk's slot.
   static uint32_t written(uint32_t imm) { return isCallChunk(imm) ? kCallChunkBytes : bytes(imm); }
 };
+
+// What a call chunk's slot holds.
+struct CallChunk {
+  uint32_t shape = 0;  // Xfer::callShape
+  uint32_t unused = 0;
+  uint64_t no = 0;  // Xfer::callNo
+};
+static_assert(sizeof(CallChunk) == Imm::kCallChunkBytes);
 
 // What the protocol asks of the wire. Both calls only queue work; the wire reports what finished
 // through ChunkLink::onWriteDone (every postWrite and postCredit, once each, in any order) and
@@ -166,7 +179,8 @@ class ChunkLink {
   Xfer* sendCursor_ = nullptr;
   uint32_t credits_ = 0;   // free slots in the peer's ring
   uint32_t sendSlot_ = 0;  // the next slot to write
-  uint32_t sentCall_ = 0;  // the call last announced (a call chunk)
+  uint32_t sentCall_ = 0;  // the call shape last announced (a call chunk)
+  uint64_t sentNo_ = 0;    // the number of the last message sent that had a call
   uint32_t writesInFlight_ = 0;
 
   // Receive side. arrived_[s] is the immediate of the chunk waiting in slot s, kEmpty when none;
@@ -176,8 +190,11 @@ class ChunkLink {
   XferQueue recvs_;
   std::unique_ptr<uint64_t[]> arrived_;
   uint32_t recvSlot_ = 0;
-  uint32_t freed_ = 0;     // slots freed since the last credit return
-  uint32_t recvCall_ = 0;  // the call the peer last announced
+  uint32_t freed_ = 0;        // slots freed since the last credit return
+  uint32_t recvCall_ = 0;     // the call shape the peer last announced
+  uint64_t announcedNo_ = 0;  // ... and the number it announced with it
+  bool announced_ = false;    // a call chunk came since the last message that had a call
+  uint64_t recvNo_ = 0;       // the number of the last message received that had a call
   uint64_t creditMessages_ = 0;
   std::unique_ptr<uint8_t[], FreeDeleter> carry_;  // slotBytes, 64-byte aligned
   size_t carryBytes_ = 0;
