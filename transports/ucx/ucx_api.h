@@ -44,6 +44,7 @@ namespace braid {
   X(ucp_mem_query)                  \
   X(ucp_mem_unmap)                  \
   X(ucp_put_nbx)                    \
+  X(ucp_request_cancel)             \
   X(ucp_request_check_status)       \
   X(ucp_request_free)               \
   X(ucp_rkey_buffer_release)        \

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/base/status.h"
 #include "transports/transport.h"
@@ -137,6 +138,18 @@ class UcxLink final : public Link {
   // Posted transfers; each one's UCX request sits in Xfer::tp[0] (0: completed when posted).
   XferQueue sends_;
   XferQueue recvs_;
+  // The posted receives' requests again, in posting order from recvReqHead_ (they complete in that
+  // order), for the teardown of a failed link, when the Xfers may be gone: it cancels those that no
+  // message matched yet and frees them, where they would otherwise leak into the worker's
+  // destruction (see ~UcxLink). Emptied whenever the head catches up, so its capacity is reused.
+  std::vector<void*> recvReqs_;
+  size_t recvReqHead_ = 0;
+  void recvReqDone() {
+    if (++recvReqHead_ == recvReqs_.size()) {
+      recvReqs_.clear();
+      recvReqHead_ = 0;
+    }
+  }
 };
 
 }  // namespace braid
