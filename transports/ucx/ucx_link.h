@@ -13,6 +13,7 @@
 // is UCS_THREAD_MODE_SERIALIZED for that reason.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -141,12 +142,18 @@ class UcxLink final : public Link {
   // The posted receives' requests again, in posting order from recvReqHead_ (they complete in that
   // order), for the teardown of a failed link, when the Xfers may be gone: it cancels those that no
   // message matched yet and frees them, where they would otherwise leak into the worker's
-  // destruction (see ~UcxLink). Emptied whenever the head catches up, so its capacity is reused.
+  // destruction (see ~UcxLink). Emptied whenever the head catches up, so its capacity is reused,
+  // and its done front dropped once it is most of it, so that a link whose receives never all
+  // finish at once (nonblocking calls posted back to back) does not grow it without bound.
   std::vector<void*> recvReqs_;
   size_t recvReqHead_ = 0;
   void recvReqDone() {
-    if (++recvReqHead_ == recvReqs_.size()) {
+    ++recvReqHead_;
+    if (recvReqHead_ == recvReqs_.size()) {
       recvReqs_.clear();
+      recvReqHead_ = 0;
+    } else if (recvReqHead_ >= 1024 && 2 * recvReqHead_ >= recvReqs_.size()) {
+      recvReqs_.erase(recvReqs_.begin(), recvReqs_.begin() + static_cast<std::ptrdiff_t>(recvReqHead_));
       recvReqHead_ = 0;
     }
   }
