@@ -20,8 +20,10 @@ namespace braid {
 struct LocalWork {
   const Step* step = nullptr;
   char* dst = nullptr;
+  // kReduce folds src op incoming: the executor puts the received operand (scratch) in `incoming`,
+  // or in `src` where the step folds it first (FoldOrder::kIncomingFirst).
   const char* src = nullptr;
-  const char* incoming = nullptr;  // kReduce: the received operand (scratch)
+  const char* incoming = nullptr;
   braidDataType_t dtype = braidUint8;
   ReduceKernel kernel = nullptr;  // kReduce: the call's reduction (braidAvg as sum)
   int nranks = 1;                 // kScale: the divisor

@@ -26,12 +26,25 @@ void applyStreamKernel(void* out, const void* local, const void* incoming, size_
   (*static_cast<const FoldStreamKernel*>(ctx))(outs, 1, ins, 2, count, 1);
 }
 
-// How an op's receives fold: its kernel, and the same with the output streamed.
-ReduceSpec reduceSpecOf(Op* op, braidDataType_t dtype, braidRedOp_t redop) {
+// The same two with the incoming operand first (FoldOrder::kIncomingFirst).
+void applyKernelIncomingFirst(void* out, const void* local, const void* incoming, size_t count, const void* ctx) {
+  applyKernel(out, incoming, local, count, ctx);
+}
+
+void applyStreamKernelIncomingFirst(void* out, const void* local, const void* incoming, size_t count, const void* ctx) {
+  applyStreamKernel(out, incoming, local, count, ctx);
+}
+
+// How an op's receives fold, in either order (Op::reduceSpec): its kernel, and the same with the
+// output streamed.
+void setReduceSpecs(Op* op, braidDataType_t dtype, braidRedOp_t redop) {
   const braidRedOp_t folded = redop == braidAvg ? braidSum : redop;
   op->kernel = reduceKernel(dtype, folded);
   op->streamKernel = foldStreamKernel(dtype, folded);
-  return ReduceSpec{applyKernel, &op->kernel, dtypeSize(dtype), applyStreamKernel, &op->streamKernel};
+  const size_t elem = dtypeSize(dtype);
+  op->reduceSpec[0] = ReduceSpec{applyKernel, &op->kernel, elem, applyStreamKernel, &op->streamKernel};
+  op->reduceSpec[1] =
+      ReduceSpec{applyKernelIncomingFirst, &op->kernel, elem, applyStreamKernelIncomingFirst, &op->streamKernel};
 }
 
 inline char* resolve(const Op* op, BufRef ref) {
@@ -327,7 +340,7 @@ Status Engine::post(const PostArgs& a, bool userOwned, Op** out) {
         op->redop = a.op;
         op->count = a.shape.count;
         op->root = a.shape.root;
-        op->reduceSpec = reduceSpecOf(op, a.dtype, a.op);
+        setReduceSpecs(op, a.dtype, a.op);
         op->gate = a.gate;
         op->detached = a.detached;
         op->streamOut = a.streamOut;
@@ -381,7 +394,7 @@ Status Engine::postPlan(std::shared_ptr<const Plan> plan, const void* send, void
         op->bufs[static_cast<int>(Buf::kSend)] = const_cast<char*>(static_cast<const char*>(send));
         op->bufs[static_cast<int>(Buf::kRecv)] = static_cast<char*>(recv);
         op->dtype = dtype;
-        op->reduceSpec = reduceSpecOf(op, dtype, braidSum);
+        setReduceSpecs(op, dtype, braidSum);
       },
       [&](const Op* op) {
         BRAID_INFO(kLogColl, "%s #%llu: %s %s, %zu steps", collName(coll), static_cast<unsigned long long>(op->seq),
@@ -398,7 +411,7 @@ Status Engine::postGroup(Plan* plan, bool userOwned, Op** out, OpGate* gate, boo
         op->plan = &op->ownedPlan;
         countP2p(op->ownedPlan);
         op->kernel = nullptr;
-        op->reduceSpec = ReduceSpec{};
+        op->reduceSpec[0] = op->reduceSpec[1] = ReduceSpec{};
         op->gate = gate;
         op->detached = detached;
       },
@@ -464,7 +477,7 @@ bool Engine::postSteps(Op* op) {
         x.callNo = op->call.no;
         if (s.kind == StepKind::kRecvReduce) {
           x.local = resolve(op, s.src);
-          x.reduce = &op->reduceSpec;
+          x.reduce = &op->reduceSpec[s.order == FoldOrder::kIncomingFirst ? 1 : 0];
         }
         if (!plan->outputOnly.empty() && plan->outputOnly[idx] != 0) {
           // The call's own outputs may bypass the cache; a scratch chunk that only its forwarded
@@ -558,7 +571,10 @@ bool Engine::runLocal(Op* op, const Step& s, bool* whole) {
       w.step = &s;
       w.dst = resolve(op, s.dst);
       w.src = resolve(op, s.src);
-      if (s.kind == StepKind::kReduce) w.incoming = op->bufs[static_cast<int>(Buf::kScratch)] + s.incoming;
+      if (s.kind == StepKind::kReduce) {
+        w.incoming = op->bufs[static_cast<int>(Buf::kScratch)] + s.incoming;
+        if (s.order == FoldOrder::kIncomingFirst) std::swap(w.src, w.incoming);  // the kernels fold src op incoming
+      }
       w.dtype = op->dtype;
       w.kernel = op->kernel;
       w.nranks = op->plan->nranks;

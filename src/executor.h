@@ -69,7 +69,7 @@ struct braidRequest {
   int32_t root = -1;
   braid::ReduceKernel kernel = nullptr;
   braid::FoldStreamKernel streamKernel = nullptr;  // kernel's fold with its output streamed
-  braid::ReduceSpec reduceSpec;
+  braid::ReduceSpec reduceSpec[2];  // its receives' fold: [0] local op incoming, [1] incoming op local (FoldOrder)
   std::vector<braid::Xfer> xfers;
   std::vector<uint8_t> done;
   bool streamOut = false;   // outputs past the cache: final receives may take non-temporal stores

@@ -117,12 +117,12 @@ bool lowerPlan(const LowerTarget& t, Plan* plan) {
       const uint64_t block = sl.base + slot * ((sl.bytes + kBlockAlign - 1) / kBlockAlign * kBlockAlign);
       deps.push_back(sl.reader[slot]);
       const int32_t got = out.recv(s.peer, scratchBuf(block), s.bytes, deps);
-      doneAt[i] = sl.reader[slot] = out.reduce(s.dst, s.src, block, s.bytes, got);
+      doneAt[i] = sl.reader[slot] = out.reduce(s.dst, s.src, block, s.bytes, got, s.order);
       pending.push_back(Pending{s.peer, doneAt[i], s.dst, s.bytes});
     } else if (s.kind == StepKind::kRecv) {
       doneAt[i] = out.recv(s.peer, s.dst, s.bytes, deps);
     } else if (s.kind == StepKind::kRecvReduce) {
-      doneAt[i] = out.recvReduce(s.peer, s.dst, s.src, s.bytes, deps);
+      doneAt[i] = out.recvReduce(s.peer, s.dst, s.src, s.bytes, deps, s.order);
     } else {
       doneAt[i] = out.add(s);  // local steps and sends the link runs as they are
     }

@@ -56,9 +56,10 @@ int32_t Plan::axpy(BufRef dst, BufRef src, uint64_t bytes, double weight, Deps d
   return i;
 }
 
-int32_t Plan::reduce(BufRef dst, BufRef src, uint64_t incoming, uint64_t bytes, Deps deps) {
+int32_t Plan::reduce(BufRef dst, BufRef src, uint64_t incoming, uint64_t bytes, Deps deps, FoldOrder order) {
   const int32_t i = add(StepKind::kReduce, -1, dst, src, bytes, deps);
   steps[i].incoming = incoming;
+  steps[i].order = order;
   return i;
 }
 
@@ -253,9 +254,13 @@ std::string Plan::describe() const {
       case StepKind::kRecv:
         where = "peer " + std::to_string(s.peer) + " -> " + refName(s.dst);
         break;
-      case StepKind::kRecvReduce:
-        where = "peer " + std::to_string(s.peer) + " (+) " + refName(s.src) + " -> " + refName(s.dst);
+      case StepKind::kRecvReduce: {
+        const std::string peer = "peer " + std::to_string(s.peer);
+        where =
+            s.order == FoldOrder::kIncomingFirst ? peer + " (+) " + refName(s.src) : refName(s.src) + " (+) " + peer;
+        where += " -> " + refName(s.dst);
         break;
+      }
       case StepKind::kCopy:
         where = refName(s.src) + " -> " + refName(s.dst);
         break;
@@ -276,7 +281,10 @@ std::string Plan::describe() const {
       case StepKind::kJoin:
         break;
       case StepKind::kReduce:
-        where = refName(s.src) + " (+) " + refName(BufRef{Buf::kScratch, s.incoming}) + " -> " + refName(s.dst);
+        where = s.order == FoldOrder::kIncomingFirst
+                    ? refName(BufRef{Buf::kScratch, s.incoming}) + " (+) " + refName(s.src)
+                    : refName(s.src) + " (+) " + refName(BufRef{Buf::kScratch, s.incoming});
+        where += " -> " + refName(s.dst);
         break;
     }
     snprintf(line, sizeof(line), "  %4zu %-11s %8llu B  %s  deps %d %d\n", i, kindName(s.kind),

@@ -23,14 +23,24 @@ namespace braid {
 enum class StepKind : uint8_t {
   kSend,        // send src[0..bytes) to peer
   kRecv,        // receive bytes from peer into dst
-  kRecvReduce,  // receive bytes from peer; dst = src op incoming (src may equal dst)
+  kRecvReduce,  // receive bytes from peer; dst = src op incoming (src may equal dst; see Step::order)
   kCopy,        // dst = src (local)
   kScale,       // dst /= nranks (local; braidAvg)
   kScaleBy,     // dst = weight * src (local; src may equal dst; gossip)
   kAxpy,        // dst += weight * src (local; gossip)
   kCheck,       // compare the call header received into src with ours in dst (BRAID_CHECK_MISMATCH)
   kJoin,        // no work: completes when its dependencies do (steps carry two; joins carry more)
-  kReduce,      // dst = src op scratch[incoming] (local; a lowered kRecvReduce, src/lower.h)
+  kReduce,      // dst = src op scratch[incoming] (local; a lowered kRecvReduce, src/lower.h; see Step::order)
+};
+
+// Which operand of a fold (kRecvReduce, kReduce) comes first. The ops are commutative in value but
+// not in bits: min and max return the second operand for a pair of zeros of opposite sign, and a
+// fold of two NaNs keeps the first one's payload. Where two ranks fold the same two partial results
+// (recursive doubling's partners), both put the one covering the lower ranks first, so that every
+// rank ends with the very same bits.
+enum class FoldOrder : uint8_t {
+  kLocalFirst,     // dst = src op incoming
+  kIncomingFirst,  // dst = incoming op src
 };
 
 enum class Buf : uint8_t {
@@ -50,6 +60,7 @@ struct BufRef {
 // dependencies go through kJoin steps (Plan's builders insert them).
 struct Step {
   StepKind kind = StepKind::kCopy;
+  FoldOrder order = FoldOrder::kLocalFirst;  // kRecvReduce, kReduce
   int32_t peer = -1;
   BufRef dst;
   BufRef src;
@@ -118,9 +129,12 @@ struct Plan {
   int32_t recv(int peer, BufRef dst, uint64_t bytes, Deps deps = {}) {
     return add(StepKind::kRecv, peer, dst, {}, bytes, deps);
   }
-  // dst = src op incoming (src may equal dst).
-  int32_t recvReduce(int peer, BufRef dst, BufRef src, uint64_t bytes, Deps deps = {}) {
-    return add(StepKind::kRecvReduce, peer, dst, src, bytes, deps);
+  // dst = src op incoming (src may equal dst), or incoming op src.
+  int32_t recvReduce(int peer, BufRef dst, BufRef src, uint64_t bytes, Deps deps = {},
+                     FoldOrder order = FoldOrder::kLocalFirst) {
+    const int32_t i = add(StepKind::kRecvReduce, peer, dst, src, bytes, deps);
+    steps[i].order = order;
+    return i;
   }
   int32_t copy(BufRef dst, BufRef src, uint64_t bytes, Deps deps = {}) {
     return add(StepKind::kCopy, -1, dst, src, bytes, deps);
@@ -135,8 +149,9 @@ struct Plan {
   int32_t scale(BufRef dst, uint64_t bytes, Deps deps = {}) { return add(StepKind::kScale, -1, dst, {}, bytes, deps); }
   int32_t scaleBy(BufRef dst, BufRef src, uint64_t bytes, double weight, Deps deps = {});
   int32_t axpy(BufRef dst, BufRef src, uint64_t bytes, double weight, Deps deps = {});
-  // dst = src op scratch[incoming].
-  int32_t reduce(BufRef dst, BufRef src, uint64_t incoming, uint64_t bytes, Deps deps = {});
+  // dst = src op scratch[incoming], or scratch[incoming] op src.
+  int32_t reduce(BufRef dst, BufRef src, uint64_t incoming, uint64_t bytes, Deps deps = {},
+                 FoldOrder order = FoldOrder::kLocalFirst);
   // Compares the header in `theirs` with ours in `mine`.
   int32_t check(BufRef mine, BufRef theirs, uint64_t bytes, Deps deps = {}) {
     return add(StepKind::kCheck, -1, mine, theirs, bytes, deps);

@@ -9,8 +9,10 @@
 // and received (S = buffer bytes); folded pairs move S more each way. Valid for any n >= 1 and count
 // >= 0.
 //
-// Both partners of a round combine the same two values (mine op incoming = theirs op mine for the
-// commutative ops, exactly, floats included), so every rank ends with bitwise the same result.
+// Both partners of a round combine the same two values, and both put first the one that covers the
+// lower virtual ranks (FoldOrder): the ops are commutative in value but not in bits (min and max of
+// -0 and +0, two NaNs' payloads), and so every rank ends with bitwise the same result. The folded
+// pairs' fold needs no order: only the even rank computes it.
 //
 // Buffers: a round sends the buffer written by the previous round and writes the other, alternating
 // between the receive buffer and scratch (S bytes) so that an incoming message never lands on bytes a
@@ -84,13 +86,15 @@ void buildRecursiveDoublingAllReduce(const CollArgs& a, Plan* plan) {
   }
   for (int k = 0; k < rounds; ++k, ++w) {
     const int peer = foldRank(v ^ (1 << k), n);
+    const FoldOrder order = (v & (1 << k)) != 0 ? FoldOrder::kIncomingFirst : FoldOrder::kLocalFirst;
     const Buf dst = target(w);
     for (uint64_t c = 0; c < chunks; ++c) {
       ChunkState& s = st[c];
       const int32_t send = plan->send(peer, at(cur, c), chunk(c).count, s.writer);
       // dst was written two rounds ago and, in the previous round, sent (reader) and read as the
       // source of the write (writer): waiting for those two covers all three.
-      s.writer = plan->recvReduce(peer, at(dst, c), at(cur, c), chunk(c).count, {s.writer, s.reader[bufIndex(dst)]});
+      s.writer =
+          plan->recvReduce(peer, at(dst, c), at(cur, c), chunk(c).count, {s.writer, s.reader[bufIndex(dst)]}, order);
       s.reader[bufIndex(cur)] = send;
     }
     cur = dst;
