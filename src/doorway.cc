@@ -69,10 +69,10 @@ Status Doorway::acceptSome(int listenFd, int64_t now, int64_t deadlineNs, const 
       }
       // Nothing of ours to free (or another accept failure): the connection stays queued in the
       // kernel; try again shortly instead of spinning on a listener that stays readable.
-      if (!warnedAccept_)
+      if (acceptFailures_++ == 0)
         BRAID_WARN(subsys_, "%s: accept: %s; retrying every %lld ms", who_.c_str(), strerror(err),
                    static_cast<long long>(kAcceptBackoffMs));
-      warnedAccept_ = true;
+      acceptErrno_ = err;
       pausedUntilNs_ = now + kAcceptBackoffMs * 1000000;
       return okStatus();
     }
@@ -112,6 +112,11 @@ bool Doorway::read(Conn& c, const Arrived& arrived, Status* fatal) {
   if (c.got < bytes_) return false;
   *fatal = arrived(c);
   return true;
+}
+
+std::string Doorway::acceptTrouble() const {
+  if (acceptFailures_ == 0) return "";
+  return "; accepting connections failed " + std::to_string(acceptFailures_) + " times here: " + strerror(acceptErrno_);
 }
 
 void Doorway::close() {

@@ -70,6 +70,10 @@ class Doorway {
   Status acceptSome(int listenFd, int64_t now, int64_t deadlineNs, const Arrived& arrived);
   // Setup is over: refuses the connections still waiting and logs the refusal summary.
   void close();
+  // "" when every accept worked; else why accepting failed, for the owner's timeout error (a
+  // process out of descriptors cannot take its peers' connections, and they then wait for it):
+  // "; accepting connections failed 12 times here: Too many open files".
+  std::string acceptTrouble() const;
 
  private:
   // Reads what arrived on c; true when c is finished with.
@@ -84,7 +88,8 @@ class Doorway {
   std::string who_;
   std::deque<Conn> waiting_;  // ordered by deadline (each is min(accept time + kWaitMs, cap))
   int64_t pausedUntilNs_ = 0;
-  bool warnedAccept_ = false;
+  uint64_t acceptFailures_ = 0;  // accept() calls that failed for want of resources
+  int acceptErrno_ = 0;          // the last one's errno
   RefusalLog refusals_;
 };
 

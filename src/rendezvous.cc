@@ -127,8 +127,9 @@ Status Server::timedOut() const {
   }
   return errorf(braidTimeout,
                 "rendezvous: Timed out with %d of %d ranks joined (missing ranks:%s; %llu strange connections "
-                "refused)",
-                joined_, nranks_, missing.c_str(), static_cast<unsigned long long>(door_.refusals().total()));
+                "refused)%s",
+                joined_, nranks_, missing.c_str(), static_cast<unsigned long long>(door_.refusals().total()),
+                door_.acceptTrouble().c_str());
 }
 
 Status Server::onHello(Doorway::Conn& c) {

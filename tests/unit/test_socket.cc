@@ -4,7 +4,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -62,5 +64,61 @@ TEST_CASE("connectTo and the doorway's accept both turn Nagle off", "[unit][sock
     REQUIRE(door.serve(pfds.data(), arrived).ok());
   }
   CHECK(arrivedNoDelay == 1);
+  door.close();
+}
+
+TEST_CASE("a doorway out of descriptors says so, for its owner's timeout error; it accepts once they are back",
+          "[unit][socket]") {
+  // A rank out of descriptors cannot accept its peers' connections; its setup then timed out
+  // blaming a peer it never heard from ("timed out waiting for peer ranks 1"), the cause only in a
+  // warning. The owners (tcp setup, rendezvous) now append acceptTrouble() to that error.
+  SockAddr loopback, bound;
+  REQUIRE(parseHostPort("127.0.0.1:0", &loopback).ok());
+  Fd listener;
+  REQUIRE(listenOn(loopback, 4, &listener, &bound).ok());
+  REQUIRE(setNonBlocking(listener.get(), true).ok());
+  Fd client;
+  REQUIRE(connectTo(bound, Deadline::afterSeconds(10), &client).ok());
+  const uint8_t hello[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  REQUIRE(sendAll(client.get(), hello, sizeof(hello), Deadline::afterSeconds(10)).ok());
+
+  Doorway door("test message", sizeof(hello), anyPrefix, kLogNet, "test");
+  bool got = false;
+  const Doorway::Arrived arrived = [&](Doorway::Conn& c) {
+    got = true;
+    c.fd.reset();
+    return okStatus();
+  };
+  CHECK(door.acceptTrouble().empty());
+  pollfd lp{listener.get(), POLLIN, 0};
+  REQUIRE(poll(&lp, 1, 10000) == 1);
+
+  // The lowest free descriptor is the next one accept() would take: a limit there leaves none.
+  const int next = dup(0);
+  REQUIRE(next >= 0);
+  close(next);
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(next);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  const Status s = door.acceptSome(listener.get(), nowNs(), Deadline::afterSeconds(10).atNs, arrived);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  REQUIRE(s.ok());
+  CHECK_FALSE(got);
+  CHECK(door.acceptTrouble() == "; accepting connections failed 1 times here: Too many open files");
+  CHECK_FALSE(door.listening(nowNs()));  // paused for kAcceptBackoffMs
+
+  const Deadline deadline = Deadline::afterSeconds(10);
+  while (!door.listening(nowNs()) && !deadline.expired()) poll(nullptr, 0, 1);
+  REQUIRE(door.acceptSome(listener.get(), nowNs(), deadline.atNs, arrived).ok());
+  while (!got && !deadline.expired()) {
+    std::vector<pollfd> pfds;
+    door.addPollFds(&pfds);
+    if (pfds.empty()) break;
+    poll(pfds.data(), pfds.size(), 100);
+    REQUIRE(door.serve(pfds.data(), arrived).ok());
+  }
+  CHECK(got);
   door.close();
 }

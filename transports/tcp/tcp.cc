@@ -282,8 +282,9 @@ Status Establisher::timedOut() const {
   }
   return errorf(braidTimeout,
                 "tcp connect: rank %d timed out waiting for peer ranks%s (%llu strange connections "
-                "refused)",
-                ctx_.rank, missing.c_str(), static_cast<unsigned long long>(door_.refusals().total()));
+                "refused)%s",
+                ctx_.rank, missing.c_str(), static_cast<unsigned long long>(door_.refusals().total()),
+                door_.acceptTrouble().c_str());
 }
 
 Status Establisher::readAck(Outgoing& o) {
