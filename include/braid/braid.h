@@ -86,7 +86,9 @@ typedef enum BRAID_ENUM_BASE {
   braidProd = 1,
   braidMin = 2,
   braidMax = 3,
-  braidAvg = 4, /* sum divided by the rank count; integers truncate toward zero */
+  braidAvg = 4, /* sum divided by the rank count; integers truncate toward zero. The sum comes
+                   first, in the datatype: a float16 sum past 65504 is inf, and so is its average
+                   (NCCL scales float inputs first); pre-divide, or reduce in bfloat16 or float32 */
   braidNumOps = 5
 } braidRedOp_t;
 

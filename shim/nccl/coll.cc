@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "shim/nccl/shim.h"
+#include "src/base/half.h"
 
 namespace braid::nccl {
 
@@ -40,13 +41,26 @@ Status prepareReduction(ncclComm_t comm, const void* sendbuff, size_t count, siz
   bool isPre = false;
   BRAID_TRY(resolveOp(comm, op, dt, &out->op, &pre, &isPre));
   out->send = sendbuff;
-  if (!isPre || count == 0) return okStatus();
+  // ncclAvg on fp16: NCCL scales float inputs by 1/nranks before it sums, braidAvg sums first, and
+  // an fp16 sum past 65504 is inf where the average is not. On host buffers it becomes the PreMulSum
+  // it is in NCCL (device buffers keep braidAvg: the shim runs no kernels; README says so).
+  const bool halfAvg = out->op == braidAvg && dt == ncclFloat16;
+  if ((!isPre && !halfAvg) || count == 0) return okStatus();
   const size_t es = dtypeSize(out->type);
   if (count > static_cast<size_t>(PTRDIFF_MAX) / es / sendBlocks)
     return errorf(braidInvalidArgument, "count %zu overflows the buffer size", count);
   if (sendbuff == nullptr) return errorf(braidInvalidArgument, "sendbuff is NULL");
   braidMemType_t where = braidMemHost;
   BRAID_TRY(fromBraid(braidMemGetType(sendbuff, count * sendBlocks * es, &where)));
+  if (halfAvg) {
+    if (where != braidMemHost) return okStatus();
+    int n = 1;
+    BRAID_TRY(fromBraid(braidCommCount(comm->braid, &n)));
+    const uint16_t scalar = floatToHalf(1.0f / static_cast<float>(n));
+    pre.dtype = ncclFloat16;
+    memcpy(pre.scalar, &scalar, sizeof(scalar));
+    out->op = braidSum;
+  }
   if (where != braidMemHost)
     return errorf(braidInvalidUsage,
                   "a PreMulSum op (ncclRedOpCreatePreMulSum) on device buffers: the shim scales its input on the "

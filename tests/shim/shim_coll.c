@@ -267,6 +267,18 @@ static int premulsum(ncclComm_t comm, int rank, int n) {
     EXPECT(rso[i] == 3 * (n * (n - 1) / 2 + n * (rank * 2 + i)), "premulsum reducescatter [%d]: %d", i, rso[i]);
   CHECK_NCCL(ncclRedOpDestroy(hop, comm));
   CHECK_NCCL(ncclRedOpDestroy(iop, comm));
+  /* ncclAvg on fp16 scales first, as NCCL does: the average of 60000s is 60000 (exact in fp16 at
+   * 1/2 and 1/4; near it at 1/3), where the sum first made it inf. ReduceScatter and Reduce too. */
+  unsigned short big[8], avg[8];
+  for (int i = 0; i < 8; ++i) big[i] = to_half_bits(60000.0f);
+  CHECK_NCCL(ncclAllReduce(big, avg, 8, ncclFloat16, ncclAvg, comm, NULL));
+  for (int i = 0; i < 8; ++i)
+    EXPECT(fabs(load(ncclFloat16, avg, i) - 60000) <= 60, "fp16 avg of 60000s: %g", load(ncclFloat16, avg, i));
+  CHECK_NCCL(ncclReduceScatter(big, avg, 8 / n, ncclFloat16, ncclAvg, comm, NULL));
+  EXPECT(fabs(load(ncclFloat16, avg, 0) - 60000) <= 60, "fp16 avg reducescatter: %g", load(ncclFloat16, avg, 0));
+  CHECK_NCCL(ncclReduce(big, avg, 8, ncclFloat16, ncclAvg, 0, comm, NULL));
+  if (rank == 0)
+    EXPECT(fabs(load(ncclFloat16, avg, 7) - 60000) <= 60, "fp16 avg reduce: %g", load(ncclFloat16, avg, 7));
   return 0;
 }
 
