@@ -29,26 +29,42 @@ bool noDelay(int fd) {
 
 Status anyPrefix(const uint8_t*, size_t) { return okStatus(); }
 
+const uint8_t kHello[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+// A nonblocking listener on loopback and a client connected to it that sent kHello.
+void helloPair(Fd* listener, Fd* client) {
+  SockAddr loopback, bound;
+  REQUIRE(parseHostPort("127.0.0.1:0", &loopback).ok());
+  REQUIRE(listenOn(loopback, 4, listener, &bound).ok());
+  REQUIRE(setNonBlocking(listener->get(), true).ok());
+  REQUIRE(connectTo(bound, Deadline::afterSeconds(10), client).ok());
+  REQUIRE(sendAll(client->get(), kHello, sizeof(kHello), Deadline::afterSeconds(10)).ok());
+}
+
+// Serves the doorway's waiting connections until `done` or the deadline.
+void serveUntil(Doorway& door, const Doorway::Arrived& arrived, const bool& done, const Deadline& deadline) {
+  while (!done && !deadline.expired()) {
+    std::vector<pollfd> pfds;
+    door.addPollFds(&pfds);
+    if (pfds.empty()) break;
+    poll(pfds.data(), pfds.size(), 100);
+    REQUIRE(door.serve(pfds.data(), arrived).ok());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("connectTo and the doorway's accept both turn Nagle off", "[unit][socket]") {
-  SockAddr loopback, bound;
-  REQUIRE(parseHostPort("127.0.0.1:0", &loopback).ok());
-  Fd listener;
-  REQUIRE(listenOn(loopback, 4, &listener, &bound).ok());
-  REQUIRE(setNonBlocking(listener.get(), true).ok());
-
-  Fd client;
-  REQUIRE(connectTo(bound, Deadline::afterSeconds(10), &client).ok());
+  Fd listener, client;
+  helloPair(&listener, &client);
   CHECK(noDelay(client.get()));
-  const uint8_t hello[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  REQUIRE(sendAll(client.get(), hello, sizeof(hello), Deadline::afterSeconds(10)).ok());
 
   // The accepted end, as the rendezvous and the tcp setup get it: through a Doorway.
-  Doorway door("test message", sizeof(hello), anyPrefix, kLogNet, "test");
-  int arrivedNoDelay = -1;
+  Doorway door("test message", sizeof(kHello), anyPrefix, kLogNet, "test");
+  bool got = false, gotNoDelay = false;
   const Doorway::Arrived arrived = [&](Doorway::Conn& c) {
-    arrivedNoDelay = noDelay(c.fd.get()) ? 1 : 0;
+    got = true;
+    gotNoDelay = noDelay(c.fd.get());
     c.fd.reset();
     return okStatus();
   };
@@ -56,14 +72,9 @@ TEST_CASE("connectTo and the doorway's accept both turn Nagle off", "[unit][sock
   pollfd lp{listener.get(), POLLIN, 0};
   REQUIRE(poll(&lp, 1, 10000) == 1);
   REQUIRE(door.acceptSome(listener.get(), nowNs(), deadline.atNs, arrived).ok());
-  while (arrivedNoDelay < 0 && !deadline.expired()) {
-    std::vector<pollfd> pfds;
-    door.addPollFds(&pfds);
-    if (pfds.empty()) break;
-    poll(pfds.data(), pfds.size(), 100);
-    REQUIRE(door.serve(pfds.data(), arrived).ok());
-  }
-  CHECK(arrivedNoDelay == 1);
+  serveUntil(door, arrived, got, deadline);
+  CHECK(got);
+  CHECK(gotNoDelay);
   door.close();
 }
 
@@ -72,17 +83,10 @@ TEST_CASE("a doorway out of descriptors says so, for its owner's timeout error; 
   // A rank out of descriptors cannot accept its peers' connections; its setup then timed out
   // blaming a peer it never heard from ("timed out waiting for peer ranks 1"), the cause only in a
   // warning. The owners (tcp setup, rendezvous) now append acceptTrouble() to that error.
-  SockAddr loopback, bound;
-  REQUIRE(parseHostPort("127.0.0.1:0", &loopback).ok());
-  Fd listener;
-  REQUIRE(listenOn(loopback, 4, &listener, &bound).ok());
-  REQUIRE(setNonBlocking(listener.get(), true).ok());
-  Fd client;
-  REQUIRE(connectTo(bound, Deadline::afterSeconds(10), &client).ok());
-  const uint8_t hello[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  REQUIRE(sendAll(client.get(), hello, sizeof(hello), Deadline::afterSeconds(10)).ok());
+  Fd listener, client;
+  helloPair(&listener, &client);
 
-  Doorway door("test message", sizeof(hello), anyPrefix, kLogNet, "test");
+  Doorway door("test message", sizeof(kHello), anyPrefix, kLogNet, "test");
   bool got = false;
   const Doorway::Arrived arrived = [&](Doorway::Conn& c) {
     got = true;
@@ -112,13 +116,7 @@ TEST_CASE("a doorway out of descriptors says so, for its owner's timeout error; 
   const Deadline deadline = Deadline::afterSeconds(10);
   while (!door.listening(nowNs()) && !deadline.expired()) poll(nullptr, 0, 1);
   REQUIRE(door.acceptSome(listener.get(), nowNs(), deadline.atNs, arrived).ok());
-  while (!got && !deadline.expired()) {
-    std::vector<pollfd> pfds;
-    door.addPollFds(&pfds);
-    if (pfds.empty()) break;
-    poll(pfds.data(), pfds.size(), 100);
-    REQUIRE(door.serve(pfds.data(), arrived).ok());
-  }
+  serveUntil(door, arrived, got, deadline);
   CHECK(got);
   door.close();
 }
