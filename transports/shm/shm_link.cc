@@ -13,6 +13,8 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "src/base/clock.h"
@@ -70,6 +72,35 @@ int openPidfd(pid_t pid) {
 #endif
 }
 
+bool pidfdExited(int fd) {
+  pollfd p = {fd, POLLIN, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)) != 0;
+}
+
+// One pidfd per peer process, shared by every link of this process to it: communicators over the
+// same local ranks (a framework's process groups, splits) each held one descriptor per peer, and 70
+// communicators of 8 local ranks took half of a 1024-descriptor limit in pidfds alone. A cached
+// pidfd whose process exited is not handed out again (the pid may name a new process by now).
+// Null with errno set where pidfd_open fails.
+std::shared_ptr<const Fd> sharedPidfd(pid_t pid) {
+  static std::mutex mu;
+  static auto* cache = new std::map<pid_t, std::weak_ptr<const Fd>>();  // never freed: links may outlive statics
+  std::lock_guard<std::mutex> lock(mu);
+  std::weak_ptr<const Fd>& slot = (*cache)[pid];
+  if (std::shared_ptr<const Fd> fd = slot.lock(); fd != nullptr && !pidfdExited(fd->get())) return fd;
+  const int raw = openPidfd(pid);
+  if (raw < 0) {
+    const int err = errno;
+    cache->erase(pid);
+    errno = err;
+    return nullptr;
+  }
+  auto fd = std::make_shared<const Fd>(raw);
+  slot = fd;
+  if (cache->size() > 256) std::erase_if(*cache, [](const auto& e) { return e.second.expired(); });
+  return fd;
+}
+
 }  // namespace
 
 uint64_t forwardedPieces() { return gForwarded.load(std::memory_order_relaxed); }
@@ -100,8 +131,8 @@ ShmLink::ShmLink(LinkSetup setup)
   // A pidfd names this very process (no pid reuse) and polls readable as soon as it exits, even
   // while it is an unreaped zombie, which kill(pid, 0) still reports alive.
   if (peerPid_ > 0) {
-    pidfd_ = openPidfd(peerPid_);
-    if (pidfd_ < 0 && errno == ESRCH) {
+    pidfd_ = sharedPidfd(peerPid_);
+    if (pidfd_ == nullptr && errno == ESRCH) {
       // The pid the peer reported is not visible here (another pid namespace): a liveness check by
       // pid would report a live peer as dead, so rely on the executor's deadline instead.
       BRAID_INFO(kLogShm, "peer rank %d: pid %d not visible here; shm peer-death detection off", peerRank_,
@@ -111,10 +142,7 @@ ShmLink::ShmLink(LinkSetup setup)
   }
 }
 
-ShmLink::~ShmLink() {
-  if (pidfd_ >= 0) close(pidfd_);
-  std::free(bounce_);
-}
+ShmLink::~ShmLink() { std::free(bounce_); }
 
 Status ShmLink::postSend(Xfer* x) {
   if (failed_) return failure_;
@@ -545,10 +573,7 @@ Status ShmLink::checkPeerAlive() {
 }
 
 bool ShmLink::peerGone() const {
-  if (pidfd_ >= 0) {
-    pollfd p = {pidfd_, POLLIN, 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)) != 0;
-  }
+  if (pidfd_ != nullptr) return pidfdExited(pidfd_->get());
   return kill(peerPid_, 0) == -1 && errno == ESRCH;
 }
 

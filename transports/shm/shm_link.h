@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "src/base/socket.h"
 #include "src/base/store_choice.h"
 #include "transports/mailbox.h"
 #include "transports/shm/shm_layout.h"
@@ -192,7 +193,7 @@ class ShmLink final : public Link {
   // --- peer death detection ---
   int64_t idleSinceNs_ = 0;
   int64_t lastCheckNs_ = 0;
-  int pidfd_ = -1;
+  std::shared_ptr<const Fd> pidfd_;  // the peer process's, shared with this process's other links to it
   int peerRank_;
   pid_t peerPid_;
   std::string peerHost_;
